@@ -1,0 +1,104 @@
+"""pytorch-synthetic: ResNet-50 v1.5 on a fixed random batch, data-parallel with Horovod.
+
+Started once per device by horovodrun (or srun/mpirun); options come from case.toml.
+"""
+
+import os
+
+import horovod.torch as hvd
+import numpy
+import torch
+import torch.nn.functional as F
+
+from resnet import MODELS
+from suite.options import parse_case_args
+from suite.probe import Probe
+
+
+def pick_device(args) -> torch.device:
+    if torch.cuda.is_available() and not args.no_cuda:
+        torch.cuda.set_device(hvd.local_rank())
+        torch.backends.cudnn.benchmark = True
+        return torch.device("cuda", hvd.local_rank())
+    # Share the cores of the node between the workers started on it.
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    torch.set_num_threads(max(1, cores // hvd.local_size()))
+    return torch.device("cpu")
+
+
+def amp_dtype(device: torch.device) -> torch.dtype:
+    return torch.float16 if device.type == "cuda" else torch.bfloat16
+
+
+def make_step(args, model, optimizer, device):
+    memory_format = torch.channels_last if args.channels_last else torch.contiguous_format
+    generator = torch.Generator().manual_seed(42 + hvd.rank())
+    images = torch.randn(args.batch_size, 3, args.image_size, args.image_size, generator=generator)
+    images = images.to(device).contiguous(memory_format=memory_format)
+    labels = torch.randint(0, args.num_classes, (args.batch_size,), generator=generator).to(device)
+    scaler = torch.amp.GradScaler("cuda", enabled=args.amp and device.type == "cuda")
+
+    def step():
+        optimizer.zero_grad()
+        with torch.autocast(device.type, dtype=amp_dtype(device), enabled=args.amp):
+            loss = F.cross_entropy(model(images), labels)
+        scaler.scale(loss).backward()
+        if scaler.is_enabled():
+            # Horovod's recipe for loss scaling: finish the all-reduce before unscaling.
+            optimizer.synchronize()
+            scaler.unscale_(optimizer)
+            with optimizer.skip_synchronize():
+                scaler.step(optimizer)
+        else:
+            optimizer.step()
+        scaler.update()
+
+    return step
+
+
+def main() -> None:
+    args = parse_case_args(__file__)
+    hvd.init()
+    device = pick_device(args)
+    model = MODELS[args.model](num_classes=args.num_classes).to(device)
+    if args.channels_last:
+        model = model.to(memory_format=torch.channels_last)
+    lr = 0.01 * hvd.size()
+    optimizer = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)
+    compression = hvd.Compression.fp16 if args.fp16_allreduce else hvd.Compression.none
+    optimizer = hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters(),
+                                         compression=compression)
+    hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+    hvd.broadcast_optimizer_state(optimizer, root_rank=0)
+    step = make_step(args, model, optimizer, device)
+    sync = torch.cuda.synchronize if device.type == "cuda" else None
+
+    probe = Probe(hvd.rank(), hvd.size(), hvd.local_rank(), hvd.local_size())
+    probe.start(
+        config={
+            "model": args.model,
+            "parameters": sum(p.numel() for p in model.parameters()),
+            "device_type": device.type,
+            "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+            "dtype": f"amp-{str(amp_dtype(device)).removeprefix('torch.')}" if args.amp else "float32",
+            "global_batch": args.batch_size * hvd.size(),
+            "lr": lr,
+            "threads_per_worker": torch.get_num_threads(),
+            "horovod_controller": "mpi" if hvd.mpi_enabled() else "gloo",
+        },
+        versions={"torch": torch.__version__, "horovod": hvd.__version__, "numpy": numpy.__version__,
+                  "cuda": torch.version.cuda, "cudnn": torch.backends.cudnn.version() if device.type == "cuda" else None},
+    )
+    with probe.warmup(images=args.batch_size * args.num_warmup_batches, sync=sync):
+        for _ in range(args.num_warmup_batches):
+            step()
+    for _ in range(args.num_iters):
+        with probe.iteration(images=args.batch_size * args.num_batches_per_iter, sync=sync, total=args.num_iters):
+            for _ in range(args.num_batches_per_iter):
+                step()
+    probe.end()
+    hvd.shutdown()
+
+
+if __name__ == "__main__":
+    main()

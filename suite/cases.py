@@ -1,0 +1,53 @@
+"""Use cases: one folder each under cases/, described by its case.toml."""
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from suite import paths
+from suite.errors import UsageError
+from suite.options import OptionError, load_case_toml, parse_options
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    dir: Path
+    spec: dict = field(repr=False)
+
+    @property
+    def stack(self) -> str:
+        return self.spec["stack"]
+
+    @property
+    def launcher(self) -> str:
+        return self.spec["launcher"]
+
+    @property
+    def script(self) -> Path:
+        return self.dir / self.spec["script"]
+
+    @property
+    def timeout_s(self) -> float:
+        return 60.0 * self.spec.get("timeout_minutes", 60)
+
+    @property
+    def record_spec(self) -> dict:
+        return self.spec.get("record", {})
+
+    def parse_options(self, argv: list[str]) -> dict:
+        try:
+            return parse_options(self.spec, argv)
+        except OptionError as exc:
+            known = " ".join(f"--{name}" for name in self.spec.get("options", {}))
+            raise UsageError(f"case {self.name}: {exc} (its options: {known})") from None
+
+
+def known_cases() -> list[str]:
+    return sorted(p.parent.name for p in paths.CASES.glob("*/case.toml"))
+
+
+def load_case(name: str) -> Case:
+    if name not in known_cases():
+        raise UsageError(f"unknown case '{name}' (known cases: {', '.join(known_cases())})")
+    case_dir = paths.CASES / name
+    return Case(name, case_dir, load_case_toml(case_dir))

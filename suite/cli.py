@@ -1,0 +1,117 @@
+"""Command line: python -m suite {run,install,cases,validate} ..."""
+
+import argparse
+import json
+import signal
+import sys
+from pathlib import Path
+
+from suite import paths, plugins
+from suite.cases import known_cases, load_case
+from suite.errors import UsageError
+from suite.options import build_parser
+
+RUN_EPILOG = """Case options go after '--' (Make: ARGS) and are checked against the case before anything
+starts, e.g.  python -m suite run --case pytorch-synthetic --gpus-per-node 2 -- --image-size 64 --batch-size 8
+"""
+
+
+def case_options_help() -> str:
+    sections = []
+    for name in known_cases():
+        usage = build_parser(load_case(name).spec).format_help()
+        sections.append(f"case {name}:\n" + usage.split("\n\n", 1)[-1].split("options:\n", 1)[-1])
+    return RUN_EPILOG + "\n" + "\n".join(sections)
+
+
+def build_parser_() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m suite",
+                                     description="Distributed deep-learning training benchmarks for HPC clusters.")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    run = sub.add_parser("run", help="run a case and write a result record", epilog=case_options_help(),
+                         formatter_class=argparse.RawDescriptionHelpFormatter)
+    run.add_argument("--case", default="pytorch-synthetic", help="case folder under cases/ (Make: CASE)")
+    run.add_argument("--nodes", default="1", help="use the first N hosts of the hostfile (Make: NODES)")
+    run.add_argument("--gpus-per-node", default=None,
+                     help="devices (processes) per node; overrides the hostfile's slots (Make: GPUS_PER_NODE)")
+    run.add_argument("--hostfile", default=str(paths.HOSTFILES / "localhost"),
+                     help="'host slots=N' or 'host:N' per line (Make: HOSTFILE)")
+    run.add_argument("--runtime", default="local", help=f"one of {plugins.available('runtimes')} (Make: RUNTIME)")
+    run.add_argument("--scheduler", default="local", help=f"one of {plugins.available('schedulers')}")
+    run.add_argument("--repeat", default="1", help="separate launches, for the confidence interval (Make: REPEAT)")
+    run.add_argument("--timeout", default=None, help="seconds one launch may take (default: the case's)")
+    run.add_argument("--results-dir", type=Path, default=paths.RESULTS, help="where records go")
+    run.add_argument("--runs-dir", type=Path, default=paths.RUNS, help="where run directories (logs, probe files) go")
+
+    install = sub.add_parser("install", help="install the local stack of a case or stack")
+    install.add_argument("--case", help="install the stack this case uses")
+    install.add_argument("--stack", help="install this stack (folder under containers/)")
+
+    sub.add_parser("cases", help="list the cases and their options")
+
+    validate = sub.add_parser("validate", help="check result records against the record schema")
+    validate.add_argument("records", nargs="+", type=Path)
+    return parser
+
+
+def split_case_args(argv: list[str]) -> tuple[list[str], list[str]]:
+    if "--" in argv:
+        at = argv.index("--")
+        return argv[:at], argv[at + 1:]
+    return argv, []
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    own, case_args = split_case_args(argv)
+    args = build_parser_().parse_args(own)
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    try:
+        return COMMANDS[args.command](args, case_args, argv)
+    except UsageError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+
+def cmd_run(args, case_args, argv) -> int:
+    from suite.run import RunRequest, run
+
+    return run(RunRequest(args.case, args.nodes, args.gpus_per_node, args.hostfile, args.runtime,
+                          args.scheduler, args.repeat, args.timeout, case_args, args.results_dir,
+                          args.runs_dir, ["python", "-m", "suite", *argv]))
+
+
+def cmd_install(args, case_args, argv) -> int:
+    from suite.stacks import ensure_installed, load_stack
+
+    if not (args.case or args.stack):
+        raise UsageError("install needs --case NAME or --stack NAME")
+    installed = ensure_installed(load_stack(args.stack or load_case(args.case).stack))
+    print(installed.prefix)
+    return 0
+
+
+def cmd_cases(args, case_args, argv) -> int:
+    for name in known_cases():
+        case = load_case(name)
+        print(f"{name}: {case.spec.get('summary', '')}  [stack {case.stack}, launcher {case.launcher}]")
+        print("  " + build_parser(case.spec).format_help().replace("\n", "\n  ").rstrip())
+    return 0
+
+
+def cmd_validate(args, case_args, argv) -> int:
+    from suite.results import validate
+
+    bad = 0
+    for path in args.records:
+        try:
+            validate(json.loads(path.read_text()))
+            print(f"ok: {path}")
+        except Exception as exc:  # report every broken file, not just the first
+            print(f"invalid: {path}: {str(exc).splitlines()[0]}", file=sys.stderr)
+            bad += 1
+    return 1 if bad else 0
+
+
+COMMANDS = {"run": cmd_run, "install": cmd_install, "cases": cmd_cases, "validate": cmd_validate}

@@ -1,0 +1,17 @@
+import os
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+CASES = ROOT / "cases"
+CONTAINERS = ROOT / "containers"
+HOSTFILES = ROOT / "hostfiles"
+RESULTS = ROOT / "reports" / "results"
+RUNS = ROOT / "runs"
+
+
+def stack_home() -> Path:
+    """Where local stacks live: outside the checkout, shared by every checkout of the user."""
+    if os.environ.get("SUITE_STACK_HOME"):
+        return Path(os.environ["SUITE_STACK_HOME"])
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return cache / "hpc-dl-bench" / "stacks"

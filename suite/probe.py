@@ -1,0 +1,124 @@
+"""Timing probe imported by case scripts inside their stack. Standard library only.
+
+Each rank appends JSON lines to $SUITE_RUN_DIR/ranks/rank-<rank>.jsonl: one `start` line (config,
+versions, host facts), one `warmup` line, one `iteration` line per timed iteration and one `end` line.
+An iteration line is written after the iteration, so the probe adds no I/O inside the timed window.
+"""
+
+import json
+import os
+import platform
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from contextlib import contextmanager
+
+
+class Probe:
+    def __init__(self, rank: int, size: int, local_rank: int = 0, local_size: int = 1, run_dir: str | None = None):
+        self.rank, self.size = rank, size
+        self.local_rank, self.local_size = local_rank, local_size
+        run_dir = run_dir or os.environ.get("SUITE_RUN_DIR") or "."
+        os.makedirs(os.path.join(run_dir, "ranks"), exist_ok=True)
+        self._file = open(os.path.join(run_dir, "ranks", f"rank-{rank:05d}.jsonl"), "a", buffering=1)
+        self._iterations = 0
+
+    def _write(self, event: str, **fields) -> None:
+        self._file.write(json.dumps({"event": event, "rank": self.rank, "time": time.time(), **fields}) + "\n")
+
+    def start(self, config: dict, versions: dict) -> None:
+        versions = {"python": platform.python_version(), **versions}
+        host = host_info() if self.local_rank == 0 else None
+        self._write("start", size=self.size, local_rank=self.local_rank, local_size=self.local_size,
+                    host=socket.gethostname(), host_info=host, config=config, versions=versions)
+
+    @contextmanager
+    def warmup(self, images: int, sync=None):
+        with _timed(sync) as elapsed:
+            yield
+        self._write("warmup", images=images, seconds=elapsed())
+
+    @contextmanager
+    def iteration(self, images: int, sync=None, total: int | None = None):
+        """Times one iteration of `images` images on this rank; `sync` waits for the device."""
+        with _timed(sync) as elapsed:
+            yield
+        seconds = elapsed()
+        self._write("iteration", index=self._iterations, images=images, seconds=seconds)
+        self._iterations += 1
+        if self.rank == 0:
+            rate = images / seconds
+            of = f"/{total}" if total else ""
+            print(f"iteration {self._iterations}{of}: {rate:.1f} img/s per device, "
+                  f"~{rate * self.size:.1f} img/s on {self.size} device(s)", flush=True)
+
+    def end(self) -> None:
+        self._write("end", iterations=self._iterations)
+        self._file.close()
+
+
+@contextmanager
+def _timed(sync):
+    if sync:
+        sync()
+    begin = time.perf_counter()
+    result = {}
+    yield lambda: result["seconds"]
+    if sync:
+        sync()
+    result["seconds"] = time.perf_counter() - begin
+
+
+def host_info() -> dict:
+    """What the machine is, for the record: CPU, memory, GPUs and driver where nvidia-smi exists."""
+    info = {
+        "hostname": socket.gethostname(),
+        "platform": platform.platform(),
+        "cpu_model": _cpu_model(),
+        "logical_cpus": os.cpu_count(),
+        "usable_cpus": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
+        "memory_gib": _memory_gib(),
+        "gpus": _gpus(),
+    }
+    return info
+
+
+def _cpu_model() -> str | None:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or None
+
+
+def _memory_gib() -> float | None:
+    try:
+        with open("/proc/meminfo") as f:
+            kib = int(f.readline().split()[1])
+        return round(kib / 2**20, 1)
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _gpus() -> list[dict]:
+    if not shutil.which("nvidia-smi"):
+        return []
+    query = ["nvidia-smi", "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"]
+    try:
+        out = subprocess.run(query, capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    gpus = []
+    for line in out.strip().splitlines():
+        name, driver, memory = (part.strip() for part in line.split(","))
+        gpus.append({"name": name, "driver": driver, "memory": memory})
+    return gpus
+
+
+if __name__ == "__main__":
+    json.dump(host_info(), sys.stdout, indent=2)

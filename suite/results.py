@@ -1,0 +1,211 @@
+"""Run directory -> one result record (schema: suite/schema/record.schema.json, docs/record.md)."""
+
+import json
+import os
+import secrets
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import jsonschema
+
+from suite import __version__, paths
+from suite.errors import RunFailed
+from suite.jsonfile import write_json_atomic
+from suite.stats import mean_ci95
+
+SCHEMA_VERSION = 1
+SCHEMA = json.loads((Path(__file__).parent / "schema" / "record.schema.json").read_text())
+
+
+@dataclass
+class Repetition:
+    """What one launch measured: throughput samples (img/s, all devices) per timed iteration."""
+
+    index: int
+    run_dir: str
+    status: str = "ok"
+    reason: str | None = None
+    samples: list[float] = field(default_factory=list)
+    images: int = 0
+    seconds: float = 0.0
+    warmup: dict = field(default_factory=dict)
+    starts: list[dict] = field(default_factory=list)
+    exit_codes: dict = field(default_factory=dict)
+    command: list[str] = field(default_factory=list)
+
+    def summary(self) -> dict:
+        mean = sum(self.samples) / len(self.samples) if self.samples else None
+        return {"index": self.index, "status": self.status, "reason": self.reason, "run_dir": self.run_dir,
+                "throughput": mean, "images": self.images, "timed_seconds": self.seconds,
+                "warmup": self.warmup, "exit_codes": self.exit_codes, "command": self.command}
+
+
+def utc_now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+def new_run_id(case: str, nodes: int, devices: int) -> str:
+    return f"{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}-{case}-{nodes}n{devices}d-{secrets.token_hex(3)}"
+
+
+def read_rank_events(run_dir: Path) -> dict[int, list[dict]]:
+    events: dict[int, list[dict]] = {}
+    for path in sorted((run_dir / "ranks").glob("rank-*.jsonl")):
+        lines = path.read_text().splitlines()
+        # A rank killed mid-write may leave a partial last line; everything before it is sound.
+        parsed = []
+        for line in lines:
+            try:
+                parsed.append(json.loads(line))
+            except ValueError:
+                break
+        events[int(path.stem.split("-")[1])] = parsed
+    return events
+
+
+def measure(rep: Repetition, expected_ranks: int) -> None:
+    """Fill the repetition from its rank files. Per iteration: images of all ranks / slowest rank's time."""
+    events = read_rank_events(Path(rep.run_dir))
+    if sorted(events) != list(range(expected_ranks)):
+        raise RunFailed(f"expected probe files of ranks 0..{expected_ranks - 1}, found ranks {sorted(events)}")
+    per_rank = {r: [e for e in ev if e["event"] == "iteration"] for r, ev in events.items()}
+    counts = {len(its) for its in per_rank.values()}
+    if len(counts) != 1 or not counts.pop() or any(ev[-1]["event"] != "end" for ev in events.values()):
+        done = {r: len(its) for r, its in per_rank.items()}
+        raise RunFailed(f"ranks did not all finish their timed iterations (iterations per rank: {done})")
+    rep.starts = [next(e for e in events[r] if e["event"] == "start") for r in sorted(events)]
+    for iteration in zip(*per_rank.values()):
+        images = sum(e["images"] for e in iteration)
+        seconds = max(e["seconds"] for e in iteration)
+        rep.samples.append(images / seconds)
+        rep.images += images
+        rep.seconds += seconds
+    warmups = [e for ev in events.values() for e in ev if e["event"] == "warmup"]
+    if warmups:
+        rep.warmup = {"images": sum(e["images"] for e in warmups), "seconds": max(e["seconds"] for e in warmups)}
+
+
+def throughput_metrics(reps: list[Repetition], devices: int) -> dict:
+    """Mean ± 95% CI: over repetition means when there are several, else over iteration samples."""
+    measured = [r for r in reps if r.status == "ok" and r.samples]
+    if not measured:
+        return {"unit": "img/s", "mean": None, "per_device": None, "ci95": None, "ci95_basis": None,
+                "samples": [], "repetitions": [], "n": 0}
+    rep_means = [sum(r.samples) / len(r.samples) for r in measured]
+    samples = [s for r in measured for s in r.samples]
+    basis = rep_means if len(rep_means) > 1 else samples
+    mean, ci = mean_ci95(basis)
+    return {
+        "unit": "img/s",
+        "mean": mean,
+        "per_device": mean / devices,
+        "ci95": ci,
+        "ci95_basis": "repetitions" if len(rep_means) > 1 else "iterations",
+        "n": len(basis),
+        "samples": samples,
+        "repetitions": rep_means,
+    }
+
+
+def git_state() -> dict:
+    def git(*args):
+        out = subprocess.run(["git", "-C", str(paths.ROOT), *args], capture_output=True, text=True)
+        return out.stdout.strip() if out.returncode == 0 else None
+
+    commit = git("rev-parse", "HEAD")
+    dirty = git("status", "--porcelain", "--untracked-files=no")
+    return {"git_commit": commit, "git_dirty": bool(dirty) if commit else None}
+
+
+def validate(record: dict) -> None:
+    jsonschema.validate(record, SCHEMA)
+
+
+def write_record(record: dict, results_dir: Path) -> Path:
+    validate(record)
+    path = results_dir / f"{record['run_id']}.json"
+    write_json_atomic(path, record, overwrite=False)
+    return path
+
+
+def suite_provenance(argv: list[str]) -> dict:
+    return {"argv": argv, "suite_version": __version__, "runner_python": sys.version.split()[0],
+            "user": os.environ.get("USER"), **git_state()}
+
+
+@dataclass
+class RunContext:
+    """What the runner knows before launch, and the record's fixed parts."""
+
+    run_id: str
+    case: object
+    options: dict
+    world: object
+    runtime: str
+    scheduler: str
+    argv: list[str]
+    started_at: str
+
+
+def build_record(ctx: RunContext, reps: list[Repetition], stack_provenance: dict, plan_details: dict,
+                 failure: str | None) -> dict:
+    starts = [s for r in reps for s in r.starts]
+    first = starts[0] if starts else {}
+    spec = ctx.case.record_spec
+    batch = ctx.options.get(spec.get("batch_per_device"))
+    failed = [r for r in reps if r.status != "ok"]
+    reason = failure or (f"repetition {failed[0].index}: {failed[0].reason}" if failed else None)
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "run_id": ctx.run_id,
+        "case": ctx.case.name,
+        "status": "failed" if reason else "ok",
+        "reason": reason,
+        "started_at": ctx.started_at,
+        "finished_at": utc_now(),
+        "config": {
+            "model": spec.get("model"),
+            "data": spec.get("data"),
+            "batch_per_device": batch,
+            "global_batch": batch * ctx.world.devices if batch else None,
+            "image_size": ctx.options.get(spec.get("image_size")),
+            "dtype": first.get("config", {}).get("dtype"),
+            "lr_rule": spec.get("lr_rule"),
+            "repeat": len(reps),
+            "options": ctx.options,
+            "reported_by_case": first.get("config", {}),
+        },
+        "world": {
+            "nodes": ctx.world.nodes,
+            "devices": ctx.world.devices,
+            "hosts": ctx.world.hostnames,
+            "slots": {h.name: h.slots for h in ctx.world.hosts},
+            "hostfile": ctx.world.source,
+            "device_type": first.get("config", {}).get("device_type"),
+        },
+        "execution": {"runtime": ctx.runtime, "scheduler": ctx.scheduler, "stack": ctx.case.stack,
+                      **plan_details},
+        "metrics": {
+            "throughput": throughput_metrics(reps, ctx.world.devices),
+            "timed_images": sum(r.images for r in reps),
+            "timed_seconds": sum(r.seconds for r in reps),
+        },
+        "repetitions": [r.summary() for r in reps],
+        "provenance": {
+            **suite_provenance(ctx.argv),
+            **stack_provenance,
+            "stack_lock_sha256": stack_provenance.get("stack_lock_sha256"),
+            "versions": first.get("versions", {}),
+            "host_info": _host_info(starts),
+        },
+    }
+
+
+def _host_info(starts: list[dict]) -> dict:
+    from suite.probe import host_info
+
+    found = {s["host"]: s["host_info"] for s in starts if s.get("host_info")}
+    return found or {"launch-host": host_info()}

@@ -1,0 +1,22 @@
+"""Runs a stack from its local virtual environment, built from the stack's lock on first use."""
+
+from suite import paths
+from suite.plan import StackEnv
+from suite.stacks import Stack, ensure_installed
+
+
+def prepare(stack: Stack, log=print) -> StackEnv:
+    installed = ensure_installed(stack, log)
+    return StackEnv(
+        runtime="local",
+        bin_dir=str(installed.prefix / "bin"),
+        env={"PYTHONPATH": str(paths.ROOT)},
+        facts=installed.info.get("facts", {}),
+        provenance={
+            "stack": stack.name,
+            "stack_lock_sha256": stack.lock_sha256,
+            "stack_recipe_sha256": stack.recipe_sha256,
+            "stack_location": str(installed.prefix),
+            "stack_packages": installed.info.get("packages", {}),
+        },
+    )

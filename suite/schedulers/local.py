@@ -1,0 +1,98 @@
+"""Runs the processes of a plan on this machine, each in its own process group, with their output
+shown live and kept per process. The first failure or the time limit ends every process of the plan."""
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import deque
+from pathlib import Path
+
+from suite.plan import Plan, ProcessResult
+
+GRACE_S = 10
+TAIL_LINES = 20
+
+
+class _Running:
+    def __init__(self, spec, log_dir: Path, echo_prefix: str):
+        self.spec = spec
+        self.log = log_dir / f"{spec.name}.log"
+        self.tail: deque[str] = deque(maxlen=TAIL_LINES)
+        self.popen = subprocess.Popen(
+            spec.argv, cwd=spec.cwd, env={**os.environ, **spec.env}, stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+            text=True, errors="replace", bufsize=1,
+        )
+        self.reader = threading.Thread(target=self._pump, args=(echo_prefix,), daemon=True)
+        self.reader.start()
+        self.reason: str | None = None
+
+    def _pump(self, echo_prefix: str) -> None:
+        with open(self.log, "w") as log:
+            for line in self.popen.stdout:
+                log.write(line)
+                log.flush()
+                self.tail.append(line.rstrip("\n"))
+                sys.stdout.write(echo_prefix + line)
+                sys.stdout.flush()
+
+    def stop(self, reason: str) -> None:
+        if self.popen.poll() is None:
+            self.reason = reason
+            _signal_group(self.popen.pid, signal.SIGTERM)
+
+    def kill(self) -> None:
+        _signal_group(self.popen.pid, signal.SIGKILL)
+
+    def result(self) -> ProcessResult:
+        self.reader.join(timeout=5)
+        return ProcessResult(self.spec.name, self.spec.host, self.popen.returncode, str(self.log),
+                             list(self.tail), self.reason)
+
+
+def _signal_group(pid: int, sig: int) -> None:
+    try:
+        os.killpg(pid, sig)
+    except ProcessLookupError:
+        pass
+
+
+def execute(plan: Plan, log_dir: Path, timeout_s: float) -> list[ProcessResult]:
+    log_dir.mkdir(parents=True, exist_ok=True)
+    several = len(plan.processes) > 1
+    running = [_Running(p, log_dir, f"[{p.name}] " if several else "") for p in plan.processes]
+    deadline = time.monotonic() + timeout_s
+    try:
+        while any(r.popen.poll() is None for r in running):
+            failed = [r for r in running if r.popen.poll() not in (None, 0)]
+            if failed:
+                _stop_all(running, f"ended because {failed[0].spec.name} failed")
+                break
+            if time.monotonic() > deadline:
+                _stop_all(running, f"time limit of {timeout_s:.0f} s reached")
+                break
+            time.sleep(0.2)
+    except BaseException:
+        _stop_all(running, "interrupted")
+        raise
+    finally:
+        _reap(running)
+    return [r.result() for r in running]
+
+
+def _stop_all(running: list[_Running], reason: str) -> None:
+    for r in running:
+        r.stop(reason)
+    end = time.monotonic() + GRACE_S
+    while time.monotonic() < end and any(r.popen.poll() is None for r in running):
+        time.sleep(0.1)
+
+
+def _reap(running: list[_Running]) -> None:
+    """Leave nothing behind: the whole process group of each launched process goes."""
+    for r in running:
+        r.kill()
+        r.popen.wait()

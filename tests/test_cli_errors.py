@@ -1,0 +1,52 @@
+"""Bad input is refused before anything is launched: one line, exit status 2, nothing written."""
+
+import pytest
+
+from conftest import write
+
+CASES = [
+    (["--case", "nope"], (), "unknown case 'nope' (known cases: pytorch-synthetic"),
+    (["--nodes", "0"], (), "NODES must be a positive integer, got '0'"),
+    (["--nodes", "-2"], (), "NODES must be a positive integer, got '-2'"),
+    (["--nodes", "two"], (), "NODES must be a positive integer, got 'two'"),
+    (["--nodes", "2"], (), "NODES=2 but hostfile"),
+    (["--gpus-per-node", "0"], (), "GPUS_PER_NODE must be a positive integer, got '0'"),
+    (["--repeat", "x"], (), "REPEAT must be a positive integer, got 'x'"),
+    (["--runtime", "podman"], (), "unknown runtime 'podman' (known: local"),
+    (["--scheduler", "pbs"], (), "unknown scheduler 'pbs' (known: local"),
+    (["--hostfile", "hostfiles/missing"], (), "hostfile not found: hostfiles/missing"),
+    ([], ("--image-size", "0"), "case pytorch-synthetic: argument --image-size: must be at least 1, got 0"),
+    ([], ("--batch-size", "-8"), "case pytorch-synthetic: argument --batch-size: must be at least 1"),
+    ([], ("--batch-size", "big"), "argument --batch-size: expected int, got 'big'"),
+    ([], ("--no-such-option",), "case pytorch-synthetic: unrecognized arguments: --no-such-option"),
+    ([], ("--model", "vgg16"), "argument --model: invalid choice: 'vgg16'"),
+]
+
+
+@pytest.mark.parametrize("args, case_args, message", CASES)
+def test_refused_before_launch(suite_cli, args, case_args, message):
+    result = suite_cli("run", *args, case_args=case_args)
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.startswith("error: ") and message in result.stderr, result.stderr
+    assert result.stderr.count("\n") == 1
+    assert not suite_cli.runs.exists() and not suite_cli.results.exists()
+
+
+@pytest.mark.parametrize("content, message", [
+    ("node1 slots=2\nnode2 slots=x\n", ":2: bad slot count 'x'"),
+    ("# only a comment\n", "lists no hosts"),
+    ("$(touch${IFS}pwned) slots=1\n", ":1: '$(touch${IFS}pwned)' is not a valid host name"),
+    ("node1\nnode1\n", ":2: host 'node1' is listed again"),
+])
+def test_malformed_hostfile_refused(suite_cli, tmp_path, content, message):
+    hostfile = write(tmp_path / "hosts", content)
+    result = suite_cli("run", "--hostfile", str(hostfile))
+    assert result.returncode == 2
+    assert message in result.stderr and result.stderr.count("\n") == 1
+    assert not suite_cli.runs.exists()
+
+
+def test_help_documents_run_options(suite_cli):
+    result = suite_cli("run", "--help")
+    for option in ["--case", "--nodes", "--gpus-per-node", "--hostfile", "--runtime", "--repeat", "--batch-size"]:
+        assert option in result.stdout

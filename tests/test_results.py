@@ -1,0 +1,123 @@
+"""Probe files -> measurement -> record, without a framework: the probe is the real one."""
+
+import json
+import os
+
+import jsonschema
+import pytest
+
+from suite.cases import load_case
+from suite.errors import RunFailed
+from suite.hostfile import Host, World
+from suite.probe import Probe
+from suite.results import Repetition, RunContext, build_record, measure, new_run_id, utc_now, validate, write_record
+from suite.stats import mean_ci95
+
+
+def fake_rank(run_dir, rank, size, seconds, images=40, finish=True):
+    probe = Probe(rank, size, local_rank=rank, local_size=size, run_dir=str(run_dir))
+    probe.start(config={"dtype": "float32", "device_type": "cpu"}, versions={"torch": "x"})
+    probe._write("warmup", images=10, seconds=0.5)
+    for s in seconds:
+        probe._write("iteration", index=0, images=images, seconds=s)
+    if finish:
+        probe.end()
+
+
+def context(world, **options):
+    case = load_case("pytorch-synthetic")
+    opts = case.parse_options([f"--{k}={v}" for k, v in options.items()])
+    return RunContext(new_run_id(case.name, world.nodes, world.devices), case, opts, world, "local", "local",
+                      ["python", "-m", "suite", "run"], utc_now())
+
+
+def test_iteration_throughput_is_all_images_over_slowest_rank(tmp_path):
+    fake_rank(tmp_path, 0, 2, [1.0, 2.0])
+    fake_rank(tmp_path, 1, 2, [2.0, 1.0])
+    rep = Repetition(0, str(tmp_path))
+    measure(rep, 2)
+    assert rep.samples == [40.0, 40.0]
+    assert (rep.images, rep.seconds) == (160, 4.0)
+    assert rep.warmup == {"images": 20, "seconds": 0.5}
+
+
+def test_missing_or_unfinished_rank_fails(tmp_path):
+    fake_rank(tmp_path, 0, 2, [1.0])
+    with pytest.raises(RunFailed, match=r"expected probe files of ranks 0..1, found ranks \[0\]"):
+        measure(Repetition(0, str(tmp_path)), 2)
+    fake_rank(tmp_path, 1, 2, [], finish=False)
+    with pytest.raises(RunFailed, match="did not all finish"):
+        measure(Repetition(0, str(tmp_path)), 2)
+
+
+def test_torn_last_line_is_ignored(tmp_path):
+    fake_rank(tmp_path, 0, 1, [1.0, 1.0])
+    with open(tmp_path / "ranks" / "rank-00000.jsonl", "a") as f:
+        f.write('{"event": "itera')
+    rep = Repetition(0, str(tmp_path))
+    measure(rep, 1)
+    assert rep.samples == [40.0, 40.0]
+
+
+def test_ci95_student_t():
+    mean, half = mean_ci95([1.0, 2.0, 3.0])
+    assert mean == 2.0
+    assert half == pytest.approx(4.302653 / 3 ** 0.5, rel=1e-6)
+    assert mean_ci95([5.0]) == (5.0, None)
+
+
+def test_record_has_required_keys_and_validates(tmp_path):
+    world = World((Host("localhost", 2),), "hostfiles/localhost")
+    reps = []
+    for index, times in enumerate([[1.0, 1.0], [2.0, 2.0]]):
+        rep_dir = tmp_path / f"rep-{index}"
+        for rank in range(2):
+            fake_rank(rep_dir, rank, 2, times)
+        reps.append(Repetition(index, str(rep_dir)))
+        measure(reps[-1], 2)
+    ctx = context(world, **{"batch-size": 8, "image-size": 64})
+    record = build_record(ctx, reps, {"stack_lock_sha256": "a" * 64}, {"launcher": "horovod"}, None)
+    validate(record)
+    assert record["status"] == "ok" and record["reason"] is None
+    assert record["config"]["batch_per_device"] == 8 and record["config"]["global_batch"] == 16
+    assert record["config"]["image_size"] == 64 and record["config"]["dtype"] == "float32"
+    assert record["world"]["devices"] == 2 and record["world"]["hosts"] == ["localhost"]
+    tp = record["metrics"]["throughput"]
+    assert tp["repetitions"] == [80.0, 40.0] and tp["ci95_basis"] == "repetitions"
+    assert tp["mean"] == 60.0 and tp["per_device"] == 30.0
+    assert tp["ci95"] == pytest.approx(12.706205 * 20.0, rel=1e-6)  # t(0.975, 1) x sd/sqrt(2)
+    for key in ["git_commit", "stack_lock_sha256", "versions", "host_info", "argv"]:
+        assert key in record["provenance"]
+    assert record["provenance"]["versions"]["torch"] == "x"
+    assert "python" in record["provenance"]["versions"]
+    assert record["provenance"]["host_info"]  # filled by the probe of local rank 0
+
+
+def test_failed_run_record_says_why(tmp_path):
+    world = World((Host("localhost", 1),), "hostfiles/localhost")
+    rep = Repetition(0, str(tmp_path), status="failed", reason="horovodrun on localhost exited with 1")
+    record = build_record(context(world), [rep], {"stack_lock_sha256": None}, {}, None)
+    validate(record)
+    assert record["status"] == "failed"
+    assert record["reason"] == "repetition 0: horovodrun on localhost exited with 1"
+    assert record["metrics"]["throughput"]["mean"] is None
+
+
+def test_schema_rejects_ok_record_without_throughput(tmp_path):
+    world = World((Host("localhost", 1),), "hostfiles/localhost")
+    record = build_record(context(world), [], {"stack_lock_sha256": None}, {}, None)
+    with pytest.raises(jsonschema.ValidationError) as err:
+        validate(record)
+    assert "throughput" in list(err.value.absolute_path)
+
+
+def test_records_are_never_overwritten_and_leave_no_temp_files(tmp_path):
+    world = World((Host("localhost", 1),), "hostfiles/localhost")
+    record = build_record(context(world), [], {"stack_lock_sha256": None}, {}, "stack install failed")
+    path = write_record(record, tmp_path)
+    before = path.read_text()
+    with pytest.raises(FileExistsError):
+        write_record({**record, "reason": "other"}, tmp_path)
+    assert path.read_text() == before
+    assert json.loads(before)["reason"] == "stack install failed"
+    assert os.listdir(tmp_path) == [path.name]

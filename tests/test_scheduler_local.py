@@ -1,0 +1,53 @@
+"""The local scheduler with real processes: live output kept per process, first failure or the time
+limit ends every process group, and nothing is left running."""
+
+import os
+import sys
+import time
+
+from suite.plan import Plan, Process
+from suite.schedulers import local
+
+PY = sys.executable
+
+
+def proc(name, code, tmp_path):
+    return Process(name=name, host="localhost", argv=[PY, "-c", code], env={"MARK": name}, cwd=str(tmp_path))
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().split()[2] != "Z"
+
+
+def test_output_and_exit_codes(tmp_path):
+    plan = Plan((proc("a", "import os; print('hello from', os.environ['MARK'])", tmp_path),))
+    [result] = local.execute(plan, tmp_path / "logs", timeout_s=60)
+    assert result.ok and result.returncode == 0
+    assert result.tail == ["hello from a"]
+    assert (tmp_path / "logs" / "a.log").read_text() == "hello from a\n"
+
+
+def test_first_failure_ends_the_others_and_their_children(tmp_path):
+    sleeper = ("import subprocess, sys, time; "
+               "c = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)']); "
+               "print(c.pid, flush=True); time.sleep(600)")
+    plan = Plan((proc("sleeper", sleeper, tmp_path), proc("crasher", "import time; time.sleep(1); raise SystemExit(3)", tmp_path)))
+    started = time.monotonic()
+    sleeper_result, crasher_result = local.execute(plan, tmp_path / "logs", timeout_s=300)
+    assert time.monotonic() - started < 30
+    assert crasher_result.returncode == 3 and crasher_result.reason is None
+    assert not sleeper_result.ok and sleeper_result.reason == "ended because crasher failed"
+    grandchild = int(sleeper_result.tail[0])
+    time.sleep(0.5)
+    assert not alive(grandchild)
+
+
+def test_time_limit(tmp_path):
+    plan = Plan((proc("slow", "import time; time.sleep(600)", tmp_path),))
+    [result] = local.execute(plan, tmp_path / "logs", timeout_s=1)
+    assert result.reason == "time limit of 1 s reached" and not result.ok

@@ -1,0 +1,79 @@
+import re
+from pathlib import Path
+
+import pytest
+
+from suite import paths
+from suite.stacks import Stack, ensure_installed, find_installed, local_prefix
+
+REQUIREMENT = re.compile(r"^([A-Za-z0-9_.-]+)==([^\s\\]+)\s*\\?$")
+
+
+def lock_pins(lock: Path) -> dict[str, str]:
+    """name -> version of a hash-pinned lock; fails on any line that is not pinned with a hash."""
+    pins = {}
+    text = re.sub(r"\\\n\s*", " ", lock.read_text())
+    for line in text.splitlines():
+        line = line.split("#", 1)[0].strip()
+        if not line:
+            continue
+        name_version, *hashes = line.split()
+        name, _, version = name_version.partition("==")
+        assert version and hashes and all(re.fullmatch(r"--hash=sha256:[0-9a-f]{64}", h) for h in hashes), line
+        pins[name.lower()] = version
+    return pins
+
+
+@pytest.mark.parametrize("lock", sorted(paths.CONTAINERS.glob("*/*.lock")), ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_every_package_is_pinned_with_a_hash(lock):
+    assert lock_pins(lock)
+
+
+@pytest.fixture
+def toy_stack(tmp_path, monkeypatch):
+    monkeypatch.setenv("SUITE_STACK_HOME", str(tmp_path / "home"))
+    folder = tmp_path / "toy"
+    folder.mkdir()
+    (folder / "requirements.lock").write_text("# no packages\n")
+    (folder / "post-install.sh").write_text(
+        'echo run >> "$STACK_DIR/runs"\n'
+        '[ -e "$STACK_DIR/fail" ] && exit 1\n'
+        'python -c "import sys; assert sys.prefix == \'$STACK_PREFIX\'"\n'
+        'echo \'{"built": true}\' > "$SUITE_FACTS_FILE"\n')
+    return Stack("toy", folder)
+
+
+def test_interrupted_install_is_not_taken_for_a_finished_one(toy_stack):
+    (toy_stack.dir / "fail").touch()
+    with pytest.raises(RuntimeError, match="post-install.sh"):
+        ensure_installed(toy_stack, log=lambda m: None)
+    assert local_prefix(toy_stack).exists() and find_installed(toy_stack) is None
+
+    (toy_stack.dir / "fail").unlink()
+    messages = []
+    installed = ensure_installed(toy_stack, log=messages.append)
+    assert any("removing an unfinished install" in m for m in messages)
+    assert installed.info["facts"] == {"built": True}
+    assert installed.info["lock_sha256"] == toy_stack.lock_sha256
+
+    again = ensure_installed(toy_stack, log=messages.append)
+    assert again.prefix == installed.prefix
+    assert (toy_stack.dir / "runs").read_text().count("run") == 2  # the third call built nothing
+
+
+def test_a_changed_recipe_gets_its_own_environment(toy_stack):
+    before = local_prefix(toy_stack)
+    (toy_stack.dir / "requirements.lock").write_text("# changed\n")
+    assert local_prefix(toy_stack) != before
+    assert str(local_prefix(toy_stack)).startswith(str(paths.stack_home()))
+
+
+@pytest.mark.integration
+def test_installed_pytorch_stack_matches_its_locks(pytorch_stack):
+    expected = {}
+    for lock in pytorch_stack.stack.dir.glob("*.lock"):
+        expected.update(lock_pins(lock))
+    installed = {name.replace("_", "-"): version.split("+")[0] for name, version in pytorch_stack.info["packages"].items()}
+    for name, version in expected.items():
+        assert installed.get(name.replace("_", "-")) == version, name
+    assert pytorch_stack.info["facts"]["horovod_gloo"] is True
