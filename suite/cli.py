@@ -87,7 +87,11 @@ def cmd_install(args, case_args, argv) -> int:
 
     if not (args.case or args.stack):
         raise UsageError("install needs --case NAME or --stack NAME")
-    installed = ensure_installed(load_stack(args.stack or load_case(args.case).stack))
+    try:
+        installed = ensure_installed(load_stack(args.stack or load_case(args.case).stack))
+    except RuntimeError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
     print(installed.prefix)
     return 0
 

@@ -43,6 +43,7 @@ class ProcessResult:
     log: str
     tail: list[str]
     reason: str | None = None
+    first_error: str | None = None
 
     @property
     def ok(self) -> bool:

@@ -36,9 +36,11 @@ class Probe:
 
     @contextmanager
     def warmup(self, images: int, sync=None):
+        self._say(f"warmup: {images} images per device, not timed")
         with _timed(sync) as elapsed:
             yield
         self._write("warmup", images=images, seconds=elapsed())
+        self._say(f"warmup done in {elapsed():.1f} s")
 
     @contextmanager
     def iteration(self, images: int, sync=None, total: int | None = None):
@@ -48,11 +50,14 @@ class Probe:
         seconds = elapsed()
         self._write("iteration", index=self._iterations, images=images, seconds=seconds)
         self._iterations += 1
+        rate = images / seconds
+        of = f"/{total}" if total else ""
+        self._say(f"iteration {self._iterations}{of}: {rate:.1f} img/s per device, "
+                  f"~{rate * self.size:.1f} img/s on {self.size} device(s)")
+
+    def _say(self, message: str) -> None:
         if self.rank == 0:
-            rate = images / seconds
-            of = f"/{total}" if total else ""
-            print(f"iteration {self._iterations}{of}: {rate:.1f} img/s per device, "
-                  f"~{rate * self.size:.1f} img/s on {self.size} device(s)", flush=True)
+            print(message, flush=True)
 
     def end(self) -> None:
         self._write("end", iterations=self._iterations)

@@ -81,7 +81,8 @@ def run_repetition(index, plan, scheduler, rep_dir: Path, devices: int, timeout_
         rep.status = "failed"
         last = next((line for line in reversed(bad.tail) if line.strip()), "")
         how = bad.reason or f"exited with {bad.returncode}"
-        rep.reason = f"{bad.name} on {bad.host} {how}; last output: {last!r}; log: {bad.log}"
+        said = f"first error: {bad.first_error!r}" if bad.first_error else f"last output: {last!r}"
+        rep.reason = f"{bad.name} on {bad.host} {how}; {said}; log: {bad.log}"
         return rep
     try:
         measure(rep, devices)

@@ -5,6 +5,7 @@ Started once per device by horovodrun (or srun/mpirun); options come from case.t
 
 import os
 
+import horovod
 import horovod.torch as hvd
 import numpy
 import torch
@@ -86,7 +87,7 @@ def main() -> None:
             "threads_per_worker": torch.get_num_threads(),
             "horovod_controller": "mpi" if hvd.mpi_enabled() else "gloo",
         },
-        versions={"torch": torch.__version__, "horovod": hvd.__version__, "numpy": numpy.__version__,
+        versions={"torch": torch.__version__, "horovod": horovod.__version__, "numpy": numpy.__version__,
                   "cuda": torch.version.cuda, "cudnn": torch.backends.cudnn.version() if device.type == "cuda" else None},
     )
     with probe.warmup(images=args.batch_size * args.num_warmup_batches, sync=sync):

@@ -23,6 +23,7 @@ if command -v nvcc >/dev/null 2>&1 && python -c 'import torch, sys; sys.exit(not
 fi
 export MAKEFLAGS="-j$(nproc)"
 pip install --no-deps --no-build-isolation --no-cache-dir .
+cd ..  # away from the source tree, so that the checks import the installed package
 
 horovodrun --check-build
 python - "$mpi" <<'PY'

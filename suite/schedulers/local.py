@@ -2,6 +2,7 @@
 shown live and kept per process. The first failure or the time limit ends every process of the plan."""
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -14,6 +15,8 @@ from suite.plan import Plan, ProcessResult
 
 GRACE_S = 10
 TAIL_LINES = 20
+# A Python exception line, also behind a launcher's rank prefix such as "[1]<stderr>:".
+ERROR_LINE = re.compile(r"(?:^|>:)\s*([A-Za-z_.]*(?:Error|Exception|Interrupt)\b:?.*)$")
 
 
 class _Running:
@@ -21,6 +24,7 @@ class _Running:
         self.spec = spec
         self.log = log_dir / f"{spec.name}.log"
         self.tail: deque[str] = deque(maxlen=TAIL_LINES)
+        self.first_error: str | None = None
         self.popen = subprocess.Popen(
             spec.argv, cwd=spec.cwd, env={**os.environ, **spec.env}, stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
@@ -36,6 +40,8 @@ class _Running:
                 log.write(line)
                 log.flush()
                 self.tail.append(line.rstrip("\n"))
+                if self.first_error is None and (match := ERROR_LINE.search(line.rstrip())):
+                    self.first_error = match.group(1)
                 sys.stdout.write(echo_prefix + line)
                 sys.stdout.flush()
 
@@ -50,7 +56,7 @@ class _Running:
     def result(self) -> ProcessResult:
         self.reader.join(timeout=5)
         return ProcessResult(self.spec.name, self.spec.host, self.popen.returncode, str(self.log),
-                             list(self.tail), self.reason)
+                             list(self.tail), self.reason, self.first_error)
 
 
 def _signal_group(pid: int, sig: int) -> None:
