@@ -6,12 +6,15 @@ HOSTFILE ?= hostfiles/localhost
 RUNTIME ?= local
 REPEAT ?= 1
 ARGS ?=
+DATA_DIR ?=
+SYNTHETIC ?=
+SRC ?=
 PYTHON ?= python3
 
 VENV := .venv
 SUITE := $(VENV)/bin/python -m suite
 
-.PHONY: run install test cases clean-runs
+.PHONY: run data install test cases clean-runs
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -20,7 +23,12 @@ $(VENV)/.installed: pyproject.toml
 
 run: $(VENV)/.installed
 	$(SUITE) run --case "$(CASE)" --nodes "$(NODES)" --hostfile "$(HOSTFILE)" --runtime "$(RUNTIME)" \
-		--repeat "$(REPEAT)" $(if $(strip $(GPUS_PER_NODE)),--gpus-per-node "$(GPUS_PER_NODE)") -- $(ARGS)
+		--repeat "$(REPEAT)" $(if $(strip $(GPUS_PER_NODE)),--gpus-per-node "$(GPUS_PER_NODE)") \
+		$(if $(strip $(DATA_DIR)),--data-dir "$(DATA_DIR)") -- $(ARGS)
+
+data: $(VENV)/.installed
+	$(SUITE) data --case "$(CASE)" $(if $(strip $(DATA_DIR)),--data-dir "$(DATA_DIR)") \
+		$(if $(filter 1 yes true,$(SYNTHETIC)),--synthetic) $(if $(strip $(SRC)),--src "$(SRC)") -- $(ARGS)
 
 install: $(VENV)/.installed
 	$(SUITE) install --case "$(CASE)"

@@ -34,6 +34,24 @@ class Case:
     def record_spec(self) -> dict:
         return self.spec.get("record", {})
 
+    @property
+    def data_script(self) -> Path | None:
+        script = self.spec.get("data", {}).get("script")
+        return self.dir / script if script else None
+
+    def check_data(self, options: dict, data_dir: Path) -> None:
+        """Refuse to launch when the files the case reads are not there (before any process starts)."""
+        data = self.spec.get("data", {})
+        if data.get("unless_option") and options.get(data["unless_option"]):
+            return
+        missing = [rel for rel in data.get("requires", []) if not (data_dir / rel).exists()]
+        if missing:
+            raise UsageError(
+                f"case {self.name}: data missing under {data_dir}: {missing[0]}"
+                f"{f' and {len(missing) - 1} more' if len(missing) > 1 else ''} "
+                f"(run 'make data CASE={self.name}', or add SYNTHETIC=1 for a small generated set; "
+                "DATA_DIR says where data lives)")
+
     def parse_options(self, argv: list[str]) -> dict:
         try:
             return parse_options(self.spec, argv)

@@ -2,7 +2,9 @@
 
 import argparse
 import json
+import os
 import signal
+import subprocess
 import sys
 from pathlib import Path
 
@@ -43,6 +45,14 @@ def build_parser_() -> argparse.ArgumentParser:
     run.add_argument("--timeout", default=None, help="seconds one launch may take (default: the case's)")
     run.add_argument("--results-dir", type=Path, default=paths.RESULTS, help="where records go")
     run.add_argument("--runs-dir", type=Path, default=paths.RUNS, help="where run directories (logs, probe files) go")
+    run.add_argument("--data-dir", type=Path, default=None,
+                     help="where datasets live (default: $DATA_DIR or data/ in the checkout) (Make: DATA_DIR)")
+
+    data = sub.add_parser("data", help="prepare a case's dataset (download, pack, or generate with --synthetic)")
+    data.add_argument("--case", required=True, help="case folder under cases/ (Make: CASE)")
+    data.add_argument("--data-dir", type=Path, default=None, help="default: $DATA_DIR or data/ in the checkout")
+    data.add_argument("--synthetic", action="store_true", help="generate a small dataset in the real format (Make: SYNTHETIC=1)")
+    data.add_argument("--src", default=None, help="source to pack from, where the case supports it (Make: SRC)")
 
     install = sub.add_parser("install", help="install the local stack of a case or stack")
     install.add_argument("--case", help="install the stack this case uses")
@@ -79,7 +89,21 @@ def cmd_run(args, case_args, argv) -> int:
 
     return run(RunRequest(args.case, args.nodes, args.gpus_per_node, args.hostfile, args.runtime,
                           args.scheduler, args.repeat, args.timeout, case_args, args.results_dir,
-                          args.runs_dir, ["python", "-m", "suite", *argv]))
+                          args.runs_dir, args.data_dir or paths.data_dir(), ["python", "-m", "suite", *argv]))
+
+
+def cmd_data(args, case_args, argv) -> int:
+    from suite.runtimes import local
+    from suite.stacks import load_stack
+
+    case = load_case(args.case)
+    if case.data_script is None:
+        raise UsageError(f"case {case.name} needs no data")
+    data_dir = (args.data_dir or paths.data_dir()).resolve()
+    extra = (["--synthetic"] if args.synthetic else []) + (["--src", args.src] if args.src else [])
+    stack_env = local.prepare(load_stack(case.stack))
+    argv = stack_env.argv("python", str(case.data_script), "--data-dir", str(data_dir), *extra, *case_args)
+    return subprocess.run(argv, env={**os.environ, **stack_env.env}).returncode
 
 
 def cmd_install(args, case_args, argv) -> int:
@@ -118,4 +142,5 @@ def cmd_validate(args, case_args, argv) -> int:
     return 1 if bad else 0
 
 
-COMMANDS = {"run": cmd_run, "install": cmd_install, "cases": cmd_cases, "validate": cmd_validate}
+COMMANDS = {"run": cmd_run, "install": cmd_install, "cases": cmd_cases, "validate": cmd_validate,
+            "data": cmd_data}

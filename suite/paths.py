@@ -9,6 +9,11 @@ RESULTS = ROOT / "reports" / "results"
 RUNS = ROOT / "runs"
 
 
+def data_dir() -> Path:
+    """Where datasets live (one folder per dataset); DATA_DIR moves it, e.g. to a parallel filesystem."""
+    return Path(os.environ.get("DATA_DIR") or ROOT / "data")
+
+
 def stack_home() -> Path:
     """Where local stacks live: outside the checkout, shared by every checkout of the user."""
     if os.environ.get("SUITE_STACK_HOME"):

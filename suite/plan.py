@@ -2,6 +2,8 @@
 
 from dataclasses import dataclass, field
 
+from suite.hostfile import Host, World
+
 
 @dataclass(frozen=True)
 class StackEnv:
@@ -21,6 +23,26 @@ class StackEnv:
 
 
 @dataclass(frozen=True)
+class Launch:
+    """What a launcher plans from: the case script and options, the world, the stack, the folders."""
+
+    script: str
+    case_argv: list[str]
+    world: World
+    stack_env: StackEnv
+    run_dir: str
+    data_dir: str
+
+    def env(self, host: Host | None = None, **extra: str) -> dict:
+        """Environment of a case process; SUITE_* tell the case where to write and what it runs on."""
+        env = {**self.stack_env.env, "SUITE_RUN_DIR": self.run_dir, "SUITE_DATA_DIR": self.data_dir,
+               "SUITE_NODES": str(self.world.nodes), "SUITE_DEVICES": str(self.world.devices)}
+        if host is not None:
+            env["SUITE_DEVICES_PER_NODE"] = str(host.slots)
+        return {**env, **extra}
+
+
+@dataclass(frozen=True)
 class Process:
     name: str
     host: str
@@ -32,6 +54,7 @@ class Process:
 @dataclass(frozen=True)
 class Plan:
     processes: tuple[Process, ...]
+    ranks: int  # how many probe files (ranks) the case writes
     details: dict = field(default_factory=dict)
 
 

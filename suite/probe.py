@@ -1,8 +1,10 @@
 """Timing probe imported by case scripts inside their stack. Standard library only.
 
 Each rank appends JSON lines to $SUITE_RUN_DIR/ranks/rank-<rank>.jsonl: one `start` line (config,
-versions, host facts), one `warmup` line, one `iteration` line per timed iteration and one `end` line.
-An iteration line is written after the iteration, so the probe adds no I/O inside the timed window.
+versions, host facts), then either a `warmup` line and one `iteration` line per timed iteration
+(step-based cases) or one `epoch` line per epoch (epoch-based cases: the first epoch is the warmup),
+optional `result` lines, and one `end` line. A line is written after the timed work, so the probe
+adds no I/O inside a timed window.
 """
 
 import json
@@ -54,6 +56,28 @@ class Probe:
         of = f"/{total}" if total else ""
         self._say(f"iteration {self._iterations}{of}: {rate:.1f} img/s per device, "
                   f"~{rate * self.size:.1f} img/s on {self.size} device(s)")
+
+    def epoch_begin(self, sync=None) -> None:
+        """For epoch-based cases (e.g. from a Keras callback): marks the start of an epoch."""
+        if sync:
+            sync()
+        self._epoch_began = time.perf_counter()
+
+    def epoch_end(self, images: int, sync=None, total: int | None = None, **metrics) -> None:
+        """Ends the epoch begun last: `images` this rank trained on, plus loss, accuracy, ..."""
+        if sync:
+            sync()
+        seconds = time.perf_counter() - self._epoch_began
+        index = self._epochs = getattr(self, "_epochs", 0) + 1
+        self._write("epoch", index=index - 1, images=images, seconds=seconds, metrics=metrics)
+        shown = ", ".join(f"{k} {v:.4g}" for k, v in metrics.items() if isinstance(v, (int, float)))
+        of = f"/{total}" if total else ""
+        self._say(f"epoch {index}{of}: {seconds:.1f} s, ~{images * self.size / seconds:.1f} img/s"
+                  + (f", {shown}" if shown else "") + (" (first epoch: not counted in throughput)" if index == 1 else ""))
+
+    def result(self, **metrics) -> None:
+        """Figures of the whole run that are not timings, e.g. test accuracy."""
+        self._write("result", metrics=metrics)
 
     def _say(self, message: str) -> None:
         if self.rank == 0:

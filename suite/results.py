@@ -33,6 +33,8 @@ class Repetition:
     seconds: float = 0.0
     warmup: dict = field(default_factory=dict)
     starts: list[dict] = field(default_factory=list)
+    epochs: list[dict] = field(default_factory=list)
+    results: dict = field(default_factory=dict)
     exit_codes: dict = field(default_factory=dict)
     command: list[str] = field(default_factory=list)
 
@@ -40,7 +42,8 @@ class Repetition:
         mean = sum(self.samples) / len(self.samples) if self.samples else None
         return {"index": self.index, "status": self.status, "reason": self.reason, "run_dir": self.run_dir,
                 "throughput": mean, "images": self.images, "timed_seconds": self.seconds,
-                "warmup": self.warmup, "exit_codes": self.exit_codes, "command": self.command}
+                "warmup": self.warmup, "epochs": self.epochs, "results": self.results,
+                "exit_codes": self.exit_codes, "command": self.command}
 
 
 def utc_now() -> str:
@@ -67,25 +70,52 @@ def read_rank_events(run_dir: Path) -> dict[int, list[dict]]:
 
 
 def measure(rep: Repetition, expected_ranks: int) -> None:
-    """Fill the repetition from its rank files. Per iteration: images of all ranks / slowest rank's time."""
+    """Fill the repetition from its rank files. Per timed unit (iteration or epoch): images of all
+    ranks / the slowest rank's time. The first epoch of an epoch-based case is its warmup."""
     events = read_rank_events(Path(rep.run_dir))
     if sorted(events) != list(range(expected_ranks)):
         raise RunFailed(f"expected probe files of ranks 0..{expected_ranks - 1}, found ranks {sorted(events)}")
-    per_rank = {r: [e for e in ev if e["event"] == "iteration"] for r, ev in events.items()}
-    counts = {len(its) for its in per_rank.values()}
-    if len(counts) != 1 or not counts.pop() or any(ev[-1]["event"] != "end" for ev in events.values()):
-        done = {r: len(its) for r, its in per_rank.items()}
-        raise RunFailed(f"ranks did not all finish their timed iterations (iterations per rank: {done})")
+    if any(not ev or ev[-1]["event"] != "end" for ev in events.values()):
+        unfinished = [r for r, ev in events.items() if not ev or ev[-1]["event"] != "end"]
+        raise RunFailed(f"rank(s) {unfinished} did not finish (no end line in their probe files)")
     rep.starts = [next(e for e in events[r] if e["event"] == "start") for r in sorted(events)]
-    for iteration in zip(*per_rank.values()):
-        images = sum(e["images"] for e in iteration)
-        seconds = max(e["seconds"] for e in iteration)
-        rep.samples.append(images / seconds)
-        rep.images += images
-        rep.seconds += seconds
-    warmups = [e for ev in events.values() for e in ev if e["event"] == "warmup"]
-    if warmups:
-        rep.warmup = {"images": sum(e["images"] for e in warmups), "seconds": max(e["seconds"] for e in warmups)}
+    rep.results = {k: v for e in events[0] if e["event"] == "result" for k, v in e["metrics"].items()}
+    units = _aligned(events, "iteration")
+    epochs = _aligned(events, "epoch")
+    if epochs:
+        rep.epochs = [_combine(unit, with_metrics=True) for unit in epochs]
+        rep.warmup = {k: rep.epochs[0][k] for k in ("images", "seconds")}
+        units = epochs[1:]
+        if not units:
+            raise RunFailed("an epoch-based case needs at least 2 epochs: the first is not timed")
+    else:
+        warmups = [e for ev in events.values() for e in ev if e["event"] == "warmup"]
+        if warmups:
+            rep.warmup = {"images": sum(e["images"] for e in warmups), "seconds": max(e["seconds"] for e in warmups)}
+    if not units:
+        raise RunFailed("the case reported no timed iterations or epochs")
+    for unit in units:
+        combined = _combine(unit)
+        rep.samples.append(combined["throughput"])
+        rep.images += combined["images"]
+        rep.seconds += combined["seconds"]
+
+
+def _aligned(events: dict[int, list[dict]], kind: str) -> list[tuple[dict, ...]]:
+    per_rank = [[e for e in events[r] if e["event"] == kind] for r in sorted(events)]
+    counts = {len(units) for units in per_rank}
+    if len(counts) != 1:
+        raise RunFailed(f"ranks reported different numbers of {kind}s: {[len(u) for u in per_rank]}")
+    return list(zip(*per_rank))
+
+
+def _combine(unit: tuple[dict, ...], with_metrics: bool = False) -> dict:
+    images = sum(e["images"] for e in unit)
+    seconds = max(e["seconds"] for e in unit)
+    combined = {"index": unit[0]["index"], "images": images, "seconds": seconds, "throughput": images / seconds}
+    if with_metrics:
+        combined["metrics"] = unit[0].get("metrics", {})
+    return combined
 
 
 def throughput_metrics(reps: list[Repetition], devices: int) -> dict:
@@ -167,8 +197,8 @@ def build_record(ctx: RunContext, reps: list[Repetition], stack_provenance: dict
         "started_at": ctx.started_at,
         "finished_at": utc_now(),
         "config": {
-            "model": spec.get("model"),
-            "data": spec.get("data"),
+            "model": first.get("config", {}).get("model_name") or spec.get("model"),
+            "data": first.get("config", {}).get("data") or spec.get("data"),
             "batch_per_device": batch,
             "global_batch": batch * ctx.world.devices if batch else None,
             "image_size": ctx.options.get(spec.get("image_size")),
@@ -192,6 +222,8 @@ def build_record(ctx: RunContext, reps: list[Repetition], stack_provenance: dict
             "throughput": throughput_metrics(reps, ctx.world.devices),
             "timed_images": sum(r.images for r in reps),
             "timed_seconds": sum(r.seconds for r in reps),
+            "epochs": [{"repetition": r.index, **e} for r in reps for e in r.epochs],
+            "results": [{"repetition": r.index, **r.results} for r in reps if r.results],
         },
         "repetitions": [r.summary() for r in reps],
         "provenance": {

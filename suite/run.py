@@ -8,6 +8,7 @@ from suite import plugins
 from suite.cases import load_case
 from suite.errors import RunFailed, UsageError
 from suite.hostfile import positive_int, read_hostfile, select_world
+from suite.plan import Launch
 from suite.results import Repetition, RunContext, build_record, measure, new_run_id, utc_now, write_record
 from suite.stacks import load_stack
 
@@ -25,6 +26,7 @@ class RunRequest:
     case_args: list[str]
     results_dir: Path
     runs_dir: Path
+    data_dir: Path
     argv: list[str]
 
 
@@ -44,6 +46,7 @@ def run(req: RunRequest) -> int:
     launcher = plugins.load("launchers", case.launcher)
     scheduler = plugins.load("schedulers", req.scheduler)
     stack = load_stack(case.stack)
+    case.check_data(options, req.data_dir)
 
     ctx = RunContext(new_run_id(case.name, world.nodes, world.devices), case, options, world,
                      req.runtime, req.scheduler, req.argv, utc_now())
@@ -58,10 +61,11 @@ def run(req: RunRequest) -> int:
         for index in range(repeat):
             rep_dir = run_root / f"rep-{index}"
             rep_dir.mkdir(parents=True)
-            plan = launcher.plan(str(case.script), req.case_args, world, stack_env, str(rep_dir))
+            plan = launcher.plan(Launch(str(case.script), req.case_args, world, stack_env, str(rep_dir),
+                                        str(req.data_dir)))
             details = plan.details
             log(f"repetition {index + 1}/{repeat}: {' '.join(plan.processes[0].argv[:8])} ...")
-            reps.append(run_repetition(index, plan, scheduler, rep_dir, world.devices, timeout_s))
+            reps.append(run_repetition(index, plan, scheduler, rep_dir, timeout_s))
     except KeyboardInterrupt:
         failure = "interrupted (SIGINT/SIGTERM on the runner)"
     except (RunFailed, RuntimeError, OSError) as exc:
@@ -72,7 +76,7 @@ def run(req: RunRequest) -> int:
     return 0 if record["status"] == "ok" else 1
 
 
-def run_repetition(index, plan, scheduler, rep_dir: Path, devices: int, timeout_s: float) -> Repetition:
+def run_repetition(index, plan, scheduler, rep_dir: Path, timeout_s: float) -> Repetition:
     rep = Repetition(index=index, run_dir=str(rep_dir), command=plan.processes[0].argv)
     results = scheduler.execute(plan, rep_dir / "logs", timeout_s)
     rep.exit_codes = {r.name: r.returncode for r in results}
@@ -85,7 +89,7 @@ def run_repetition(index, plan, scheduler, rep_dir: Path, devices: int, timeout_
         rep.reason = f"{bad.name} on {bad.host} {how}; {said}; log: {bad.log}"
         return rep
     try:
-        measure(rep, devices)
+        measure(rep, plan.ranks)
     except RunFailed as exc:
         rep.status, rep.reason = "failed", str(exc)
     return rep

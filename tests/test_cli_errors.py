@@ -50,3 +50,23 @@ def test_help_documents_run_options(suite_cli):
     result = suite_cli("run", "--help")
     for option in ["--case", "--nodes", "--gpus-per-node", "--hostfile", "--runtime", "--repeat", "--batch-size"]:
         assert option in result.stdout
+
+
+def test_missing_data_is_refused_unless_the_case_option_needs_none(tmp_path):
+    from suite.cases import Case
+    from suite.errors import UsageError
+
+    spec = {"name": "toy", "data": {"requires": ["set/a.bin", "set/b.bin"], "unless_option": "benchmark"}}
+    case = Case("toy", tmp_path, spec)
+    with pytest.raises(UsageError, match=r"case toy: data missing under .*: set/a.bin and 1 more \(run 'make data CASE=toy'"):
+        case.check_data({"benchmark": False}, tmp_path)
+    case.check_data({"benchmark": True}, tmp_path)
+    (tmp_path / "set").mkdir()
+    for name in ("a.bin", "b.bin"):
+        (tmp_path / "set" / name).touch()
+    case.check_data({"benchmark": False}, tmp_path)
+
+
+def test_case_without_data_refuses_make_data(suite_cli):
+    result = suite_cli("data", "--case", "pytorch-synthetic")
+    assert result.returncode == 2 and result.stderr == "error: case pytorch-synthetic needs no data\n"

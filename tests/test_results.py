@@ -46,7 +46,7 @@ def test_missing_or_unfinished_rank_fails(tmp_path):
     with pytest.raises(RunFailed, match=r"expected probe files of ranks 0..1, found ranks \[0\]"):
         measure(Repetition(0, str(tmp_path)), 2)
     fake_rank(tmp_path, 1, 2, [], finish=False)
-    with pytest.raises(RunFailed, match="did not all finish"):
+    with pytest.raises(RunFailed, match=r"rank\(s\) \[1\] did not finish"):
         measure(Repetition(0, str(tmp_path)), 2)
 
 
@@ -121,3 +121,43 @@ def test_records_are_never_overwritten_and_leave_no_temp_files(tmp_path):
     assert path.read_text() == before
     assert json.loads(before)["reason"] == "stack install failed"
     assert os.listdir(tmp_path) == [path.name]
+
+
+def fake_epochs(run_dir, rank, size, seconds, images=100):
+    probe = Probe(rank, size, run_dir=str(run_dir))
+    probe.start(config={"dtype": "float32"}, versions={})
+    for index, s in enumerate(seconds):
+        probe._write("epoch", index=index, images=images, seconds=s, metrics={"loss": 2.0 - index, "accuracy": 0.1 * index})
+    probe.result(test_accuracy=0.42)
+    probe.end()
+
+
+def test_epochs_first_excluded_and_kept(tmp_path):
+    fake_epochs(tmp_path, 0, 2, [10.0, 2.0, 4.0])
+    fake_epochs(tmp_path, 1, 2, [9.0, 4.0, 2.0])
+    rep = Repetition(0, str(tmp_path))
+    measure(rep, 2)
+    assert rep.samples == [50.0, 50.0]
+    assert rep.warmup == {"images": 200, "seconds": 10.0}
+    assert [e["seconds"] for e in rep.epochs] == [10.0, 4.0, 4.0]
+    assert rep.epochs[2]["metrics"] == {"loss": 0.0, "accuracy": 0.2}
+    assert rep.results == {"test_accuracy": 0.42}
+
+
+def test_single_epoch_is_not_a_measurement(tmp_path):
+    fake_epochs(tmp_path, 0, 1, [10.0])
+    with pytest.raises(RunFailed, match="at least 2 epochs"):
+        measure(Repetition(0, str(tmp_path)), 1)
+
+
+def test_probe_epoch_timing(tmp_path):
+    probe = Probe(0, 1, run_dir=str(tmp_path))
+    probe.start(config={}, versions={})
+    for _ in range(2):
+        probe.epoch_begin()
+        probe.epoch_end(images=10, loss=1.0)
+    probe.end()
+    rep = Repetition(0, str(tmp_path))
+    measure(rep, 1)
+    assert len(rep.epochs) == 2 and rep.epochs[1]["metrics"] == {"loss": 1.0}
+    assert rep.samples[0] > 0

@@ -25,7 +25,7 @@ def alive(pid: int) -> bool:
 
 
 def test_output_and_exit_codes(tmp_path):
-    plan = Plan((proc("a", "import os; print('hello from', os.environ['MARK'])", tmp_path),))
+    plan = Plan(ranks=1, processes=(proc("a", "import os; print('hello from', os.environ['MARK'])", tmp_path),))
     [result] = local.execute(plan, tmp_path / "logs", timeout_s=60)
     assert result.ok and result.returncode == 0
     assert result.tail == ["hello from a"]
@@ -36,7 +36,8 @@ def test_first_failure_ends_the_others_and_their_children(tmp_path):
     sleeper = ("import subprocess, sys, time; "
                "c = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)']); "
                "print(c.pid, flush=True); time.sleep(600)")
-    plan = Plan((proc("sleeper", sleeper, tmp_path), proc("crasher", "import time; time.sleep(1); raise SystemExit(3)", tmp_path)))
+    crasher = proc("crasher", "import time; time.sleep(1); raise SystemExit(3)", tmp_path)
+    plan = Plan(ranks=2, processes=(proc("sleeper", sleeper, tmp_path), crasher))
     started = time.monotonic()
     sleeper_result, crasher_result = local.execute(plan, tmp_path / "logs", timeout_s=300)
     assert time.monotonic() - started < 30
@@ -48,7 +49,7 @@ def test_first_failure_ends_the_others_and_their_children(tmp_path):
 
 
 def test_time_limit(tmp_path):
-    plan = Plan((proc("slow", "import time; time.sleep(600)", tmp_path),))
+    plan = Plan(ranks=1, processes=(proc("slow", "import time; time.sleep(600)", tmp_path),))
     [result] = local.execute(plan, tmp_path / "logs", timeout_s=1)
     assert result.reason == "time limit of 1 s reached" and not result.ok
 
@@ -56,5 +57,5 @@ def test_time_limit(tmp_path):
 def test_first_error_line_is_kept_behind_rank_prefixes(tmp_path):
     code = ("print('[1]<stderr>:Traceback (most recent call last):'); "
             "print('[1]<stderr>:ValueError: bad shape'); print('RuntimeError: job terminated'); raise SystemExit(1)")
-    [result] = local.execute(Plan((proc("launcher", code, tmp_path),)), tmp_path / "logs", timeout_s=60)
+    [result] = local.execute(Plan(ranks=1, processes=(proc("launcher", code, tmp_path),)), tmp_path / "logs", timeout_s=60)
     assert result.returncode == 1 and result.first_error == "ValueError: bad shape"
