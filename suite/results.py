@@ -185,7 +185,8 @@ def build_record(ctx: RunContext, reps: list[Repetition], stack_provenance: dict
     starts = [s for r in reps for s in r.starts]
     first = starts[0] if starts else {}
     spec = ctx.case.record_spec
-    batch = ctx.options.get(spec.get("batch_per_device"))
+    reported = first.get("config", {})
+    batch = reported.get("batch_per_device") or ctx.options.get(spec.get("batch_per_device"))
     failed = [r for r in reps if r.status != "ok"]
     reason = failure or (f"repetition {failed[0].index}: {failed[0].reason}" if failed else None)
     return {
@@ -197,16 +198,16 @@ def build_record(ctx: RunContext, reps: list[Repetition], stack_provenance: dict
         "started_at": ctx.started_at,
         "finished_at": utc_now(),
         "config": {
-            "model": first.get("config", {}).get("model_name") or spec.get("model"),
-            "data": first.get("config", {}).get("data") or spec.get("data"),
+            "model": reported.get("model_name") or spec.get("model"),
+            "data": reported.get("data") or spec.get("data"),
             "batch_per_device": batch,
-            "global_batch": batch * ctx.world.devices if batch else None,
-            "image_size": ctx.options.get(spec.get("image_size")),
-            "dtype": first.get("config", {}).get("dtype"),
+            "global_batch": reported.get("global_batch") or (batch * ctx.world.devices if batch else None),
+            "image_size": reported.get("image_size") or ctx.options.get(spec.get("image_size")),
+            "dtype": reported.get("dtype"),
             "lr_rule": spec.get("lr_rule"),
             "repeat": len(reps),
             "options": ctx.options,
-            "reported_by_case": first.get("config", {}),
+            "reported_by_case": reported,
         },
         "world": {
             "nodes": ctx.world.nodes,
@@ -214,7 +215,7 @@ def build_record(ctx: RunContext, reps: list[Repetition], stack_provenance: dict
             "hosts": ctx.world.hostnames,
             "slots": {h.name: h.slots for h in ctx.world.hosts},
             "hostfile": ctx.world.source,
-            "device_type": first.get("config", {}).get("device_type"),
+            "device_type": reported.get("device_type"),
         },
         "execution": {"runtime": ctx.runtime, "scheduler": ctx.scheduler, "stack": ctx.case.stack,
                       **plan_details},
