@@ -14,7 +14,7 @@ PYTHON ?= python3
 VENV := .venv
 SUITE := $(VENV)/bin/python -m suite
 
-.PHONY: run data install test cases clean-runs
+.PHONY: run data install report compare test cases clean-runs
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -36,7 +36,15 @@ install: $(VENV)/.installed
 cases: $(VENV)/.installed
 	$(SUITE) cases
 
+report: $(VENV)/.installed
+	$(SUITE) report
+
+# make compare A=reports/results-old B=reports/results
+compare: $(VENV)/.installed
+	$(SUITE) compare "$(A)" "$(B)"
+
 test: $(VENV)/.installed
+	tools/install-test-deps.sh
 	$(VENV)/bin/python -m pytest -ra tests
 
 clean-runs:

@@ -60,6 +60,18 @@ def build_parser_() -> argparse.ArgumentParser:
 
     sub.add_parser("cases", help="list the cases and their options")
 
+    report = sub.add_parser("report", help="write HTML pages and a CSV from the result records")
+    report.add_argument("--results-dir", type=Path, default=paths.RESULTS)
+    report.add_argument("--out", type=Path, default=paths.RESULTS.parent, help="folder for the pages (default: reports/)")
+
+    compare = sub.add_parser("compare", help="compare the throughput of records B against records A")
+    compare.add_argument("a", help="side A: a record file or a folder of records (the reference)")
+    compare.add_argument("b", help="side B: a record file or a folder of records (the candidate)")
+    compare.add_argument("--case", help="only this case")
+    compare.add_argument("--cluster", help="only this cluster")
+    compare.add_argument("--since", help="only records finished at or after this UTC date (YYYY-MM-DD)")
+    compare.add_argument("--tolerance", type=float, default=0.05, help="slowdown that counts as a regression (0.05 = 5%%)")
+
     validate = sub.add_parser("validate", help="check result records against the record schema")
     validate.add_argument("records", nargs="+", type=Path)
     return parser
@@ -142,5 +154,28 @@ def cmd_validate(args, case_args, argv) -> int:
     return 1 if bad else 0
 
 
+def cmd_report(args, case_args, argv) -> int:
+    from suite.report import write_report
+
+    for path in write_report(args.results_dir, args.out, warn=lambda m: print(m, file=sys.stderr)):
+        print(path)
+    return 0
+
+
+def cmd_compare(args, case_args, argv) -> int:
+    from suite.compare import compare, format_rows, select
+
+    if not 0 <= args.tolerance < 1:
+        raise UsageError(f"--tolerance must be a fraction between 0 and 1, got {args.tolerance}")
+    warn = lambda m: print(m, file=sys.stderr)  # noqa: E731
+    a = select(args.a, args.case, args.cluster, args.since, warn)
+    b = select(args.b, args.case, args.cluster, args.since, warn)
+    if not a or not b:
+        raise UsageError(f"nothing to compare: {len(a)} record(s) in A, {len(b)} in B after selection")
+    rows = compare(a, b, args.tolerance)
+    print(format_rows(rows))
+    return 1 if any(r.verdict == "slower" for r in rows) else 0
+
+
 COMMANDS = {"run": cmd_run, "install": cmd_install, "cases": cmd_cases, "validate": cmd_validate,
-            "data": cmd_data}
+            "data": cmd_data, "report": cmd_report, "compare": cmd_compare}

@@ -215,6 +215,7 @@ def build_record(ctx: RunContext, reps: list[Repetition], stack_provenance: dict
             "hosts": ctx.world.hostnames,
             "slots": {h.name: h.slots for h in ctx.world.hosts},
             "hostfile": ctx.world.source,
+            "cluster": Path(ctx.world.source).stem,
             "device_type": reported.get("device_type"),
         },
         "execution": {"runtime": ctx.runtime, "scheduler": ctx.scheduler, "stack": ctx.case.stack,

@@ -58,3 +58,21 @@ def test_failed_launch_leaves_a_record_saying_why(suite_cli, pytorch_stack, tmp_
     assert record["reason"].startswith("repetition 0: horovodrun on localhost exited with")
     assert record["world"]["hosts"] == ["localhost", "no-such-host.invalid"]
     assert "FAILED" in result.stderr
+
+
+def test_report_includes_a_real_run(suite_cli, pytorch_stack, tmp_path):
+    import csv
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    assert suite_cli("run", "--gpus-per-node", "2", case_args=TINY).returncode == 0
+    [record] = records_in(suite_cli.results)
+    out = tmp_path / "site"
+    subprocess.run([sys.executable, "-m", "suite", "report", "--results-dir", str(suite_cli.results), "--out", str(out)],
+                   cwd=ROOT, check=True, capture_output=True)
+    rows = list(csv.DictReader(open(out / "summary.csv")))
+    assert [r["run_id"] for r in rows] == [record["run_id"]]
+    assert float(rows[0]["throughput"]) == pytest.approx(record["metrics"]["throughput"]["mean"])
+    assert record["run_id"] in (out / "case-pytorch-synthetic.html").read_text()

@@ -1,0 +1,102 @@
+"""Reading result records back: every valid record under a folder, as flat points for reports and
+comparisons. A file that is not a valid record is named in a warning and skipped."""
+
+import json
+import statistics
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import jsonschema
+
+from suite import paths
+from suite.results import validate
+
+
+@dataclass(frozen=True)
+class Point:
+    """One successful record, reduced to what plots, tables and comparisons need."""
+
+    record: dict = field(repr=False, compare=False)
+    path: str
+
+    @property
+    def case(self) -> str:
+        return self.record["case"]
+
+    @property
+    def stack(self) -> str:
+        return self.record["execution"]["stack"]
+
+    @property
+    def cluster(self) -> str:
+        world = self.record["world"]
+        return world.get("cluster") or Path(world["hostfile"]).stem
+
+    @property
+    def devices(self) -> int:
+        return self.record["world"]["devices"]
+
+    @property
+    def nodes(self) -> int:
+        return self.record["world"]["nodes"]
+
+    @property
+    def throughput(self) -> dict:
+        return self.record["metrics"]["throughput"]
+
+    @property
+    def finished_at(self) -> str:
+        return self.record["finished_at"]
+
+    @property
+    def config_key(self) -> tuple:
+        """What must be equal for two records to measure the same thing."""
+        cfg = self.record["config"]
+        return (cfg.get("model"), cfg.get("image_size"), cfg.get("batch_per_device"), cfg.get("dtype"),
+                cfg.get("data"), self.record["provenance"].get("stack_lock_sha256"))
+
+    @property
+    def config_label(self) -> str:
+        cfg = self.record["config"]
+        return f"{cfg.get('model')}, {cfg.get('image_size')} px, batch {cfg.get('batch_per_device')}/device, {cfg.get('dtype')}"
+
+    @property
+    def epoch_seconds(self) -> float | None:
+        """Mean epoch time without each repetition's first epoch, for epoch-based cases."""
+        timed = [e["seconds"] for e in self.record["metrics"].get("epochs", []) if e["index"] > 0]
+        return statistics.fmean(timed) if timed else None
+
+    def hover(self) -> str:
+        prov = self.record["provenance"]
+        lock = (prov.get("stack_lock_sha256") or "")[:12]
+        image = prov.get("image_sha256") or prov.get("image") or "local stack"
+        return (f"run {self.record['run_id']}<br>{self.finished_at}<br>hosts {', '.join(self.record['world']['hosts'])}"
+                f"<br>{self.config_label}<br>stack {self.stack} lock {lock}<br>image {image}")
+
+
+def load_point(path: Path, warn=print) -> Point | None:
+    """The record in `path` if it is a valid successful record; failed records are not plotted."""
+    try:
+        record = json.loads(path.read_text())
+        validate(record)
+    except (OSError, ValueError, jsonschema.ValidationError) as exc:
+        warn(f"warning: skipped {path}: {str(exc).splitlines()[0][:200]}")
+        return None
+    return Point(record, str(path)) if record["status"] == "ok" else None
+
+
+def load_points(source: Path, warn=print) -> list[Point]:
+    """Every usable record of a folder (its *.json files) or of a single file."""
+    source = Path(source)
+    files = sorted(source.glob("*.json")) if source.is_dir() else [source]
+    return [p for p in (load_point(f, warn) for f in files) if p is not None]
+
+
+def case_references(case: str) -> list[dict]:
+    """The published figures a case ships in its case.toml ([[reference]] tables)."""
+    try:
+        with open(paths.CASES / case / "case.toml", "rb") as f:
+            return tomllib.load(f).get("reference", [])
+    except OSError:
+        return []

@@ -1,0 +1,216 @@
+"""Records -> self-contained HTML pages (Plotly, its JavaScript embedded once per page) and a CSV.
+
+reports/index.html        one row per case x stack x cluster, links to the case pages
+reports/case-<case>.html  throughput, speedup, efficiency (and epoch time) vs devices, with the
+                          case's published figures as dashed series
+reports/frameworks.html   all cases side by side: per-device throughput and efficiency
+reports/summary.csv       the figures behind the plots
+"""
+
+import csv
+import html
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+
+import plotly.graph_objects as go
+from plotly.offline import get_plotlyjs
+
+from suite.records import Point, case_references, load_points
+
+
+@dataclass
+class Series:
+    """Records of one case on one cluster with one stack and one configuration, latest per device count."""
+
+    case: str
+    cluster: str
+    stack: str
+    config_label: str
+    points: list[Point]
+
+    @property
+    def name(self) -> str:
+        return f"{self.cluster} / {self.stack}"
+
+    @property
+    def baseline(self) -> Point:
+        return self.points[0]
+
+    def speedup(self, point: Point) -> float:
+        return point.throughput["mean"] / self.baseline.throughput["mean"]
+
+    def efficiency(self, point: Point) -> float:
+        return 100 * self.speedup(point) / (point.devices / self.baseline.devices)
+
+
+def build_series(points: list[Point]) -> list[Series]:
+    groups: dict[tuple, dict[int, Point]] = defaultdict(dict)
+    for p in sorted(points, key=lambda p: p.finished_at):
+        groups[(p.case, p.cluster, p.stack, p.config_key)][p.devices] = p  # the latest wins
+    series = []
+    for (case, cluster, stack, _), by_devices in sorted(groups.items(), key=lambda kv: kv[0][:3]):
+        ordered = [by_devices[d] for d in sorted(by_devices)]
+        series.append(Series(case, cluster, stack, ordered[0].config_label, ordered))
+    return series
+
+
+def _axes(fig: go.Figure, title: str, y_title: str) -> go.Figure:
+    fig.update_layout(title=title, template="plotly_white", height=420, hovermode="closest",
+                      legend={"orientation": "h", "y": -0.25}, margin={"t": 60, "b": 40})
+    fig.update_xaxes(title="devices", type="log", dtick=0.30102999566, tickformat="d")  # log2 ticks
+    fig.update_yaxes(title=y_title, rangemode="tozero" if "efficiency" not in y_title else None)
+    return fig
+
+
+def _trace(series: Series, ys: list[float], errors: list[float | None] | None = None) -> go.Scatter:
+    error_y = None
+    if errors and any(e is not None for e in errors):
+        error_y = {"type": "data", "array": [e or 0 for e in errors], "visible": True}
+    return go.Scatter(x=[p.devices for p in series.points], y=ys, mode="lines+markers", error_y=error_y,
+                      name=f"{series.name} ({series.config_label})",
+                      hovertext=[p.hover() for p in series.points], hoverinfo="x+y+text")
+
+
+def _reference_traces(case: str, key: str, transform=None) -> list[go.Scatter]:
+    traces = []
+    for ref in case_references(case):
+        if key not in ref:
+            continue
+        devices, values = ref["devices"], ref[key]
+        ys = transform(devices, values) if transform else values
+        label = f"published: {ref['source']}"
+        traces.append(go.Scatter(x=devices, y=ys, mode="lines+markers", name=label,
+                                 line={"dash": "dash"}, marker={"symbol": "x"},
+                                 hovertext=[f"{ref['source']}<br>{ref.get('hardware', '')}"] * len(devices),
+                                 hoverinfo="x+y+text"))
+    return traces
+
+
+def _speedups(devices, values):
+    return [v / values[0] for v in values]
+
+
+def _efficiencies(devices, values):
+    return [100 * (v / values[0]) / (d / devices[0]) for d, v in zip(devices, values)]
+
+
+def case_figures(case: str, series: list[Series]) -> list[go.Figure]:
+    throughput = go.Figure([_trace(s, [p.throughput["mean"] for p in s.points], [p.throughput["ci95"] for p in s.points])
+                            for s in series] + _reference_traces(case, "throughput"))
+    speedup = go.Figure([_trace(s, [s.speedup(p) for p in s.points]) for s in series]
+                        + _reference_traces(case, "throughput", _speedups))
+    devices = sorted({p.devices for s in series for p in s.points} | {d for r in case_references(case) for d in r.get("devices", [])})
+    if devices:
+        speedup.add_trace(go.Scatter(x=devices, y=[d / devices[0] for d in devices], mode="lines", name="ideal",
+                                     line={"dash": "dot", "color": "grey"}))
+    efficiency = go.Figure([_trace(s, [s.efficiency(p) for p in s.points]) for s in series]
+                           + _reference_traces(case, "throughput", _efficiencies))
+    figures = [_axes(throughput, f"{case}: throughput (mean ± 95% CI)", "images/s, all devices"),
+               _axes(speedup, f"{case}: speedup over the smallest device count", "speedup"),
+               _axes(efficiency, f"{case}: parallel efficiency", "efficiency %")]
+    if any(p.epoch_seconds for s in series for p in s.points) or any("epoch_seconds" in r for r in case_references(case)):
+        epochs = go.Figure([_trace(s, [p.epoch_seconds for p in s.points]) for s in series]
+                           + _reference_traces(case, "epoch_seconds"))
+        figures.append(_axes(epochs, f"{case}: time per epoch (first epoch excluded)", "seconds"))
+    return figures
+
+
+def frameworks_figures(series: list[Series]) -> list[go.Figure]:
+    def per_device(s):
+        trace = _trace(s, [p.throughput["per_device"] for p in s.points])
+        trace.name = f"{s.case}: {trace.name}"
+        return trace
+
+    def efficiency(s):
+        trace = _trace(s, [s.efficiency(p) for p in s.points])
+        trace.name = f"{s.case}: {trace.name}"
+        return trace
+
+    return [_axes(go.Figure([per_device(s) for s in series]), "per-device throughput, all cases", "images/s per device"),
+            _axes(go.Figure([efficiency(s) for s in series]), "parallel efficiency, all cases", "efficiency %")]
+
+
+PAGE = """<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><title>{title}</title>
+<style>body{{font-family:sans-serif;margin:2em;max-width:1200px}} table{{border-collapse:collapse}}
+td,th{{border:1px solid #ccc;padding:4px 8px;text-align:left}} .plot{{margin-bottom:2em}}</style>
+{plotly}</head>
+<body><h1>{title}</h1>{body}</body></html>
+"""
+
+
+def _page(title: str, body: str, figures: list[go.Figure]) -> str:
+    plots = "".join(f'<div class="plot">{f.to_html(full_html=False, include_plotlyjs=False)}</div>' for f in figures)
+    script = f"<script>{get_plotlyjs()}</script>" if figures else ""
+    return PAGE.format(title=html.escape(title), plotly=script, body=body + plots)
+
+
+def _index_body(series: list[Series], points: list[Point], skipped: int) -> str:
+    dates = sorted(p.finished_at for p in points)
+    span = f"{dates[0]} to {dates[-1]}" if dates else "no records"
+    rows = []
+    for s in series:
+        top = s.points[-1]
+        tp = top.throughput
+        ci = f" ± {tp['ci95']:.1f}" if tp["ci95"] is not None else ""
+        rows.append(
+            f"<tr><td><a href=\"case-{html.escape(s.case)}.html\">{html.escape(s.case)}</a></td>"
+            f"<td>{html.escape(s.stack)}</td><td>{html.escape(s.cluster)}</td><td>{html.escape(s.config_label)}</td>"
+            f"<td>{', '.join(str(p.devices) for p in s.points)}</td><td>{top.devices}</td>"
+            f"<td>{tp['mean']:.1f}{ci}</td><td>{tp['per_device']:.1f}</td><td>{s.efficiency(top):.0f}%</td>"
+            f"<td>{html.escape(top.finished_at)}</td></tr>")
+    return (f"<p>{len(points)} records used ({span}); {skipped} file(s) skipped. "
+            f"<a href=\"frameworks.html\">All cases side by side</a> · <a href=\"summary.csv\">CSV</a></p>"
+            "<table><tr><th>case</th><th>stack</th><th>cluster</th><th>configuration</th><th>devices measured</th>"
+            "<th>largest</th><th>img/s there</th><th>img/s per device</th><th>efficiency</th><th>latest</th></tr>"
+            + "".join(rows) + "</table>")
+
+
+CSV_COLUMNS = ["case", "stack", "cluster", "devices", "nodes", "throughput", "ci95", "per_device", "speedup",
+               "efficiency_pct", "epoch_seconds", "model", "image_size", "batch_per_device", "dtype", "run_id",
+               "finished_at"]
+
+
+def _csv_rows(series: list[Series]):
+    for s in series:
+        for p in s.points:
+            cfg = p.record["config"]
+            yield [s.case, s.stack, s.cluster, p.devices, p.nodes, p.throughput["mean"], p.throughput["ci95"],
+                   p.throughput["per_device"], s.speedup(p), s.efficiency(p), p.epoch_seconds, cfg.get("model"),
+                   cfg.get("image_size"), cfg.get("batch_per_device"), cfg.get("dtype"), p.record["run_id"], p.finished_at]
+
+
+def write_report(results_dir: Path, out_dir: Path, warn=print) -> list[Path]:
+    warnings: list[str] = []
+
+    def collect(message):
+        warnings.append(message)
+        warn(message)
+
+    points = load_points(results_dir, collect)
+    series = build_series(points)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written = []
+    cases = sorted({s.case for s in series})
+    for case in cases:
+        case_series = [s for s in series if s.case == case]
+        body = '<p><a href="index.html">all cases</a></p>'
+        written.append(_write(out_dir / f"case-{case}.html", _page(f"{case}", body, case_figures(case, case_series))))
+    written.append(_write(out_dir / "frameworks.html",
+                          _page("All cases side by side", '<p><a href="index.html">index</a></p>', frameworks_figures(series))))
+    written.append(_write(out_dir / "index.html", _page("Benchmark results", _index_body(series, points, len(warnings)), [])))
+    csv_path = out_dir / "summary.csv"
+    with open(csv_path, "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(CSV_COLUMNS)
+        writer.writerows(_csv_rows(series))
+    written.append(csv_path)
+    return written
+
+
+def _write(path: Path, text: str) -> Path:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text)
+    tmp.replace(path)
+    return path

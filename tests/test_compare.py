@@ -1,0 +1,56 @@
+import subprocess
+import sys
+
+import pytest
+
+from conftest import ROOT
+from fixture_records import make_record
+from suite.compare import compare
+from suite.records import load_points
+
+
+@pytest.fixture
+def sides(tmp_path):
+    a, b, runs = tmp_path / "a", tmp_path / "b", tmp_path / "runs"
+    # devices=1: faster; 2: slower; 4: different batch; 8: same within tolerance; 16: only in A
+    make_record(a, runs, devices=1, per_device=(100, 101, 99), repetitions=3)
+    make_record(b, runs, devices=1, per_device=(120, 121, 119), repetitions=3)
+    make_record(a, runs, devices=2, per_device=(100, 101, 99), repetitions=3)
+    make_record(b, runs, devices=2, per_device=(80, 81, 79), repetitions=3)
+    make_record(a, runs, devices=4, per_device=(100,), batch=32)
+    make_record(b, runs, devices=4, per_device=(100,), batch=64)
+    make_record(a, runs, devices=8, per_device=(100, 101, 99), repetitions=3)
+    make_record(b, runs, devices=8, per_device=(102, 103, 101), repetitions=3)
+    make_record(a, runs, devices=16, per_device=(100,))
+    return a, b
+
+
+def test_verdicts(sides):
+    a, b = sides
+    rows = {r.key[3]: r for r in compare(load_points(a), load_points(b), tolerance=0.05)}
+    assert rows[1].verdict == "faster" and rows[1].diff_pct == pytest.approx(20, abs=0.5) and rows[1].p_value < 0.05
+    assert rows[2].verdict == "slower" and rows[2].diff_pct == pytest.approx(-20, abs=0.5)
+    assert rows[4].verdict == "not comparable" and rows[4].note == "batch: 32 vs 64"
+    assert rows[8].verdict == "same" and rows[8].diff_pct == pytest.approx(2, abs=0.5)
+    assert rows[16].verdict == "only in A"
+
+
+def test_slower_within_noise_is_not_a_regression(tmp_path):
+    a, b, runs = tmp_path / "a", tmp_path / "b", tmp_path / "runs"
+    make_record(a, runs, devices=1, per_device=(100, 140, 60), repetitions=3)
+    make_record(b, runs, devices=1, per_device=(90, 130, 50), repetitions=3)
+    [row] = compare(load_points(a), load_points(b), tolerance=0.05)
+    assert row.diff_pct < -5 and row.p_value > 0.05 and row.verdict == "same"
+
+
+def test_cli_exit_status_and_table(sides, tmp_path):
+    a, b = sides
+    result = subprocess.run([sys.executable, "-m", "suite", "compare", str(a), str(b)], cwd=ROOT, capture_output=True, text=True)
+    assert result.returncode == 1
+    assert "slower" in result.stdout and "not comparable (batch: 32 vs 64)" in result.stdout
+    improved = subprocess.run([sys.executable, "-m", "suite", "compare", str(a), str(b), "--tolerance", "0.5"],
+                              cwd=ROOT, capture_output=True, text=True)
+    assert improved.returncode == 0
+    missing = subprocess.run([sys.executable, "-m", "suite", "compare", str(a), str(tmp_path / "nope")],
+                             cwd=ROOT, capture_output=True, text=True)
+    assert missing.returncode == 2 and missing.stderr.startswith("error: no such record file or folder")

@@ -1,0 +1,86 @@
+"""make report on real and fixture records, rendered in headless Chromium."""
+
+import json
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from conftest import ROOT
+from fixture_records import make_record
+
+CHROMIUM = shutil.which("chromium")
+FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+         "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+
+
+@pytest.fixture(scope="module")
+def report_dir(tmp_path_factory):
+    base = tmp_path_factory.mktemp("report")
+    results, runs = base / "results", base / "runs"
+    for devices, rate in [(1, 100.0), (2, 95.0), (4, 85.0)]:
+        make_record(results, runs, cluster="cluster-a", devices=devices, per_device=(rate,))
+    for devices, rate in [(1, 120.0), (2, 110.0)]:
+        make_record(results, runs, cluster="cluster-b", devices=devices, per_device=(rate,), repetitions=2)
+    for devices, epoch in [(1, 40.0), (2, 21.0)]:
+        make_record(results, runs, case="tf-cifar", stack="tensorflow", devices=devices, epochs=[60.0, epoch, epoch])
+    (results / "corrupt.json").write_text('{"schema_version": 1, "run_id": ')
+    (results / "foreign.json").write_text(json.dumps({"hello": "world"}))
+    out = base / "site"
+    result = subprocess.run([sys.executable, "-m", "suite", "report", "--results-dir", str(results), "--out", str(out)],
+                            cwd=ROOT, capture_output=True, text=True, check=True)
+    return out, result
+
+
+def test_report_writes_pages_and_skips_bad_files(report_dir):
+    out, result = report_dir
+    assert "skipped" in result.stderr and "corrupt.json" in result.stderr and "foreign.json" in result.stderr
+    for name in ["index.html", "case-pytorch-synthetic.html", "case-tf-cifar.html", "frameworks.html", "summary.csv"]:
+        assert (out / name).exists(), name
+    index = (out / "index.html").read_text()
+    assert "7 records used" in index and "2 file(s) skipped" in index
+    assert index.count("<tr><td>") == 3  # pytorch-synthetic on two clusters, tf-cifar on one
+    page = (out / "case-pytorch-synthetic.html").read_text()
+    assert page.count("<script") >= 2 and "<script src" not in page  # plotly.js is embedded
+    assert "PRACE Best Practice Guide" in page  # the published series
+
+
+def test_csv_has_speedup_and_efficiency(report_dir):
+    out, _ = report_dir
+    import csv
+
+    rows = list(csv.DictReader(open(out / "summary.csv")))
+    a = {int(r["devices"]): r for r in rows if r["cluster"] == "cluster-a"}
+    assert float(a[1]["speedup"]) == pytest.approx(1.0)
+    assert float(a[4]["speedup"]) == pytest.approx(4 * 85 / 100, rel=0.01)
+    assert float(a[4]["efficiency_pct"]) == pytest.approx(85, rel=0.01)
+    tf = [r for r in rows if r["case"] == "tf-cifar"]
+    assert sorted(float(r["epoch_seconds"]) for r in tf) == [21.0, 40.0]
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (make test installs it)")
+@pytest.mark.parametrize("page, plots", [("case-pytorch-synthetic.html", 3), ("case-tf-cifar.html", 4),
+                                         ("frameworks.html", 2), ("index.html", 0)])
+def test_pages_render_offline_in_chromium(report_dir, page, plots):
+    from playwright.sync_api import sync_playwright
+
+    out, _ = report_dir
+    errors, requests = [], []
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
+        tab = browser.new_page(viewport={"width": 1280, "height": 900})
+        tab.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+        tab.on("pageerror", lambda e: errors.append(str(e)))
+        tab.on("request", lambda r: requests.append(r.url) if not r.url.startswith(("file:", "data:")) else None)
+        tab.goto((out / page).as_uri())
+        tab.wait_for_load_state("load")
+        if plots:
+            tab.wait_for_selector(".js-plotly-plot .main-svg", timeout=30_000)
+        rendered = tab.eval_on_selector_all(".js-plotly-plot", "els => els.map(e => e.querySelectorAll('.scatterlayer .trace').length)")
+        shot = out / f"{page}.png"
+        tab.screenshot(path=str(shot), full_page=True)
+        browser.close()
+    assert errors == [] and requests == []
+    assert len(rendered) == plots and all(traces > 0 for traces in rendered)
+    assert shot.stat().st_size > 20_000
