@@ -34,15 +34,19 @@ def build_parser_() -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="run a case and write a result record", epilog=case_options_help(),
                          formatter_class=argparse.RawDescriptionHelpFormatter)
     run.add_argument("--case", default="pytorch-synthetic", help="case folder under cases/ (Make: CASE)")
-    run.add_argument("--nodes", default="1", help="use the first N hosts of the hostfile (Make: NODES)")
+    run.add_argument("--nodes", default="1",
+                     help="use the first N hosts of the hostfile; a list such as 1,2,4 runs a sweep (Make: NODES)")
     run.add_argument("--gpus-per-node", default=None,
-                     help="devices (processes) per node; overrides the hostfile's slots (Make: GPUS_PER_NODE)")
+                     help="devices (processes) per node, overriding the hostfile's slots; a list such as 1,4 "
+                          "sweeps over it (Make: GPUS_PER_NODE)")
     run.add_argument("--hostfile", default=str(paths.HOSTFILES / "localhost"),
                      help="'host slots=N' or 'host:N' per line (Make: HOSTFILE)")
     run.add_argument("--runtime", default="local", help=f"one of {plugins.available('runtimes')} (Make: RUNTIME)")
     run.add_argument("--scheduler", default="local", help=f"one of {plugins.available('schedulers')}")
     run.add_argument("--repeat", default="1", help="separate launches, for the confidence interval (Make: REPEAT)")
     run.add_argument("--timeout", default=None, help="seconds one launch may take (default: the case's)")
+    run.add_argument("--baseline", default=None, help="record to compute a sweep's speedup against "
+                     "(default: the sweep's smallest device count)")
     run.add_argument("--results-dir", type=Path, default=paths.RESULTS, help="where records go")
     run.add_argument("--runs-dir", type=Path, default=paths.RUNS, help="where run directories (logs, probe files) go")
     run.add_argument("--data-dir", type=Path, default=None,
@@ -101,7 +105,8 @@ def cmd_run(args, case_args, argv) -> int:
 
     return run(RunRequest(args.case, args.nodes, args.gpus_per_node, args.hostfile, args.runtime,
                           args.scheduler, args.repeat, args.timeout, case_args, args.results_dir,
-                          args.runs_dir, args.data_dir or paths.data_dir(), ["python", "-m", "suite", *argv]))
+                          args.runs_dir, args.data_dir or paths.data_dir(), ["python", "-m", "suite", *argv],
+                          args.baseline))
 
 
 def cmd_data(args, case_args, argv) -> int:

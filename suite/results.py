@@ -178,6 +178,7 @@ class RunContext:
     scheduler: str
     argv: list[str]
     started_at: str
+    sweep_id: str | None = None
 
 
 def build_record(ctx: RunContext, reps: list[Repetition], stack_provenance: dict, plan_details: dict,
@@ -192,6 +193,7 @@ def build_record(ctx: RunContext, reps: list[Repetition], stack_provenance: dict
     return {
         "schema_version": SCHEMA_VERSION,
         "run_id": ctx.run_id,
+        "sweep_id": ctx.sweep_id,
         "case": ctx.case.name,
         "status": "failed" if reason else "ok",
         "reason": reason,

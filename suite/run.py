@@ -3,14 +3,19 @@
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 
 from suite import plugins
-from suite.cases import load_case
-from suite.errors import RunFailed, UsageError
-from suite.hostfile import positive_int, read_hostfile, select_world
+from suite.cases import Case, load_case
+from suite.errors import RunFailed
+from suite.hostfile import World, positive_int, positive_ints, read_hostfile, select_world
 from suite.plan import Launch
+from suite.records import Point
 from suite.results import Repetition, RunContext, build_record, measure, new_run_id, utc_now, write_record
-from suite.stacks import load_stack
+from suite.stacks import Stack, load_stack
+from suite.sweeps import load_baseline, new_sweep_id, print_sweep, summarize_sweep, write_sweep
+
+INTERRUPTED = "interrupted (SIGINT/SIGTERM on the runner)"
 
 
 @dataclass
@@ -28,52 +33,98 @@ class RunRequest:
     runs_dir: Path
     data_dir: Path
     argv: list[str]
+    baseline: str | None = None
 
 
 def log(message: str) -> None:
     print(f"suite: {message}", flush=True)
 
 
-def run(req: RunRequest) -> int:
+@dataclass
+class Checked:
+    """Everything `run` needs, checked before anything is launched."""
+
+    case: Case
+    options: dict
+    worlds: list[World]
+    repeat: int
+    timeout_s: float
+    runtime: ModuleType
+    launcher: ModuleType
+    scheduler: ModuleType
+    stack: Stack
+    baseline: Point | None
+
+
+def check(req: RunRequest) -> Checked:
     case = load_case(req.case)
     options = case.parse_options(req.case_args)
-    nodes = positive_int(req.nodes, "NODES")
-    gpus = positive_int(req.gpus_per_node, "GPUS_PER_NODE") if req.gpus_per_node else None
+    nodes = positive_ints(req.nodes, "NODES")
+    gpus = positive_ints(req.gpus_per_node, "GPUS_PER_NODE") if req.gpus_per_node else [None]
     repeat = positive_int(req.repeat, "REPEAT")
     timeout_s = float(positive_int(req.timeout, "TIMEOUT")) if req.timeout else case.timeout_s
-    world = select_world(read_hostfile(req.hostfile), nodes, gpus, req.hostfile)
-    runtime = plugins.load("runtimes", req.runtime)
-    launcher = plugins.load("launchers", case.launcher)
-    scheduler = plugins.load("schedulers", req.scheduler)
-    stack = load_stack(case.stack)
+    hosts = read_hostfile(req.hostfile)
+    worlds = sorted((select_world(hosts, n, g, req.hostfile) for n in nodes for g in gpus),
+                    key=lambda w: (w.devices, w.nodes))
+    checked = Checked(case, options, worlds, repeat, timeout_s, plugins.load("runtimes", req.runtime),
+                      plugins.load("launchers", case.launcher), plugins.load("schedulers", req.scheduler),
+                      load_stack(case.stack), load_baseline(req.baseline))
     case.check_data(options, req.data_dir)
+    return checked
 
-    ctx = RunContext(new_run_id(case.name, world.nodes, world.devices), case, options, world,
-                     req.runtime, req.scheduler, req.argv, utc_now())
-    run_root = req.runs_dir / ctx.run_id
+
+def run(req: RunRequest) -> int:
+    """One launch per repetition of every NODES x GPUS_PER_NODE combination, smallest first; one
+    record per combination; with several combinations, a sweep summary with speedup at the end."""
+    checked = check(req)
+    sweep_id = new_sweep_id(checked.case.name) if len(checked.worlds) > 1 else None
+    stack_env, failure = None, None
+    try:
+        stack_env = checked.runtime.prepare(checked.stack, log)
+    except KeyboardInterrupt:
+        failure = INTERRUPTED
+    except (RuntimeError, OSError) as exc:
+        failure = f"stack {checked.stack.name} could not be prepared: {exc}"
+    written = []
+    for world in checked.worlds:
+        record, path = run_point(req, checked, world, stack_env, failure, sweep_id)
+        written.append((record, path))
+        if record["reason"] == INTERRUPTED:
+            break
+    if sweep_id:
+        summary = summarize_sweep(sweep_id, written, checked.baseline)
+        print_sweep(summary, write_sweep(summary, req.results_dir.parent / "sweeps"))
+    return 0 if all(record["status"] == "ok" for record, _ in written) else 1
+
+
+def run_point(req: RunRequest, checked: Checked, world: World, stack_env, failure: str | None,
+              sweep_id: str | None) -> tuple[dict, Path]:
+    case = checked.case
+    ctx = RunContext(new_run_id(case.name, world.nodes, world.devices), case, checked.options, world,
+                     req.runtime, req.scheduler, req.argv, utc_now(), sweep_id)
     log(f"run {ctx.run_id}: {case.name} on {world.nodes} node(s), {world.devices} device(s) "
         f"[{', '.join(f'{h.name}:{h.slots}' for h in world.hosts)}], runtime {req.runtime}")
     reps: list[Repetition] = []
-    stack_provenance, details, failure = {"stack": stack.name, "stack_lock_sha256": stack.lock_sha256}, {}, None
+    details = {}
+    provenance = stack_env.provenance if stack_env else {"stack": checked.stack.name,
+                                                         "stack_lock_sha256": checked.stack.lock_sha256}
     try:
-        stack_env = runtime.prepare(stack, log)
-        stack_provenance = stack_env.provenance
-        for index in range(repeat):
-            rep_dir = run_root / f"rep-{index}"
+        for index in range(checked.repeat if stack_env else 0):
+            rep_dir = req.runs_dir / ctx.run_id / f"rep-{index}"
             rep_dir.mkdir(parents=True)
-            plan = launcher.plan(Launch(str(case.script), req.case_args, world, stack_env, str(rep_dir),
-                                        str(req.data_dir)))
+            plan = checked.launcher.plan(Launch(str(case.script), req.case_args, world, stack_env, str(rep_dir),
+                                                str(req.data_dir)))
             details = plan.details
-            log(f"repetition {index + 1}/{repeat}: {' '.join(plan.processes[0].argv[:8])} ...")
-            reps.append(run_repetition(index, plan, scheduler, rep_dir, timeout_s))
+            log(f"repetition {index + 1}/{checked.repeat}: {' '.join(plan.processes[0].argv[:8])} ...")
+            reps.append(run_repetition(index, plan, checked.scheduler, rep_dir, checked.timeout_s))
     except KeyboardInterrupt:
-        failure = "interrupted (SIGINT/SIGTERM on the runner)"
+        failure = INTERRUPTED
     except (RunFailed, RuntimeError, OSError) as exc:
         failure = f"{type(exc).__name__}: {exc}"
-    record = build_record(ctx, reps, stack_provenance, details, failure)
+    record = build_record(ctx, reps, provenance, details, failure)
     path = write_record(record, req.results_dir)
     print_summary(record, path)
-    return 0 if record["status"] == "ok" else 1
+    return record, path
 
 
 def run_repetition(index, plan, scheduler, rep_dir: Path, timeout_s: float) -> Repetition:

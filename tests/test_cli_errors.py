@@ -5,11 +5,16 @@ import pytest
 from conftest import write
 
 CASES = [
-    (["--case", "nope"], (), "unknown case 'nope' (known cases: pytorch-synthetic"),
+    (["--case", "nope"], (), "unknown case 'nope' (known cases: "),
     (["--nodes", "0"], (), "NODES must be a positive integer, got '0'"),
     (["--nodes", "-2"], (), "NODES must be a positive integer, got '-2'"),
     (["--nodes", "two"], (), "NODES must be a positive integer, got 'two'"),
     (["--nodes", "2"], (), "NODES=2 but hostfile"),
+    (["--nodes", "1,4"], (), "NODES=4 but hostfile"),
+    (["--nodes", "1,,2"], (), "NODES must be a positive integer, got ''"),
+    (["--nodes", "1,1"], (), "NODES lists a value twice: '1,1'"),
+    (["--gpus-per-node", "1,x"], (), "GPUS_PER_NODE must be a positive integer, got 'x'"),
+    (["--baseline", "nope.json"], (), "--baseline nope.json is not a successful result record"),
     (["--gpus-per-node", "0"], (), "GPUS_PER_NODE must be a positive integer, got '0'"),
     (["--repeat", "x"], (), "REPEAT must be a positive integer, got 'x'"),
     (["--runtime", "podman"], (), "unknown runtime 'podman' (known: local"),
