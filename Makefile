@@ -2,14 +2,20 @@
 CASE ?= pytorch-synthetic
 NODES ?= 1
 GPUS_PER_NODE ?=
-HOSTFILE ?= hostfiles/localhost
-RUNTIME ?= local
+HOSTFILE ?=
+RUNTIME ?=
+SCHEDULER ?=
+CLUSTER ?=
 REPEAT ?= 1
 ARGS ?=
 DATA_DIR ?=
 SYNTHETIC ?=
 SRC ?=
+TIMEOUT ?=
 PYTHON ?= python3
+
+# $(call opt,--flag,$(VAR)): the flag and its value, only when VAR is set
+opt = $(if $(strip $(2)),$(1) "$(2)")
 
 VENV := .venv
 SUITE := $(VENV)/bin/python -m suite
@@ -22,12 +28,13 @@ $(VENV)/.installed: pyproject.toml
 	touch $@
 
 run: $(VENV)/.installed
-	$(SUITE) run --case "$(CASE)" --nodes "$(NODES)" --hostfile "$(HOSTFILE)" --runtime "$(RUNTIME)" \
-		--repeat "$(REPEAT)" $(if $(strip $(GPUS_PER_NODE)),--gpus-per-node "$(GPUS_PER_NODE)") \
-		$(if $(strip $(DATA_DIR)),--data-dir "$(DATA_DIR)") -- $(ARGS)
+	$(SUITE) run --case "$(CASE)" --nodes "$(NODES)" --repeat "$(REPEAT)" \
+		$(call opt,--gpus-per-node,$(GPUS_PER_NODE)) $(call opt,--hostfile,$(HOSTFILE)) \
+		$(call opt,--cluster,$(CLUSTER)) $(call opt,--runtime,$(RUNTIME)) $(call opt,--scheduler,$(SCHEDULER)) \
+		$(call opt,--data-dir,$(DATA_DIR)) $(call opt,--timeout,$(TIMEOUT)) -- $(ARGS)
 
 data: $(VENV)/.installed
-	$(SUITE) data --case "$(CASE)" $(if $(strip $(DATA_DIR)),--data-dir "$(DATA_DIR)") \
+	$(SUITE) data --case "$(CASE)" $(call opt,--data-dir,$(DATA_DIR)) $(call opt,--cluster,$(CLUSTER)) \
 		$(if $(filter 1 yes true,$(SYNTHETIC)),--synthetic) $(if $(strip $(SRC)),--src "$(SRC)") -- $(ARGS)
 
 install: $(VENV)/.installed
@@ -49,3 +56,9 @@ test: $(VENV)/.installed
 
 clean-runs:
 	rm -rf runs
+
+# make containers [STACK=tensorflow] [FLAVOUR=cpu|cuda] [TOOL=apptainer|docker]: images into containers/build/
+.PHONY: containers
+containers: $(VENV)/.installed
+	$(SUITE) containers build $(if $(strip $(STACK)),--stack "$(STACK)") \
+		$(if $(strip $(FLAVOUR)),--flavour "$(FLAVOUR)") $(if $(strip $(TOOL)),--tool "$(TOOL)")

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from suite import paths, plugins
 from suite.cases import known_cases, load_case
+from suite.clusters import load_cluster
 from suite.errors import UsageError
 from suite.options import build_parser
 
@@ -39,10 +40,14 @@ def build_parser_() -> argparse.ArgumentParser:
     run.add_argument("--gpus-per-node", default=None,
                      help="devices (processes) per node, overriding the hostfile's slots; a list such as 1,4 "
                           "sweeps over it (Make: GPUS_PER_NODE)")
-    run.add_argument("--hostfile", default=str(paths.HOSTFILES / "localhost"),
-                     help="'host slots=N' or 'host:N' per line (Make: HOSTFILE)")
-    run.add_argument("--runtime", default="local", help=f"one of {plugins.available('runtimes')} (Make: RUNTIME)")
-    run.add_argument("--scheduler", default="local", help=f"one of {plugins.available('schedulers')}")
+    run.add_argument("--cluster", default=None,
+                     help="cluster profile hostfiles/NAME.toml: hostfile, scheduler, devices per node, data (Make: CLUSTER)")
+    run.add_argument("--hostfile", default=None,
+                     help="'host slots=N' or 'host:N' per line (default: the cluster's, else hostfiles/localhost) (Make: HOSTFILE)")
+    run.add_argument("--runtime", default=None,
+                     help=f"one of {plugins.available('runtimes')} (default: the cluster's, else local) (Make: RUNTIME)")
+    run.add_argument("--scheduler", default=None,
+                     help=f"one of {plugins.available('schedulers')} (default: the cluster's, else local) (Make: SCHEDULER)")
     run.add_argument("--repeat", default="1", help="separate launches, for the confidence interval (Make: REPEAT)")
     run.add_argument("--timeout", default=None, help="seconds one launch may take (default: the case's)")
     run.add_argument("--baseline", default=None, help="record to compute a sweep's speedup against "
@@ -54,7 +59,9 @@ def build_parser_() -> argparse.ArgumentParser:
 
     data = sub.add_parser("data", help="prepare a case's dataset (download, pack, or generate with --synthetic)")
     data.add_argument("--case", required=True, help="case folder under cases/ (Make: CASE)")
-    data.add_argument("--data-dir", type=Path, default=None, help="default: $DATA_DIR or data/ in the checkout")
+    data.add_argument("--data-dir", type=Path, default=None,
+                      help="default: the cluster profile's data_dir, else $DATA_DIR, else data/ in the checkout")
+    data.add_argument("--cluster", default=None, help="cluster profile whose data_dir to use (Make: CLUSTER)")
     data.add_argument("--synthetic", action="store_true", help="generate a small dataset in the real format (Make: SYNTHETIC=1)")
     data.add_argument("--src", default=None, help="source to pack from, where the case supports it (Make: SRC)")
 
@@ -75,6 +82,14 @@ def build_parser_() -> argparse.ArgumentParser:
     compare.add_argument("--cluster", help="only this cluster")
     compare.add_argument("--since", help="only records finished at or after this UTC date (YYYY-MM-DD)")
     compare.add_argument("--tolerance", type=float, default=0.05, help="slowdown that counts as a regression (0.05 = 5%%)")
+
+    containers = sub.add_parser("containers", help="render, check or build the stacks' container images")
+    containers.add_argument("action", choices=["render", "check", "build"],
+                            help="render: write containers/<stack>/{cpu,cuda}.{def,Dockerfile} from container.toml and "
+                                 "the locks; check: exit 1 if any is stale; build: apptainer (or docker) build")
+    containers.add_argument("--stack", help="only this stack (Make: STACK)")
+    containers.add_argument("--flavour", help="only cpu or cuda (Make: FLAVOUR)")
+    containers.add_argument("--tool", default="auto", help="auto, apptainer or docker (Make: TOOL)")
 
     validate = sub.add_parser("validate", help="check result records against the record schema")
     validate.add_argument("records", nargs="+", type=Path)
@@ -105,8 +120,8 @@ def cmd_run(args, case_args, argv) -> int:
 
     return run(RunRequest(args.case, args.nodes, args.gpus_per_node, args.hostfile, args.runtime,
                           args.scheduler, args.repeat, args.timeout, case_args, args.results_dir,
-                          args.runs_dir, args.data_dir or paths.data_dir(), ["python", "-m", "suite", *argv],
-                          args.baseline))
+                          args.runs_dir, args.data_dir, ["python", "-m", "suite", *argv],
+                          args.baseline, args.cluster))
 
 
 def cmd_data(args, case_args, argv) -> int:
@@ -116,7 +131,8 @@ def cmd_data(args, case_args, argv) -> int:
     case = load_case(args.case)
     if case.data_script is None:
         raise UsageError(f"case {case.name} needs no data")
-    data_dir = (args.data_dir or paths.data_dir()).resolve()
+    cluster = load_cluster(args.cluster) if args.cluster else None
+    data_dir = Path(args.data_dir or (cluster and cluster.data_dir) or paths.data_dir()).resolve()
     extra = (["--synthetic"] if args.synthetic else []) + (["--src", args.src] if args.src else [])
     stack_env = local.prepare(load_stack(case.stack))
     argv = stack_env.argv("python", str(case.data_script), "--data-dir", str(data_dir), *extra, *case_args)
@@ -182,5 +198,17 @@ def cmd_compare(args, case_args, argv) -> int:
     return 1 if any(r.verdict == "slower" for r in rows) else 0
 
 
+def cmd_containers(args, case_args, argv) -> int:
+    from suite import containers
+
+    if args.action == "build":
+        containers.build(args.stack, args.flavour, args.tool)
+        return 0
+    stale = containers.render(check=args.action == "check")
+    for path in stale:
+        print(f"{'stale' if args.action == 'check' else 'wrote'}: {path.relative_to(paths.ROOT)}")
+    return 1 if stale and args.action == "check" else 0
+
+
 COMMANDS = {"run": cmd_run, "install": cmd_install, "cases": cmd_cases, "validate": cmd_validate,
-            "data": cmd_data, "report": cmd_report, "compare": cmd_compare}
+            "data": cmd_data, "report": cmd_report, "compare": cmd_compare, "containers": cmd_containers}

@@ -179,6 +179,7 @@ class RunContext:
     argv: list[str]
     started_at: str
     sweep_id: str | None = None
+    cluster: str | None = None
 
 
 def build_record(ctx: RunContext, reps: list[Repetition], stack_provenance: dict, plan_details: dict,
@@ -217,7 +218,7 @@ def build_record(ctx: RunContext, reps: list[Repetition], stack_provenance: dict
             "hosts": ctx.world.hostnames,
             "slots": {h.name: h.slots for h in ctx.world.hosts},
             "hostfile": ctx.world.source,
-            "cluster": Path(ctx.world.source).stem,
+            "cluster": ctx.cluster or Path(ctx.world.source).stem,
             "device_type": reported.get("device_type"),
         },
         "execution": {"runtime": ctx.runtime, "scheduler": ctx.scheduler, "stack": ctx.case.stack,

@@ -5,7 +5,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 
-from suite import plugins
+from suite import paths, plugins
+from suite.clusters import load_cluster
 from suite.cases import Case, load_case
 from suite.errors import RunFailed
 from suite.hostfile import World, positive_int, positive_ints, read_hostfile, select_world
@@ -23,17 +24,18 @@ class RunRequest:
     case: str
     nodes: str
     gpus_per_node: str | None
-    hostfile: str
-    runtime: str
-    scheduler: str
+    hostfile: str | None
+    runtime: str | None
+    scheduler: str | None
     repeat: str
     timeout: str | None
     case_args: list[str]
     results_dir: Path
     runs_dir: Path
-    data_dir: Path
+    data_dir: Path | None
     argv: list[str]
     baseline: str | None = None
+    cluster: str | None = None
 
 
 def log(message: str) -> None:
@@ -54,23 +56,36 @@ class Checked:
     scheduler: ModuleType
     stack: Stack
     baseline: Point | None
+    cluster: str
+    data_dir: Path
 
 
 def check(req: RunRequest) -> Checked:
     case = load_case(req.case)
     options = case.parse_options(req.case_args)
+    cluster = load_cluster(req.cluster) if req.cluster else None
     nodes = positive_ints(req.nodes, "NODES")
-    gpus = positive_ints(req.gpus_per_node, "GPUS_PER_NODE") if req.gpus_per_node else [None]
+    gpus_text = req.gpus_per_node or (cluster and cluster.devices_per_node)
+    gpus = positive_ints(gpus_text, "GPUS_PER_NODE") if gpus_text else [None]
     repeat = positive_int(req.repeat, "REPEAT")
     timeout_s = float(positive_int(req.timeout, "TIMEOUT")) if req.timeout else case.timeout_s
-    hosts = read_hostfile(req.hostfile)
-    worlds = sorted((select_world(hosts, n, g, req.hostfile) for n in nodes for g in gpus),
+    runtime = plugins.load("runtimes", req.runtime or (cluster.runtime if cluster else "local"))
+    scheduler = plugins.load("schedulers", req.scheduler or (cluster.scheduler if cluster else "local"))
+    hostfile = str(req.hostfile or (cluster and cluster.hostfile) or paths.HOSTFILES / "localhost")
+    hosts = read_hostfile(hostfile)
+    worlds = sorted((select_world(hosts, n, g, hostfile) for n in nodes for g in gpus),
                     key=lambda w: (w.devices, w.nodes))
-    checked = Checked(case, options, worlds, repeat, timeout_s, plugins.load("runtimes", req.runtime),
-                      plugins.load("launchers", case.launcher), plugins.load("schedulers", req.scheduler),
-                      load_stack(case.stack), load_baseline(req.baseline))
-    case.check_data(options, req.data_dir)
+    data_dir = Path(req.data_dir or (cluster and cluster.data_dir) or paths.data_dir())
+    checked = Checked(case, options, worlds, repeat, timeout_s, runtime,
+                      plugins.load("launchers", case.launcher), scheduler,
+                      load_stack(case.stack), load_baseline(req.baseline),
+                      cluster.name if cluster else Path(hostfile).stem, data_dir)
+    case.check_data(options, data_dir)
     return checked
+
+
+def plugin_name(module: ModuleType) -> str:
+    return module.__name__.rsplit(".", 1)[-1]
 
 
 def run(req: RunRequest) -> int:
@@ -101,9 +116,10 @@ def run_point(req: RunRequest, checked: Checked, world: World, stack_env, failur
               sweep_id: str | None) -> tuple[dict, Path]:
     case = checked.case
     ctx = RunContext(new_run_id(case.name, world.nodes, world.devices), case, checked.options, world,
-                     req.runtime, req.scheduler, req.argv, utc_now(), sweep_id)
+                     plugin_name(checked.runtime), plugin_name(checked.scheduler), req.argv, utc_now(), sweep_id,
+                     checked.cluster)
     log(f"run {ctx.run_id}: {case.name} on {world.nodes} node(s), {world.devices} device(s) "
-        f"[{', '.join(f'{h.name}:{h.slots}' for h in world.hosts)}], runtime {req.runtime}")
+        f"[{', '.join(f'{h.name}:{h.slots}' for h in world.hosts)}], runtime {ctx.runtime}")
     reps: list[Repetition] = []
     details = {}
     provenance = stack_env.provenance if stack_env else {"stack": checked.stack.name,
@@ -113,7 +129,7 @@ def run_point(req: RunRequest, checked: Checked, world: World, stack_env, failur
             rep_dir = req.runs_dir / ctx.run_id / f"rep-{index}"
             rep_dir.mkdir(parents=True)
             plan = checked.launcher.plan(Launch(str(case.script), req.case_args, world, stack_env, str(rep_dir),
-                                                str(req.data_dir)))
+                                                str(checked.data_dir)))
             details = plan.details
             log(f"repetition {index + 1}/{checked.repeat}: {' '.join(plan.processes[0].argv[:8])} ...")
             reps.append(run_repetition(index, plan, checked.scheduler, rep_dir, checked.timeout_s))
