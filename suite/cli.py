@@ -75,6 +75,15 @@ def build_parser_() -> argparse.ArgumentParser:
     report.add_argument("--results-dir", type=Path, default=paths.RESULTS)
     report.add_argument("--out", type=Path, default=paths.RESULTS.parent, help="folder for the pages (default: reports/)")
 
+    predict = sub.add_parser("predict", help="predict throughput and efficiency at other device counts")
+    predict.add_argument("--case", required=True)
+    predict.add_argument("--devices", required=True, help="device counts to predict, e.g. 8,16,32,64")
+    predict.add_argument("--cluster", help="use this cluster's records and its profile's interconnect figures")
+    predict.add_argument("--results-dir", type=Path, default=paths.RESULTS)
+    predict.add_argument("--published", metavar="SOURCE", help="fit the case's published figures whose source contains SOURCE")
+    predict.add_argument("--fit-up-to", type=int, default=None, help="fit only measurements at or below this many devices")
+    predict.add_argument("--fit-network", action="store_true", help="fit bandwidth and latency even when the profile gives them")
+
     compare = sub.add_parser("compare", help="compare the throughput of records B against records A")
     compare.add_argument("a", help="side A: a record file or a folder of records (the reference)")
     compare.add_argument("b", help="side B: a record file or a folder of records (the candidate)")
@@ -183,6 +192,13 @@ def cmd_report(args, case_args, argv) -> int:
     return 0
 
 
+def cmd_predict(args, case_args, argv) -> int:
+    from suite.predict import predict
+
+    print(predict(args))
+    return 0
+
+
 def cmd_compare(args, case_args, argv) -> int:
     from suite.compare import compare, format_rows, select
 
@@ -211,4 +227,5 @@ def cmd_containers(args, case_args, argv) -> int:
 
 
 COMMANDS = {"run": cmd_run, "install": cmd_install, "cases": cmd_cases, "validate": cmd_validate,
-            "data": cmd_data, "report": cmd_report, "compare": cmd_compare, "containers": cmd_containers}
+            "data": cmd_data, "report": cmd_report, "compare": cmd_compare, "containers": cmd_containers,
+            "predict": cmd_predict}

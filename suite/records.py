@@ -93,10 +93,15 @@ def load_points(source: Path, warn=print) -> list[Point]:
     return [p for p in (load_point(f, warn) for f in files) if p is not None]
 
 
-def case_references(case: str) -> list[dict]:
-    """The published figures a case ships in its case.toml ([[reference]] tables)."""
+def case_spec(case: str) -> dict:
+    """The case.toml of a case, or {} for a case this checkout does not have (records from elsewhere)."""
     try:
         with open(paths.CASES / case / "case.toml", "rb") as f:
-            return tomllib.load(f).get("reference", [])
+            return tomllib.load(f)
     except OSError:
-        return []
+        return {}
+
+
+def case_references(case: str) -> list[dict]:
+    """The published figures a case ships in its case.toml ([[reference]] tables)."""
+    return case_spec(case).get("reference", [])

@@ -16,7 +16,8 @@ from pathlib import Path
 import plotly.graph_objects as go
 from plotly.offline import get_plotlyjs
 
-from suite.records import Point, case_references, load_points
+from suite.records import Point, case_references, case_spec, load_points
+from suite.scaling import exchange_for, fit, from_points
 
 
 @dataclass
@@ -87,6 +88,22 @@ def _reference_traces(case: str, key: str, transform=None) -> list[go.Scatter]:
     return traces
 
 
+def _model_traces(case: str, series: list[Series]) -> list[go.Scatter]:
+    """The scaling model fitted to each series of 2+ device counts, drawn to 4x the largest."""
+    spec = case_spec(case)
+    traces = []
+    for s in series:
+        if "scaling" not in spec or len(s.points) < 2:
+            continue
+        data = from_points(s.points)
+        model = fit(data.points, exchange_for(spec, data.devices_per_node), data.batch_per_device)
+        top = max(data.points)
+        xs = sorted(set(data.points) | {2 * top, 4 * top})
+        traces.append(go.Scatter(x=xs, y=[model.throughput(n) for n in xs], mode="lines", name=f"model: {s.name}",
+                                 line={"dash": "dot"}, hovertext=[model.describe()] * len(xs), hoverinfo="x+y+text"))
+    return traces
+
+
 def _speedups(devices, values):
     return [v / values[0] for v in values]
 
@@ -97,7 +114,7 @@ def _efficiencies(devices, values):
 
 def case_figures(case: str, series: list[Series]) -> list[go.Figure]:
     throughput = go.Figure([_trace(s, [p.throughput["mean"] for p in s.points], [p.throughput["ci95"] for p in s.points])
-                            for s in series] + _reference_traces(case, "throughput"))
+                            for s in series] + _reference_traces(case, "throughput") + _model_traces(case, series))
     speedup = go.Figure([_trace(s, [s.speedup(p) for p in s.points]) for s in series]
                         + _reference_traces(case, "throughput", _speedups))
     devices = sorted({p.devices for s in series for p in s.points} | {d for r in case_references(case) for d in r.get("devices", [])})

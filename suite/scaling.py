@@ -86,3 +86,40 @@ def fit(points: dict[int, float], exchange: Exchange, batch_per_device: int,
     per_byte = next(coefficients) if traffic[:, 0].any() else 0.0
     latency = next(coefficients) if traffic[:, 1].any() else 0.0
     return Model(exchange, batch_per_device, float(solution[0]), float(per_byte), float(latency), tuple(devices))
+
+
+@dataclass(frozen=True)
+class Measurements:
+    """Throughput by device count for one configuration, and where it came from."""
+
+    points: dict[int, float]
+    batch_per_device: int
+    devices_per_node: int
+    source: str
+
+
+def exchange_for(case_spec: dict, devices_per_node: int) -> Exchange:
+    scaling = case_spec.get("scaling")
+    if not scaling:
+        raise ValueError(f"case {case_spec['name']} has no [scaling] table (exchange, parameters) in its case.toml")
+    if scaling["exchange"] not in EXCHANGES:
+        raise ValueError(f"case {case_spec['name']}: [scaling] exchange must be one of {', '.join(EXCHANGES)}")
+    gradient = scaling["parameters"] * scaling.get("bytes_per_parameter", 4)
+    return Exchange(scaling["exchange"], gradient, devices_per_node)
+
+
+def from_reference(reference: dict) -> Measurements:
+    return Measurements(dict(zip(reference["devices"], reference["throughput"])), reference["batch_per_device"],
+                        reference.get("devices_per_node", 1), f"published: {reference['source']}")
+
+
+def from_points(points) -> Measurements:
+    """suite.records.Point objects of one configuration (the latest per device count counts)."""
+    latest = {}
+    for p in sorted(points, key=lambda p: p.finished_at):
+        latest[p.devices] = p
+    first = next(iter(latest.values()))
+    per_node = max(p.devices // p.nodes for p in latest.values())
+    return Measurements({n: p.throughput["mean"] for n, p in latest.items()},
+                        first.record["config"]["batch_per_device"], per_node,
+                        f"{len(latest)} record(s) of {first.case} on {first.cluster} ({first.config_label})")
