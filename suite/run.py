@@ -58,6 +58,7 @@ class Checked:
     baseline: Point | None
     cluster: str
     data_dir: Path
+    image_dir: Path | None
 
 
 def check(req: RunRequest) -> Checked:
@@ -79,7 +80,8 @@ def check(req: RunRequest) -> Checked:
     checked = Checked(case, options, worlds, repeat, timeout_s, runtime,
                       plugins.load("launchers", case.launcher), scheduler,
                       load_stack(case.stack), load_baseline(req.baseline),
-                      cluster.name if cluster else Path(hostfile).stem, data_dir)
+                      cluster.name if cluster else Path(hostfile).stem, data_dir,
+                      cluster.container_dir if cluster else None)
     case.check_data(options, data_dir)
     return checked
 
@@ -95,7 +97,8 @@ def run(req: RunRequest) -> int:
     sweep_id = new_sweep_id(checked.case.name) if len(checked.worlds) > 1 else None
     stack_env, failure = None, None
     try:
-        stack_env = checked.runtime.prepare(checked.stack, log)
+        stack_env = checked.runtime.prepare(checked.stack, log, binds=(req.runs_dir, checked.data_dir),
+                                            image_dir=checked.image_dir)
     except KeyboardInterrupt:
         failure = INTERRUPTED
     except (RuntimeError, OSError) as exc:

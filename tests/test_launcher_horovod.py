@@ -15,9 +15,9 @@ def test_plan_runs_one_horovodrun_over_all_hosts(tmp_path):
     assert plan.details == {"launcher": "horovod", "controller": "gloo"}
 
 
-def test_container_prefix_wraps_both_programs():
+def test_container_runs_horovodrun_and_its_workers_inside_the_image():
     world = World((Host("localhost", 1),), "hf")
-    env = StackEnv(runtime="apptainer", bin_dir="", prefix=("apptainer", "exec", "img.sif"))
+    env = StackEnv(runtime="apptainer", bin_dir="/opt/stack/bin", prefix=("apptainer", "exec", "img.sif"))
     argv = horovod.plan(Launch("train.py", [], world, env, "/run", "/data")).processes[0].argv
-    assert argv[:4] == ["apptainer", "exec", "img.sif", "horovodrun"]
-    assert argv[-5:] == ["apptainer", "exec", "img.sif", "python", "train.py"]
+    assert argv[:4] == ["apptainer", "exec", "img.sif", "/opt/stack/bin/horovodrun"]
+    assert argv[-2:] == ["/opt/stack/bin/python", "train.py"] and argv.count("apptainer") == 1
