@@ -1,11 +1,15 @@
 """Runs a stack from its local virtual environment, built from the stack's lock on first use."""
 
+from collections.abc import Iterable
+from pathlib import Path
+
 from suite import paths
 from suite.plan import StackEnv
 from suite.stacks import Stack, ensure_installed
 
 
-def prepare(stack: Stack, log=print) -> StackEnv:
+def prepare(stack: Stack, log=print, binds: Iterable[Path | str] = (), image_dir: Path | None = None) -> StackEnv:
+    """binds and image_dir concern container runtimes; a local environment sees every folder."""
     installed = ensure_installed(stack, log)
     return StackEnv(
         runtime="local",
@@ -18,5 +22,8 @@ def prepare(stack: Stack, log=print) -> StackEnv:
             "stack_recipe_sha256": stack.recipe_sha256,
             "stack_location": str(installed.prefix),
             "stack_packages": installed.info.get("packages", {}),
+            "runtime": "local",
+            "image": None,
+            "image_sha256": None,
         },
     )
