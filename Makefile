@@ -12,6 +12,7 @@ DATA_DIR ?=
 SYNTHETIC ?=
 SRC ?=
 TIMEOUT ?=
+STALL ?=
 PYTHON ?= python3
 
 # $(call opt,--flag,$(VAR)): the flag and its value, only when VAR is set
@@ -31,7 +32,8 @@ run: $(VENV)/.installed
 	$(SUITE) run --case "$(CASE)" --nodes "$(NODES)" --repeat "$(REPEAT)" \
 		$(call opt,--gpus-per-node,$(GPUS_PER_NODE)) $(call opt,--hostfile,$(HOSTFILE)) \
 		$(call opt,--cluster,$(CLUSTER)) $(call opt,--runtime,$(RUNTIME)) $(call opt,--scheduler,$(SCHEDULER)) \
-		$(call opt,--data-dir,$(DATA_DIR)) $(call opt,--timeout,$(TIMEOUT)) -- $(ARGS)
+		$(call opt,--data-dir,$(DATA_DIR)) $(call opt,--timeout,$(TIMEOUT)) \
+		$(call opt,--stall,$(STALL)) -- $(ARGS)
 
 data: $(VENV)/.installed
 	$(SUITE) data --case "$(CASE)" $(call opt,--data-dir,$(DATA_DIR)) $(call opt,--cluster,$(CLUSTER)) \

@@ -31,6 +31,11 @@ class Case:
         return 60.0 * self.spec.get("timeout_minutes", 60)
 
     @property
+    def stall_s(self) -> float:
+        """Silence (no output line from any process) after which a launch counts as hung."""
+        return 60.0 * self.spec.get("stall_minutes", 30)
+
+    @property
     def record_spec(self) -> dict:
         return self.spec.get("record", {})
 

@@ -49,7 +49,9 @@ def build_parser_() -> argparse.ArgumentParser:
     run.add_argument("--scheduler", default=None,
                      help=f"one of {plugins.available('schedulers')} (default: the cluster's, else local) (Make: SCHEDULER)")
     run.add_argument("--repeat", default="1", help="separate launches, for the confidence interval (Make: REPEAT)")
-    run.add_argument("--timeout", default=None, help="seconds one launch may take (default: the case's)")
+    run.add_argument("--timeout", default=None, help="seconds one launch may take (default: the case's) (Make: TIMEOUT)")
+    run.add_argument("--stall", default=None, help="seconds without any output line after which a launch is "
+                     "ended as hung (default: the case's, 30 min) (Make: STALL)")
     run.add_argument("--baseline", default=None, help="record to compute a sweep's speedup against "
                      "(default: the sweep's smallest device count)")
     run.add_argument("--results-dir", type=Path, default=paths.RESULTS, help="where records go")
@@ -130,7 +132,7 @@ def cmd_run(args, case_args, argv) -> int:
     return run(RunRequest(args.case, args.nodes, args.gpus_per_node, args.hostfile, args.runtime,
                           args.scheduler, args.repeat, args.timeout, case_args, args.results_dir,
                           args.runs_dir, args.data_dir, ["python", "-m", "suite", *argv],
-                          args.baseline, args.cluster))
+                          args.baseline, args.cluster, args.stall))
 
 
 def cmd_data(args, case_args, argv) -> int:

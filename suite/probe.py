@@ -34,7 +34,7 @@ class Probe:
         versions = {"python": platform.python_version(), **versions}
         host = host_info() if self.local_rank == 0 else None
         self._write("start", size=self.size, local_rank=self.local_rank, local_size=self.local_size,
-                    host=socket.gethostname(), host_info=host, config=config, versions=versions)
+                    host=socket.gethostname(), pid=os.getpid(), host_info=host, config=config, versions=versions)
 
     @contextmanager
     def warmup(self, images: int, sync=None):

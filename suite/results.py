@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import secrets
 import subprocess
 import sys
@@ -37,13 +38,14 @@ class Repetition:
     results: dict = field(default_factory=dict)
     exit_codes: dict = field(default_factory=dict)
     command: list[str] = field(default_factory=list)
+    processes: list[dict] = field(default_factory=list)
 
     def summary(self) -> dict:
         mean = sum(self.samples) / len(self.samples) if self.samples else None
         return {"index": self.index, "status": self.status, "reason": self.reason, "run_dir": self.run_dir,
                 "throughput": mean, "images": self.images, "timed_seconds": self.seconds,
                 "warmup": self.warmup, "epochs": self.epochs, "results": self.results,
-                "exit_codes": self.exit_codes, "command": self.command}
+                "exit_codes": self.exit_codes, "command": self.command, "processes": self.processes}
 
 
 def utc_now() -> str:
@@ -161,9 +163,21 @@ def write_record(record: dict, results_dir: Path) -> Path:
     return path
 
 
+# Variables that change how frameworks, launchers and schedulers behave: recorded for reproducibility.
+RECORDED_ENV = re.compile(r"^(OMP|MKL|KMP|NCCL|CUDA|HOROVOD|TF|MXNET|DMLC|PS|SLURM|OMPI|PMIX|UCX|GLOO|TORCH|NVIDIA|CUDNN)_")
+SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSW|KEY|CREDENTIAL|AUTH|COOKIE|SESSION", re.I)
+MASK = "***"
+
+
+def masked_env(env: dict) -> dict:
+    """The environment as a record may show it: values of credential-like names are masked."""
+    return {k: MASK if SECRET_NAME.search(k) else v for k, v in sorted(env.items())}
+
+
 def suite_provenance(argv: list[str]) -> dict:
+    relevant = {k: v for k, v in os.environ.items() if RECORDED_ENV.match(k)}
     return {"argv": argv, "suite_version": __version__, "runner_python": sys.version.split()[0],
-            "user": os.environ.get("USER"), **git_state()}
+            "user": os.environ.get("USER"), "environment": masked_env(relevant), **git_state()}
 
 
 @dataclass

@@ -12,7 +12,8 @@ from suite.errors import RunFailed
 from suite.hostfile import World, positive_int, positive_ints, read_hostfile, select_world
 from suite.plan import Launch
 from suite.records import Point
-from suite.results import Repetition, RunContext, build_record, measure, new_run_id, utc_now, write_record
+from suite.results import (Repetition, RunContext, build_record, masked_env, measure, new_run_id, utc_now,
+                           write_record)
 from suite.stacks import Stack, load_stack
 from suite.sweeps import load_baseline, new_sweep_id, print_sweep, summarize_sweep, write_sweep
 
@@ -36,6 +37,7 @@ class RunRequest:
     argv: list[str]
     baseline: str | None = None
     cluster: str | None = None
+    stall: str | None = None
 
 
 def log(message: str) -> None:
@@ -51,6 +53,7 @@ class Checked:
     worlds: list[World]
     repeat: int
     timeout_s: float
+    stall_s: float
     runtime: ModuleType
     launcher: ModuleType
     scheduler: ModuleType
@@ -70,6 +73,7 @@ def check(req: RunRequest) -> Checked:
     gpus = positive_ints(gpus_text, "GPUS_PER_NODE") if gpus_text else [None]
     repeat = positive_int(req.repeat, "REPEAT")
     timeout_s = float(positive_int(req.timeout, "TIMEOUT")) if req.timeout else case.timeout_s
+    stall_s = float(positive_int(req.stall, "STALL")) if req.stall else case.stall_s
     runtime = plugins.load("runtimes", req.runtime or (cluster.runtime if cluster else "local"))
     scheduler = plugins.load("schedulers", req.scheduler or (cluster.scheduler if cluster else "local"))
     hostfile = str(req.hostfile or (cluster and cluster.hostfile) or paths.HOSTFILES / "localhost")
@@ -77,7 +81,7 @@ def check(req: RunRequest) -> Checked:
     worlds = sorted((select_world(hosts, n, g, hostfile) for n in nodes for g in gpus),
                     key=lambda w: (w.devices, w.nodes))
     data_dir = Path(req.data_dir or (cluster and cluster.data_dir) or paths.data_dir())
-    checked = Checked(case, options, worlds, repeat, timeout_s, runtime,
+    checked = Checked(case, options, worlds, repeat, timeout_s, stall_s, runtime,
                       plugins.load("launchers", case.launcher), scheduler,
                       load_stack(case.stack), load_baseline(req.baseline),
                       cluster.name if cluster else Path(hostfile).stem, data_dir,
@@ -135,7 +139,7 @@ def run_point(req: RunRequest, checked: Checked, world: World, stack_env, failur
                                                 str(checked.data_dir)))
             details = plan.details
             log(f"repetition {index + 1}/{checked.repeat}: {' '.join(plan.processes[0].argv[:8])} ...")
-            reps.append(run_repetition(index, plan, checked.scheduler, rep_dir, checked.timeout_s))
+            reps.append(run_repetition(index, plan, checked.scheduler, rep_dir, checked.timeout_s, checked.stall_s))
     except KeyboardInterrupt:
         failure = INTERRUPTED
     except (RunFailed, RuntimeError, OSError) as exc:
@@ -146,9 +150,11 @@ def run_point(req: RunRequest, checked: Checked, world: World, stack_env, failur
     return record, path
 
 
-def run_repetition(index, plan, scheduler, rep_dir: Path, timeout_s: float) -> Repetition:
-    rep = Repetition(index=index, run_dir=str(rep_dir), command=plan.processes[0].argv)
-    results = scheduler.execute(plan, rep_dir / "logs", timeout_s)
+def run_repetition(index, plan, scheduler, rep_dir: Path, timeout_s: float, stall_s: float) -> Repetition:
+    rep = Repetition(index=index, run_dir=str(rep_dir), command=plan.processes[0].argv,
+                     processes=[{"name": p.name, "host": p.host, "argv": p.argv, "env": masked_env(p.env)}
+                                for p in plan.processes])
+    results = scheduler.execute(plan, rep_dir / "logs", timeout_s, stall_s)
     rep.exit_codes = {r.name: r.returncode for r in results}
     bad = next((r for r in results if not r.ok), None)
     if bad:

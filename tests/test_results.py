@@ -161,3 +161,56 @@ def test_probe_epoch_timing(tmp_path):
     measure(rep, 1)
     assert len(rep.epochs) == 2 and rep.epochs[1]["metrics"] == {"loss": 1.0}
     assert rep.samples[0] > 0
+
+
+def test_no_secrets_in_records(tmp_path, monkeypatch):
+    monkeypatch.setenv("HOROVOD_SECRET_TOKEN", "hunter2")
+    monkeypatch.setenv("SLURM_API_PASSWORD", "hunter3")
+    monkeypatch.setenv("MY_PASSWORD", "hunter4")
+    monkeypatch.setenv("OMP_NUM_THREADS", "2")
+    from suite.results import masked_env
+
+    world = World((Host("localhost", 1),), "hostfiles/localhost")
+    rep = Repetition(0, str(tmp_path), status="failed", reason="x",
+                     processes=[{"name": "w", "env": masked_env({"NCCL_DEBUG": "INFO", "WANDB_API_KEY": "hunter5"})}])
+    text = json.dumps(build_record(context(world), [rep], {"stack_lock_sha256": None}, {}, None))
+    assert "hunter" not in text
+    record = json.loads(text)
+    env = record["provenance"]["environment"]
+    assert env["OMP_NUM_THREADS"] == "2" and env["HOROVOD_SECRET_TOKEN"] == "***" and "MY_PASSWORD" not in env
+    assert record["repetitions"][0]["processes"][0]["env"] == {"NCCL_DEBUG": "INFO", "WANDB_API_KEY": "***"}
+
+
+WRITER = """
+import sys, itertools
+sys.path.insert(0, {root!r})
+from pathlib import Path
+from suite.jsonfile import write_json_atomic
+folder = Path(sys.argv[1])
+big = {{"payload": "x" * 200_000}}
+for i in itertools.count():
+    write_json_atomic(folder / "latest.json", {{**big, "i": i}})
+    write_json_atomic(folder / f"record-{{i}}.json", {{**big, "i": i}}, overwrite=False)
+"""
+
+
+def test_killing_the_writer_never_leaves_half_a_file(tmp_path):
+    import random
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from conftest import ROOT
+
+    script = WRITER.format(root=str(ROOT))
+    for _ in range(15):
+        writer = subprocess.Popen([sys.executable, "-c", script, str(tmp_path)])
+        time.sleep(random.uniform(0.3, 0.8))
+        writer.send_signal(signal.SIGKILL)
+        writer.wait()
+    files = list(tmp_path.glob("*.json"))
+    assert len(files) > 15
+    for path in files:
+        data = json.loads(path.read_text())  # every visible file is whole
+        assert len(data["payload"]) == 200_000

@@ -59,3 +59,11 @@ def test_first_error_line_is_kept_behind_rank_prefixes(tmp_path):
             "print('[1]<stderr>:ValueError: bad shape'); print('RuntimeError: job terminated'); raise SystemExit(1)")
     [result] = local.execute(Plan(ranks=1, processes=(proc("launcher", code, tmp_path),)), tmp_path / "logs", timeout_s=60)
     assert result.returncode == 1 and result.first_error == "ValueError: bad shape"
+
+
+def test_stall_limit_ends_a_silent_job(tmp_path):
+    talker = proc("talker", "print('started', flush=True); import time; time.sleep(600)", tmp_path)
+    started = time.monotonic()
+    [result] = local.execute(Plan(ranks=1, processes=(talker,)), tmp_path / "logs", timeout_s=600, stall_s=2)
+    assert time.monotonic() - started < 20
+    assert result.reason == "stall limit: no output from any process for 2 s"

@@ -33,10 +33,12 @@ class _Running:
         self.reader = threading.Thread(target=self._pump, args=(echo_prefix,), daemon=True)
         self.reader.start()
         self.reason: str | None = None
+        self.last_output = time.monotonic()
 
     def _pump(self, echo_prefix: str) -> None:
         with open(self.log, "w") as log:
             for line in self.popen.stdout:
+                self.last_output = time.monotonic()
                 log.write(line)
                 log.flush()
                 self.tail.append(line.rstrip("\n"))
@@ -66,19 +68,17 @@ def _signal_group(pid: int, sig: int) -> None:
         pass
 
 
-def execute(plan: Plan, log_dir: Path, timeout_s: float) -> list[ProcessResult]:
+def execute(plan: Plan, log_dir: Path, timeout_s: float, stall_s: float | None = None) -> list[ProcessResult]:
+    """Runs the plan to its end; `timeout_s` bounds the whole, `stall_s` the silence of all processes."""
     log_dir.mkdir(parents=True, exist_ok=True)
     several = len(plan.processes) > 1
     running = [_Running(p, log_dir, f"[{p.name}] " if several else "") for p in plan.processes]
     deadline = time.monotonic() + timeout_s
     try:
         while any(r.popen.poll() is None for r in running):
-            failed = [r for r in running if r.popen.poll() not in (None, 0)]
-            if failed:
-                _stop_all(running, f"ended because {failed[0].spec.name} failed")
-                break
-            if time.monotonic() > deadline:
-                _stop_all(running, f"time limit of {timeout_s:.0f} s reached")
+            reason = _reason_to_stop(running, deadline, timeout_s, stall_s)
+            if reason:
+                _stop_all(running, reason)
                 break
             time.sleep(0.2)
     except BaseException:
@@ -87,6 +87,18 @@ def execute(plan: Plan, log_dir: Path, timeout_s: float) -> list[ProcessResult]:
     finally:
         _reap(running)
     return [r.result() for r in running]
+
+
+def _reason_to_stop(running: list[_Running], deadline: float, timeout_s: float, stall_s: float | None) -> str | None:
+    failed = [r for r in running if r.popen.poll() not in (None, 0)]
+    if failed:
+        return f"ended because {failed[0].spec.name} failed"
+    now = time.monotonic()
+    if now > deadline:
+        return f"time limit of {timeout_s:.0f} s reached"
+    if stall_s and now - max(r.last_output for r in running) > stall_s:
+        return f"stall limit: no output from any process for {stall_s:.0f} s"
+    return None
 
 
 def _stop_all(running: list[_Running], reason: str) -> None:

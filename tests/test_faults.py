@@ -1,0 +1,100 @@
+"""Faults during a real run: a worker dies, or the runner is told to stop. The whole job must end
+within the bound, leave no process of the run behind (checked by the run's own pids) and leave a
+failed record that says why."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT, records_in
+from suite.results import validate
+
+pytestmark = pytest.mark.integration
+LONG = ("--image-size", "32", "--batch-size", "4", "--num-warmup-batches", "1",
+        "--num-batches-per-iter", "2", "--num-iters", "500")
+BOUND_S = 60
+
+
+def start_run(tmp_path: Path, *args: str) -> subprocess.Popen:
+    command = [sys.executable, "-m", "suite", "run", "--results-dir", str(tmp_path / "results"),
+               "--runs-dir", str(tmp_path / "runs"), *args, "--", *LONG]
+    return subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def wait_for_ranks(tmp_path: Path, ranks: int, timeout: float = 300) -> dict[int, int]:
+    """rank -> pid, once every rank has finished a timed iteration."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        pids = {}
+        for path in tmp_path.glob("runs/*/rep-0/ranks/rank-*.jsonl"):
+            events = [json.loads(line) for line in path.read_text().splitlines() if line.endswith("}")]
+            if any(e["event"] == "iteration" for e in events):
+                pids[events[0]["rank"]] = events[0]["pid"]
+        if len(pids) == ranks:
+            return pids
+        time.sleep(0.5)
+    raise AssertionError("the run did not reach its timed iterations")
+
+
+def alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split()[2] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def descendants(pid: int) -> set[int]:
+    """Every process whose parent chain leads to pid (read from /proc)."""
+    parents = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                parents[int(entry.name)] = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+    found, frontier = set(), {pid}
+    while frontier:
+        frontier = {child for child, parent in parents.items() if parent in frontier} - found
+        found |= frontier
+    return found
+
+
+def test_a_dying_worker_ends_the_job(tmp_path, pytorch_stack):
+    runner = start_run(tmp_path, "--gpus-per-node", "2")
+    pids = wait_for_ranks(tmp_path, 2)
+    family = descendants(runner.pid)
+    assert set(pids.values()) <= family
+    os.kill(pids[1], signal.SIGKILL)
+    killed_at = time.monotonic()
+    output, _ = runner.communicate(timeout=BOUND_S + 30)
+    assert time.monotonic() - killed_at < BOUND_S
+    assert runner.returncode == 1, output
+    time.sleep(1)
+    assert [p for p in family if alive(p)] == []
+    [record] = records_in(tmp_path / "results")
+    validate(record)
+    assert record["status"] == "failed" and "horovodrun on localhost exited with" in record["reason"]
+    assert Path(record["repetitions"][0]["run_dir"], "logs", "horovodrun.log").exists()  # kept for failed runs
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_stopping_the_runner_cleans_up(tmp_path, pytorch_stack, sig):
+    runner = start_run(tmp_path, "--gpus-per-node", "2")
+    wait_for_ranks(tmp_path, 2)
+    family = descendants(runner.pid)
+    runner.send_signal(sig)
+    stopped_at = time.monotonic()
+    output, _ = runner.communicate(timeout=BOUND_S + 30)
+    assert time.monotonic() - stopped_at < BOUND_S
+    assert runner.returncode == 1, output
+    time.sleep(1)
+    assert [p for p in family if alive(p)] == []
+    [record] = records_in(tmp_path / "results")
+    assert record["status"] == "failed" and record["reason"].startswith("interrupted")
