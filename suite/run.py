@@ -8,7 +8,7 @@ from types import ModuleType
 from suite import paths, plugins
 from suite.clusters import load_cluster
 from suite.cases import Case, load_case
-from suite.errors import RunFailed
+from suite.errors import RunFailed, UsageError
 from suite.hostfile import World, positive_int, positive_ints, read_hostfile, select_world
 from suite.plan import Launch
 from suite.records import Point
@@ -71,6 +71,9 @@ def check(req: RunRequest) -> Checked:
     nodes = positive_ints(req.nodes, "NODES")
     gpus_text = req.gpus_per_node or (cluster and cluster.devices_per_node)
     gpus = positive_ints(gpus_text, "GPUS_PER_NODE") if gpus_text else [None]
+    if cluster and cluster.devices_per_node and max(g or 0 for g in gpus) > cluster.devices_per_node:
+        raise UsageError(f"GPUS_PER_NODE={max(gpus)} but cluster {cluster.name} has {cluster.devices_per_node} "
+                         f"device(s) per node ({cluster.path})")
     repeat = positive_int(req.repeat, "REPEAT")
     timeout_s = float(positive_int(req.timeout, "TIMEOUT")) if req.timeout else case.timeout_s
     stall_s = float(positive_int(req.stall, "STALL")) if req.stall else case.stall_s

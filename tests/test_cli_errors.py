@@ -16,6 +16,7 @@ CASES = [
     (["--gpus-per-node", "1,x"], (), "GPUS_PER_NODE must be a positive integer, got 'x'"),
     (["--baseline", "nope.json"], (), "--baseline nope.json is not a successful result record"),
     (["--cluster", "nope"], (), "unknown cluster 'nope' (profiles in hostfiles/: "),
+    (["--cluster", "cte-power", "--gpus-per-node", "8"], (), "GPUS_PER_NODE=8 but cluster cte-power has 4 device(s) per node"),
     (["--gpus-per-node", "0"], (), "GPUS_PER_NODE must be a positive integer, got '0'"),
     (["--repeat", "x"], (), "REPEAT must be a positive integer, got 'x'"),
     (["--runtime", "podman"], (), "unknown runtime 'podman' (known: "),
