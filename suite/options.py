@@ -1,8 +1,13 @@
 """Case options, declared once in a case's case.toml and parsed the same way by the runner (to
-refuse bad input before launch) and by the case script inside its stack. Standard library only."""
+refuse bad input before launch) and by the case script inside its stack. Standard library only
+(tomli stands in for tomllib before Python 3.11)."""
 
 import argparse
-import tomllib
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python < 3.11, e.g. NVIDIA's MXNet image: tomli is the same parser
+    import tomli as tomllib
 from pathlib import Path
 
 TYPES = {"int": int, "float": float, "str": str}

@@ -81,7 +81,8 @@ def measure(rep: Repetition, expected_ranks: int) -> None:
         unfinished = [r for r, ev in events.items() if not ev or ev[-1]["event"] != "end"]
         raise RunFailed(f"rank(s) {unfinished} did not finish (no end line in their probe files)")
     rep.starts = [next(e for e in events[r] if e["event"] == "start") for r in sorted(events)]
-    rep.results = {k: v for e in events[0] if e["event"] == "result" for k, v in e["metrics"].items()}
+    rep.results = {k: v for r in sorted(events) for e in events[r] if e["event"] == "result"
+                   for k, v in e["metrics"].items()}
     units = _aligned(events, "iteration")
     epochs = _aligned(events, "epoch")
     if epochs:

@@ -1,0 +1,189 @@
+"""mxnet-imagenet data: pack a tree of class folders of JPEGs into MXNet RecordIO, as im2rec does.
+
+    data.py --data-dir D --src TREE     TREE/{train,val}/<class>/*.JPEG, or TREE/<class>/*.JPEG (train only)
+    data.py --data-dir D --synthetic    first writes a small ImageNet-style tree under D, then packs it
+
+Output: D/imagenet-rec/{train,val}.{lst,rec,idx} and manifest.json. Classes are numbered in sorted
+order of their folder names; every image is re-encoded as JPEG with its shorter side resized.
+Runs inside the mxnet stack.
+"""
+
+import argparse
+import hashlib
+import json
+import os
+import random
+import shutil
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from io import BytesIO
+from pathlib import Path
+
+import mxnet as mx
+import numpy as np
+from PIL import Image
+
+REC_DIR = "imagenet-rec"
+SYNTHETIC_DIR = "imagenet-synthetic-jpeg"
+EXTENSIONS = {".jpg", ".jpeg", ".png"}
+
+
+class PackError(Exception):
+    pass
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="mxnet-imagenet data", description=__doc__.split("\n")[0])
+    parser.add_argument("--data-dir", type=Path, required=True)
+    parser.add_argument("--src", type=Path, help="folder of class folders of JPEGs (optionally under train/ and val/)")
+    parser.add_argument("--synthetic", action="store_true", help="generate a small JPEG tree and pack it")
+    parser.add_argument("--resize", type=int, default=480, help="shorter side in pixels after packing (im2rec --resize)")
+    parser.add_argument("--quality", type=int, default=95, help="JPEG quality of the packed images")
+    parser.add_argument("--num-thread", type=int, default=os.cpu_count() or 1, help="encoding threads")
+    parser.add_argument("--classes", type=int, default=10, help="synthetic: number of classes")
+    parser.add_argument("--train-per-class", type=int, default=20, help="synthetic: training images per class")
+    parser.add_argument("--val-per-class", type=int, default=4, help="synthetic: validation images per class")
+    parser.add_argument("--seed", type=int, default=100, help="shuffle order of the training list (and synthetic pixels)")
+    args = parser.parse_args(argv)
+    if args.synthetic == bool(args.src):
+        parser.error("give exactly one of --src FOLDER (SRC=...) or --synthetic (SYNTHETIC=1)")
+    for name in ("resize", "num_thread", "classes", "train_per_class"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name.replace('_', '-')} must be at least 1")
+    if not 1 <= args.quality <= 100:
+        parser.error("--quality must be between 1 and 100")
+    return args
+
+
+def write_synthetic_tree(root: Path, classes: int, per_split: dict, seed: int) -> None:
+    """ImageNet-like layout (wnid-style class folders, <wnid>_<n>.JPEG) with varied image sizes."""
+    rng = np.random.default_rng(seed)
+    for split, count in per_split.items():
+        for c in range(classes):
+            folder = root / split / f"n{c:08d}"
+            folder.mkdir(parents=True, exist_ok=True)
+            for i in range(count):
+                width, height = (int(v) for v in rng.integers(160, 400, size=2))
+                synthetic_image(rng, c, width, height).save(folder / f"n{c:08d}_{i}.JPEG", quality=90)
+
+
+def synthetic_image(rng, label: int, width: int, height: int) -> Image.Image:
+    """A smooth class-coloured gradient with mild noise: compresses like a photo, not like noise."""
+    base = np.array([(37 * label) % 256, (91 * label + 80) % 256, (53 * label + 160) % 256], dtype=np.float32)
+    ramp = np.linspace(-60, 60, width, dtype=np.float32)[None, :, None]
+    pixels = base + ramp + rng.normal(0, 8, size=(height, width, 3)).astype(np.float32)
+    return Image.fromarray(np.clip(pixels, 0, 255).astype(np.uint8), "RGB")
+
+
+def split_folders(src: Path) -> dict[str, Path]:
+    if not src.is_dir():
+        sys.exit(f"error: --src {src} is not a folder")
+    if (src / "train").is_dir():
+        splits = {"train": src / "train"}
+        if (src / "val").is_dir():
+            splits["val"] = src / "val"
+        return splits
+    return {"train": src}
+
+
+def list_images(folder: Path, classes: list[str]) -> list[tuple[int, str]]:
+    """(label, path relative to folder) for each image; labels are positions in `classes` (sorted)."""
+    unknown = sorted({p.name for p in folder.iterdir() if p.is_dir()} - set(classes))
+    if unknown:
+        sys.exit(f"error: {folder} has class folder(s) not in the training set: {', '.join(unknown[:3])}")
+    items = []
+    for label, name in enumerate(classes):
+        if (folder / name).is_dir():
+            files = sorted(p for p in (folder / name).iterdir() if p.suffix.lower() in EXTENSIONS)
+            items += [(label, f"{name}/{p.name}") for p in files]
+    return items
+
+
+def encode(path: Path, resize: int, quality: int) -> bytes:
+    """The image as JPEG bytes, its shorter side scaled to `resize` (up or down, as im2rec does)."""
+    try:
+        with Image.open(path) as img:
+            img = img.convert("RGB")
+            width, height = img.size
+            scale = resize / min(width, height)
+            size = (resize, round(height * scale)) if width <= height else (round(width * scale), resize)
+            out = BytesIO()
+            img.resize(size, Image.BILINEAR).save(out, format="JPEG", quality=quality)
+    except (OSError, ValueError) as exc:
+        raise PackError(f"cannot pack {path}: {exc}") from None
+    return out.getvalue()
+
+
+def encoded_in_order(items: list[tuple[int, str]], folder: Path, args):
+    """JPEG bytes of each item, in list order, encoded by --num-thread threads a window at a time
+    (so that a million-image list does not become a million pending futures)."""
+    window = 64 * args.num_thread
+    with ThreadPoolExecutor(args.num_thread) as pool:
+        for start in range(0, len(items), window):
+            chunk = items[start:start + window]
+            yield from pool.map(lambda item: encode(folder / item[1], args.resize, args.quality), chunk)
+
+
+def pack(folder: Path, items: list[tuple[int, str]], prefix: Path, args) -> dict:
+    """Writes prefix.lst (index, label, path), then prefix.rec/.idx with MXNet's indexed RecordIO."""
+    with open(prefix.with_suffix(".lst"), "w") as lst:
+        lst.writelines(f"{index}\t{float(label):f}\t{rel}\n" for index, (label, rel) in enumerate(items))
+    record = mx.recordio.MXIndexedRecordIO(str(prefix.with_suffix(".idx")), str(prefix.with_suffix(".rec")), "w")
+    started = time.time()
+    for index, ((label, _), jpeg) in enumerate(zip(items, encoded_in_order(items, folder, args))):
+        header = mx.recordio.IRHeader(flag=0, label=float(label), id=index, id2=0)
+        record.write_idx(index, mx.recordio.pack(header, jpeg))
+        if (index + 1) % 10000 == 0:
+            print(f"  {prefix.name}: {index + 1}/{len(items)} images", flush=True)
+    record.close()
+    seconds = time.time() - started
+    print(f"{prefix.name}: {len(items)} images packed in {seconds:.1f} s -> {prefix.with_suffix('.rec')}", flush=True)
+    return {"images": len(items), "rec_bytes": prefix.with_suffix(".rec").stat().st_size,
+            "idx_sha256": hashlib.sha256(prefix.with_suffix(".idx").read_bytes()).hexdigest()}
+
+
+def pack_tree(splits: dict[str, Path], out: Path, args, source: str) -> dict:
+    classes = sorted(p.name for p in splits["train"].iterdir() if p.is_dir())
+    if not classes:
+        sys.exit(f"error: {splits['train']} has no class folders")
+    # Packed beside the final folder and swapped in at the end: a failed packing leaves no half set.
+    partial = out.with_name(out.name + ".partial")
+    shutil.rmtree(partial, ignore_errors=True)
+    partial.mkdir(parents=True)
+    manifest = {"source": source, "synthetic": args.synthetic, "classes": len(classes), "resize": args.resize,
+                "quality": args.quality, "packed_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "splits": {}}
+    for split, folder in splits.items():
+        items = list_images(folder, classes)
+        if not items:
+            sys.exit(f"error: no JPEG images under {folder}")
+        if split == "train":
+            random.Random(args.seed).shuffle(items)  # im2rec shuffles its lists too
+        manifest["splits"][split] = pack(folder, items, partial / split, args)
+    (partial / "class_names.txt").write_text("\n".join(classes) + "\n")
+    (partial / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
+    shutil.rmtree(out, ignore_errors=True)
+    partial.rename(out)
+    return manifest
+
+
+def main(argv=None) -> None:
+    args = parse_args(argv)
+    data_dir = args.data_dir.resolve()
+    if args.synthetic:
+        src = data_dir / SYNTHETIC_DIR
+        shutil.rmtree(src, ignore_errors=True)
+        per_split = {"train": args.train_per_class, "val": args.val_per_class}
+        write_synthetic_tree(src, args.classes, {k: v for k, v in per_split.items() if v > 0}, args.seed)
+        print(f"synthetic JPEG tree: {args.classes} classes under {src}", flush=True)
+        source = "synthetic-imagenet-jpeg"
+    else:
+        src, source = args.src.resolve(), str(args.src.resolve())
+    try:
+        pack_tree(split_folders(src), data_dir / REC_DIR, args, source)
+    except PackError as exc:
+        sys.exit(f"error: {exc}")
+
+
+if __name__ == "__main__":
+    main()
