@@ -21,7 +21,7 @@ opt = $(if $(strip $(2)),$(1) "$(2)")
 VENV := .venv
 SUITE := $(VENV)/bin/python -m suite
 
-.PHONY: run data install report compare test cases clean-runs
+.PHONY: run data install report compare bench test cases clean-runs
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -51,6 +51,10 @@ report: $(VENV)/.installed
 # make compare A=reports/results-old B=reports/results
 compare: $(VENV)/.installed
 	$(SUITE) compare "$(A)" "$(B)"
+
+# make bench [BENCH_ARGS="--tiny | --rounds 5 | --only scaling_pytorch"]: ratios, written to reports/bench/
+bench: $(VENV)/.installed
+	$(VENV)/bin/python benchmarks/harness.py $(BENCH_ARGS)
 
 test: $(VENV)/.installed
 	tools/install-test-deps.sh

@@ -1,0 +1,57 @@
+"""The pytorch-synthetic training loop without the suite: same model, batch, image size, threads,
+Horovod optimizer (one process), no probe, no launcher. Prints one JSON line with its timings.
+
+    <stack python> benchmarks/bare/pytorch_synthetic.py --batch-size 32 --image-size 224 ...
+"""
+
+import argparse
+import json
+import os
+import sys
+import time
+
+STARTED = time.time()
+
+import horovod.torch as hvd  # noqa: E402
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "cases", "pytorch-synthetic"))
+from resnet import resnet50  # noqa: E402
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    for name, default in [("batch-size", 32), ("image-size", 224), ("num-warmup-batches", 10),
+                          ("num-batches-per-iter", 10), ("num-iters", 10)]:
+        parser.add_argument(f"--{name}", type=int, default=default)
+    args = parser.parse_args()
+    hvd.init()
+    torch.set_num_threads(max(1, len(os.sched_getaffinity(0)) // hvd.local_size()))
+    model = resnet50()
+    optimizer = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.01 * hvd.size(), momentum=0.9),
+                                         named_parameters=model.named_parameters())
+    hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+    generator = torch.Generator().manual_seed(42)
+    images = torch.randn(args.batch_size, 3, args.image_size, args.image_size, generator=generator)
+    labels = torch.randint(0, 1000, (args.batch_size,), generator=generator)
+
+    def step():
+        optimizer.zero_grad()
+        F.cross_entropy(model(images), labels).backward()
+        optimizer.step()
+
+    for _ in range(args.num_warmup_batches):
+        step()
+    first_step_at, samples = time.time(), []
+    for _ in range(args.num_iters):
+        begin = time.perf_counter()
+        for _ in range(args.num_batches_per_iter):
+            step()
+        samples.append(args.batch_size * args.num_batches_per_iter / (time.perf_counter() - begin))
+    print(json.dumps({"samples": samples, "throughput": sum(samples) / len(samples),
+                      "started": STARTED, "first_timed_step_at": first_step_at}))
+
+
+if __name__ == "__main__":
+    main()

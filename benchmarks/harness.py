@@ -1,0 +1,176 @@
+"""`make bench`: does the suite measure the frameworks and not itself?
+
+Runs side by side, in one invocation, and prints ratios (absolute times on a shared machine mean
+little; ratios of runs made together do), each as `name: value (target)`, and writes them all as
+JSON under reports/bench/. A missed target is reported, not failed: machines are noisy.
+
+  harness overhead   suite's img/s / a bare loop's img/s (same model, batch, threads), interleaved
+  input pipeline     real-data img/s / synthetic-data img/s through the same case
+  scaling            2 workers / 1 worker on this machine (one per core)
+  start-up           seconds from `suite run` to the first timed step, minus the same for the case
+                     script started directly (warm stack)
+
+    python benchmarks/harness.py [--tiny] [--rounds N] [--only NAME ...]
+"""
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from suite.stacks import ensure_installed, load_stack  # noqa: E402
+
+SIZES = {
+    "full": {"pytorch": {"batch-size": 32, "image-size": 224, "num-warmup-batches": 5, "num-batches-per-iter": 5, "num-iters": 5},
+             "mxnet": {"batch-size": 32, "image-size": 224, "num-warmup-batches": 5, "disp-batches": 5, "num-batches": 30}},
+    "tiny": {"pytorch": {"batch-size": 4, "image-size": 32, "num-warmup-batches": 1, "num-batches-per-iter": 2, "num-iters": 2},
+             "mxnet": {"batch-size": 4, "image-size": 32, "num-warmup-batches": 1, "disp-batches": 2, "num-batches": 5}},
+}
+TARGETS = {"harness_overhead.pytorch-synthetic": (">=", 0.99), "input_pipeline.mxnet-imagenet": (">=", 0.95),
+           "scaling.pytorch-synthetic": (">=", 1.8), "scaling.mxnet-imagenet": (">=", 1.8),
+           "startup.pytorch-synthetic": ("<", 2.0)}
+
+
+def as_args(options: dict) -> list[str]:
+    return [text for name, value in options.items() for text in (f"--{name}", str(value))]
+
+
+class Bench:
+    def __init__(self, size: str, rounds: int, work: Path):
+        self.size, self.rounds, self.work = size, rounds, work
+        self.results: dict[str, dict] = {}
+
+    def suite_run(self, case: str, case_args: list[str], *run_args: str) -> tuple[dict, float]:
+        """A real `python -m suite run` (what `make run` calls); returns its record and the seconds
+        from the start of the command to the first timed step of rank 0."""
+        results = Path(tempfile.mkdtemp(dir=self.work))
+        command = [sys.executable, "-m", "suite", "run", "--case", case, "--results-dir", str(results),
+                   "--runs-dir", str(self.work / "runs"), "--data-dir", str(self.work / "data"), *run_args, "--", *case_args]
+        started = time.time()
+        done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
+        [path] = results.glob("*.json") or [None]
+        if done.returncode != 0 or path is None:
+            raise RuntimeError(f"suite run of {case} failed: {(done.stdout + done.stderr)[-800:]}")
+        record = json.loads(path.read_text())
+        return record, first_timed_step(Path(record["repetitions"][0]["run_dir"])) - started
+
+    def stack_python(self, stack: str) -> str:
+        return str(ensure_installed(load_stack(stack), log=lambda m: None).python)
+
+    def record(self, name: str, value: float, **settings) -> None:
+        op, target = TARGETS[name]
+        met = value >= target if op == ">=" else value < target
+        self.results[name] = {"value": value, "target": f"{op} {target}", "met": met, "settings": settings}
+        print(f"{name}: {value:.3f} ({op} {target}{'' if met else ', MISSED'})  {json.dumps(settings)}", flush=True)
+
+    # -- the measurements ------------------------------------------------------------------------
+
+    def harness_overhead_pytorch(self) -> None:
+        options = SIZES[self.size]["pytorch"]
+        python = self.stack_python("pytorch-horovod")
+        bare_script = str(ROOT / "benchmarks" / "bare" / "pytorch_synthetic.py")
+        suite, bare = [], []
+        for _ in range(self.rounds):
+            out = subprocess.run([python, bare_script, *as_args(options)], capture_output=True, text=True, check=True)
+            bare.append(json.loads(out.stdout.strip().splitlines()[-1])["throughput"])
+            record, _ = self.suite_run("pytorch-synthetic", as_args(options), "--gpus-per-node", "1")
+            suite.append(record["metrics"]["throughput"]["mean"])
+        self.record("harness_overhead.pytorch-synthetic", statistics.fmean(suite) / statistics.fmean(bare),
+                    suite_img_s=suite, bare_img_s=bare, **options)
+
+    def startup_pytorch(self) -> None:
+        options = SIZES[self.size]["pytorch"]
+        python = self.stack_python("pytorch-horovod")
+        case_dir = ROOT / "cases" / "pytorch-synthetic"
+        via_suite, direct = [], []
+        for _ in range(self.rounds):
+            _, seconds = self.suite_run("pytorch-synthetic", as_args(options), "--gpus-per-node", "1")
+            via_suite.append(seconds)
+            run_dir = Path(tempfile.mkdtemp(dir=self.work))
+            env = {**os.environ, "PYTHONPATH": str(ROOT), "SUITE_RUN_DIR": str(run_dir)}
+            started = time.time()
+            subprocess.run([python, str(case_dir / "train.py"), *as_args(options)], env=env, check=True,
+                           capture_output=True, cwd=run_dir)
+            direct.append(first_timed_step(run_dir) - started)
+        self.record("startup.pytorch-synthetic", statistics.median(via_suite) - statistics.median(direct),
+                    suite_s=via_suite, direct_s=direct, **options)
+
+    def scaling_pytorch(self) -> None:
+        options = as_args(SIZES[self.size]["pytorch"])
+        one, two = [], []
+        for _ in range(self.rounds):
+            one.append(self.suite_run("pytorch-synthetic", options, "--gpus-per-node", "1")[0]["metrics"]["throughput"]["mean"])
+            two.append(self.suite_run("pytorch-synthetic", options, "--gpus-per-node", "2")[0]["metrics"]["throughput"]["mean"])
+        self.record("scaling.pytorch-synthetic", statistics.fmean(two) / statistics.fmean(one),
+                    one_worker_img_s=one, two_workers_img_s=two)
+
+    def mxnet_data(self) -> None:
+        if not (self.work / "data" / "imagenet-rec" / "train.rec").exists():
+            subprocess.run([sys.executable, "-m", "suite", "data", "--case", "mxnet-imagenet", "--synthetic",
+                            "--data-dir", str(self.work / "data")], cwd=ROOT, check=True, capture_output=True)
+
+    def input_pipeline_mxnet(self) -> None:
+        self.mxnet_data()
+        options = as_args({**SIZES[self.size]["mxnet"], "kv-store": "local"})
+        real, synthetic = [], []
+        for _ in range(self.rounds):
+            real.append(self.suite_run("mxnet-imagenet", options)[0]["metrics"]["throughput"]["mean"])
+            synthetic.append(self.suite_run("mxnet-imagenet", [*options, "--benchmark"])[0]["metrics"]["throughput"]["mean"])
+        self.record("input_pipeline.mxnet-imagenet", statistics.fmean(real) / statistics.fmean(synthetic),
+                    recordio_img_s=real, synthetic_img_s=synthetic)
+
+    def scaling_mxnet(self) -> None:
+        self.mxnet_data()
+        options = as_args({**SIZES[self.size]["mxnet"], "kv-store": "dist_sync"})
+        one, two = [], []
+        for _ in range(self.rounds):
+            one.append(self.suite_run("mxnet-imagenet", options, "--nodes", "1", "--hostfile", "hostfiles/loopback")[0]
+                       ["metrics"]["throughput"]["mean"])
+            two.append(self.suite_run("mxnet-imagenet", options, "--nodes", "2", "--hostfile", "hostfiles/loopback")[0]
+                       ["metrics"]["throughput"]["mean"])
+        self.record("scaling.mxnet-imagenet", statistics.fmean(two) / statistics.fmean(one),
+                    one_worker_img_s=one, two_workers_img_s=two)
+
+
+def first_timed_step(run_dir: Path) -> float:
+    """Wall-clock start of rank 0's first timed iteration, from its probe file."""
+    for line in (run_dir / "ranks" / "rank-00000.jsonl").read_text().splitlines():
+        event = json.loads(line)
+        if event["event"] == "iteration":
+            return event["time"] - event["seconds"]
+    raise RuntimeError(f"no timed iteration in {run_dir}")
+
+
+MEASUREMENTS = ["harness_overhead_pytorch", "startup_pytorch", "scaling_pytorch", "input_pipeline_mxnet", "scaling_mxnet"]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--tiny", action="store_true", help="tiny sizes, one round: checks that the benchmark works")
+    parser.add_argument("--rounds", type=int, default=None, help="interleaved rounds per measurement (default 3, tiny 1)")
+    parser.add_argument("--only", nargs="+", choices=MEASUREMENTS, help="run only these measurements")
+    parser.add_argument("--out", type=Path, default=ROOT / "reports" / "bench")
+    args = parser.parse_args(argv)
+    size = "tiny" if args.tiny else "full"
+    with tempfile.TemporaryDirectory(prefix="bench-") as work:
+        bench = Bench(size, args.rounds or (1 if args.tiny else 3), Path(work))
+        for name in args.only or MEASUREMENTS:
+            getattr(bench, name)()
+    args.out.mkdir(parents=True, exist_ok=True)
+    path = args.out / f"{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}-{size}.json"
+    path.write_text(json.dumps({"size": size, "rounds": bench.rounds, "host": os.uname().nodename,
+                                "results": bench.results}, indent=2) + "\n")
+    print(f"results: {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
