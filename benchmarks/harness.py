@@ -48,9 +48,9 @@ class Bench:
         self.size, self.rounds, self.work = size, rounds, work
         self.results: dict[str, dict] = {}
 
-    def suite_run(self, case: str, case_args: list[str], *run_args: str) -> tuple[dict, float]:
-        """A real `python -m suite run` (what `make run` calls); returns its record and the seconds
-        from the start of the command to the first timed step of rank 0."""
+    def suite_run(self, case: str, case_args: list[str], *run_args: str) -> tuple[dict, float, float]:
+        """A real `python -m suite run` (what `make run` calls); returns its record, the seconds from
+        the start of the command to the first timed step of rank 0, and to the launch of the job."""
         results = Path(tempfile.mkdtemp(dir=self.work))
         command = [sys.executable, "-m", "suite", "run", "--case", case, "--results-dir", str(results),
                    "--runs-dir", str(self.work / "runs"), "--data-dir", str(self.work / "data"), *run_args, "--", *case_args]
@@ -60,7 +60,8 @@ class Bench:
         if done.returncode != 0 or path is None:
             raise RuntimeError(f"suite run of {case} failed: {(done.stdout + done.stderr)[-800:]}")
         record = json.loads(path.read_text())
-        return record, first_timed_step(Path(record["repetitions"][0]["run_dir"])) - started
+        rep = record["repetitions"][0]
+        return record, first_timed_step(Path(rep["run_dir"])) - started, rep["launched_at"] - started
 
     def stack_python(self, stack: str) -> str:
         return str(ensure_installed(load_stack(stack), log=lambda m: None).python)
@@ -81,7 +82,7 @@ class Bench:
         for _ in range(self.rounds):
             out = subprocess.run([python, bare_script, *as_args(options)], capture_output=True, text=True, check=True)
             bare.append(json.loads(out.stdout.strip().splitlines()[-1])["throughput"])
-            record, _ = self.suite_run("pytorch-synthetic", as_args(options), "--gpus-per-node", "1")
+            record, _, _ = self.suite_run("pytorch-synthetic", as_args(options), "--gpus-per-node", "1")
             suite.append(record["metrics"]["throughput"]["mean"])
         self.record("harness_overhead.pytorch-synthetic", statistics.fmean(suite) / statistics.fmean(bare),
                     suite_img_s=suite, bare_img_s=bare, **options)
@@ -90,18 +91,20 @@ class Bench:
         options = SIZES[self.size]["pytorch"]
         python = self.stack_python("pytorch-horovod")
         case_dir = ROOT / "cases" / "pytorch-synthetic"
-        via_suite, direct = [], []
+        via_suite, direct, to_launch = [], [], []
         for _ in range(self.rounds):
-            _, seconds = self.suite_run("pytorch-synthetic", as_args(options), "--gpus-per-node", "1")
+            _, seconds, launch = self.suite_run("pytorch-synthetic", as_args(options), "--gpus-per-node", "1")
             via_suite.append(seconds)
+            to_launch.append(launch)
             run_dir = Path(tempfile.mkdtemp(dir=self.work))
             env = {**os.environ, "PYTHONPATH": str(ROOT), "SUITE_RUN_DIR": str(run_dir)}
             started = time.time()
             subprocess.run([python, str(case_dir / "train.py"), *as_args(options)], env=env, check=True,
                            capture_output=True, cwd=run_dir)
             direct.append(first_timed_step(run_dir) - started)
+        # runner_to_launch_s: the suite's own part; the rest of suite_s is horovodrun and the case.
         self.record("startup.pytorch-synthetic", statistics.median(via_suite) - statistics.median(direct),
-                    suite_s=via_suite, direct_s=direct, **options)
+                    suite_s=via_suite, direct_s=direct, runner_to_launch_s=to_launch, **options)
 
     def scaling_pytorch(self) -> None:
         options = as_args(SIZES[self.size]["pytorch"])

@@ -10,8 +10,6 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import jsonschema
-
 from suite import __version__, paths
 from suite.errors import RunFailed
 from suite.jsonfile import write_json_atomic
@@ -39,13 +37,15 @@ class Repetition:
     exit_codes: dict = field(default_factory=dict)
     command: list[str] = field(default_factory=list)
     processes: list[dict] = field(default_factory=list)
+    launched_at: float | None = None
 
     def summary(self) -> dict:
         mean = sum(self.samples) / len(self.samples) if self.samples else None
         return {"index": self.index, "status": self.status, "reason": self.reason, "run_dir": self.run_dir,
                 "throughput": mean, "images": self.images, "timed_seconds": self.seconds,
                 "warmup": self.warmup, "epochs": self.epochs, "results": self.results,
-                "exit_codes": self.exit_codes, "command": self.command, "processes": self.processes}
+                "exit_codes": self.exit_codes, "command": self.command, "processes": self.processes,
+                "launched_at": self.launched_at}
 
 
 def utc_now() -> str:
@@ -154,6 +154,8 @@ def git_state() -> dict:
 
 
 def validate(record: dict) -> None:
+    import jsonschema  # imported on first use: keeps the runner's start-up short
+
     jsonschema.validate(record, SCHEMA)
 
 

@@ -1,6 +1,7 @@
 """`suite run`: check every input, then install the stack, launch each repetition and write one record."""
 
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -157,6 +158,7 @@ def run_repetition(index, plan, scheduler, rep_dir: Path, timeout_s: float, stal
     rep = Repetition(index=index, run_dir=str(rep_dir), command=plan.processes[0].argv,
                      processes=[{"name": p.name, "host": p.host, "argv": p.argv, "env": masked_env(p.env)}
                                 for p in plan.processes])
+    rep.launched_at = time.time()
     results = scheduler.execute(plan, rep_dir / "logs", timeout_s, stall_s)
     rep.exit_codes = {r.name: r.returncode for r in results}
     bad = next((r for r in results if not r.ok), None)
