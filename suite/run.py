@@ -161,7 +161,8 @@ def run_repetition(index, plan, scheduler, rep_dir: Path, timeout_s: float, stal
     rep.launched_at = time.time()
     results = scheduler.execute(plan, rep_dir / "logs", timeout_s, stall_s)
     rep.exit_codes = {r.name: r.returncode for r in results}
-    bad = next((r for r in results if not r.ok), None)
+    # The process that failed by itself, rather than one stopped because of it.
+    bad = next((r for r in results if not r.ok and r.reason is None), None) or next((r for r in results if not r.ok), None)
     if bad:
         rep.status = "failed"
         last = next((line for line in reversed(bad.tail) if line.strip()), "")

@@ -1,0 +1,183 @@
+"""tf-cifar: ResNet50V2 (or ResNet152V2) on CIFAR-10 with tf.distribute.
+
+One process with MirroredStrategy over the node's devices (logical CPU devices on a CPU-only node),
+or one process per node with MultiWorkerMirroredStrategy when TF_CONFIG is set (suite/launchers/tfdist.py).
+The model and training loop are Keras 2 (tf_keras): Keras 3's fit() fails under
+MultiWorkerMirroredStrategy (keras-team/keras#20585), and both strategies should run the same code.
+"""
+
+import json
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import cifar
+import numpy
+import pipeline
+import tensorflow as tf
+import tf_keras as keras
+from cluster import worker_rank
+
+from suite.options import parse_case_args
+from suite.probe import Probe
+
+MODELS = {"resnet50v2": keras.applications.ResNet50V2, "resnet152v2": keras.applications.ResNet152V2}
+
+
+def fail(message: str) -> None:
+    print(f"tf-cifar: error: {message}", file=sys.stderr, flush=True)
+    sys.exit(2)
+
+
+@dataclass
+class Place:
+    """Where this process stands in the run."""
+
+    strategy: tf.distribute.Strategy
+    strategy_name: str
+    rank: int
+    workers: int
+    device_type: str
+    device_name: str
+    processes_on_host: int
+    threads: dict
+
+    @property
+    def replicas(self) -> int:
+        return self.strategy.num_replicas_in_sync
+
+    @property
+    def local_replicas(self) -> int:
+        return self.replicas // self.workers
+
+
+def configure_threads(processes_on_host: int) -> dict:
+    """Split this machine's cores between the case processes it runs, so they do not oversubscribe."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    intra = max(1, cores // processes_on_host)
+    # Collectives and the replicas of one process run side by side in the inter-op pool: at least 2.
+    inter = max(2, intra // 2)
+    tf.config.threading.set_intra_op_parallelism_threads(intra)
+    tf.config.threading.set_inter_op_parallelism_threads(inter)
+    return {"intra_op_threads": intra, "inter_op_threads": inter, "cores": cores}
+
+
+def make_strategy(multi_worker: bool, per_node: int) -> tuple[tf.distribute.Strategy, str, str, str]:
+    """The strategy, its name, and the device type and name for the record."""
+    gpus = tf.config.list_physical_devices("GPU")
+    if gpus:
+        if len(gpus) < per_node:
+            fail(f"GPUS_PER_NODE={per_node} but this node has {len(gpus)} GPU(s)")
+        tf.config.set_visible_devices(gpus[:per_node], "GPU")
+        name = tf.config.experimental.get_device_details(gpus[0]).get("device_name", "gpu")
+        if multi_worker:
+            return tf.distribute.MultiWorkerMirroredStrategy(), "MultiWorkerMirroredStrategy", "cuda", name
+        devices = [f"/gpu:{i}" for i in range(per_node)]
+        return tf.distribute.MirroredStrategy(devices), "MirroredStrategy", "cuda", name
+    if multi_worker:
+        if per_node != 1:
+            fail(f"on a CPU-only node MultiWorkerMirroredStrategy runs one replica per worker; "
+                 f"GPUS_PER_NODE={per_node} needs GPUs (use GPUS_PER_NODE=1)")
+        return tf.distribute.MultiWorkerMirroredStrategy(), "MultiWorkerMirroredStrategy", "cpu", "cpu"
+    # Logical devices on the one CPU give MirroredStrategy as many replicas as GPUs would.
+    cpu = tf.config.list_physical_devices("CPU")[0]
+    tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * per_node)
+    return tf.distribute.MirroredStrategy([f"/cpu:{i}" for i in range(per_node)]), "MirroredStrategy", "cpu", "cpu"
+
+
+def place_this_process() -> Place:
+    """Threads first, then the strategy: TensorFlow takes both settings only before it starts."""
+    tf_config = json.loads(os.environ["TF_CONFIG"]) if os.environ.get("TF_CONFIG") else None
+    rank, workers = worker_rank(tf_config)
+    processes_on_host = int(os.environ.get("SUITE_PROCESSES_ON_HOST", "1"))
+    threads = configure_threads(processes_on_host)
+    per_node = int(os.environ.get("SUITE_DEVICES_PER_NODE", "1"))
+    strategy, name, device_type, device_name = make_strategy(tf_config is not None, per_node)
+    return Place(strategy, name, rank, workers, device_type, device_name, processes_on_host, threads)
+
+
+class EpochProbe(keras.callbacks.Callback):
+    """Times each epoch for the probe; Keras has finished the epoch's steps when it hands over the logs."""
+
+    def __init__(self, probe: Probe, images_per_epoch: int, epochs: int):
+        super().__init__()
+        self.probe, self.images, self.epochs = probe, images_per_epoch, epochs
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self.probe.epoch_begin()
+
+    def on_epoch_end(self, epoch, logs=None):
+        logs = logs or {}
+        self.probe.epoch_end(images=self.images, total=self.epochs, loss=float(logs["loss"]),
+                             accuracy=float(logs["accuracy"]))
+
+
+def build_model(args, replicas: int) -> tuple[keras.Model, float]:
+    model = MODELS[args.model](weights=None, include_top=True, classes=len(cifar.LABEL_NAMES),
+                               input_shape=(args.image_size, args.image_size, 3))
+    lr = args.base_lr * replicas
+    model.compile(optimizer=keras.optimizers.SGD(learning_rate=lr), loss="sparse_categorical_crossentropy",
+                  metrics=["accuracy"])
+    return model, lr
+
+
+def load_data(global_batch: int, batch_size: int) -> tuple[cifar.Cifar, Path]:
+    folder = Path(os.environ.get("SUITE_DATA_DIR", "data")) / cifar.FOLDER
+    try:
+        data = cifar.load(folder)
+    except cifar.DataError as exc:
+        fail(str(exc))
+    if len(data.train.labels) < global_batch:
+        fail(f"{len(data.train.labels)} training images are fewer than one global batch of {global_batch} "
+             f"(batch-size {batch_size} x replicas): lower --batch-size")
+    return data, folder
+
+
+def main() -> None:
+    args = parse_case_args(__file__)
+    place = place_this_process()
+    strategy, replicas, workers = place.strategy, place.replicas, place.workers
+    global_batch = args.batch_size * replicas
+    print(f"worker {place.rank} of {workers}: {place.strategy_name}, {replicas} replica(s) in sync, "
+          f"{place.local_replicas} in this process, {place.threads['intra_op_threads']} thread(s) per op", flush=True)
+
+    data, folder = load_data(global_batch, args.batch_size)
+    steps = len(data.train.labels) // global_batch  # full batches only: every replica does the same work
+    eval_steps = max(1, len(data.test.labels) // global_batch)
+    cache = pipeline.cache_fits(len(data.train.labels) // workers, args.image_size, place.processes_on_host)
+    train = strategy.distribute_datasets_from_function(lambda ctx: pipeline.training(
+        data.train, args.image_size, args.batch_size, cache, args.shuffle_buffer, context=ctx))
+    test = strategy.distribute_datasets_from_function(lambda ctx: pipeline.evaluation(
+        data.test, args.image_size, args.batch_size, context=ctx))
+    with strategy.scope():
+        model, lr = build_model(args, replicas)
+
+    probe = Probe(place.rank, workers)
+    probe.start(
+        config={
+            "model_name": args.model, "data": data.source, "data_path": str(folder),
+            "data_files_sha256": cifar.fingerprints(folder) if place.rank == 0 else None,
+            "train_images": len(data.train.labels), "test_images": len(data.test.labels),
+            "batch_per_device": args.batch_size, "global_batch": global_batch, "image_size": args.image_size,
+            "dtype": "float32", "device_type": place.device_type, "device_name": place.device_name,
+            "strategy": place.strategy_name, "workers": workers, "replicas": replicas,
+            "parameters": model.count_params(), "lr": lr, "steps_per_epoch": steps,
+            "images_per_epoch": steps * global_batch, "cache_resized": cache, **place.threads,
+        },
+        versions={"tensorflow": tf.__version__, "tf_keras": keras.__version__, "numpy": numpy.__version__,
+                  "cuda": tf.sysconfig.get_build_info().get("cuda_version") if place.device_type == "cuda" else None},
+    )
+    callback = EpochProbe(probe, steps * args.batch_size * place.local_replicas, args.epochs)
+    model.fit(train, epochs=args.epochs, steps_per_epoch=steps, callbacks=[callback],
+              verbose=2 if place.rank == 0 else 0)
+    scores = model.evaluate(test, steps=eval_steps, return_dict=True, verbose=0)
+    evaluated = eval_steps * global_batch
+    probe.result(test_accuracy=float(scores["accuracy"]), test_loss=float(scores["loss"]),
+                 test_images_evaluated=evaluated)
+    print(f"test accuracy {scores['accuracy']:.4f} on {evaluated} images", flush=True)
+    probe.end()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,79 @@
+"""tf.distribute: on one node a single process whose MirroredStrategy drives the node's devices; on
+several nodes one process per node with MultiWorkerMirroredStrategy, told its place by TF_CONFIG
+(the first host is the chief)."""
+
+import ipaddress
+import json
+import socket
+
+from suite.hostfile import Host
+from suite.plan import Launch, Plan, Process
+
+QUIET_TF = {"TF_CPP_MIN_LOG_LEVEL": "1"}  # TensorFlow's C++ INFO lines drown the progress
+
+
+def runs_here(host: str) -> bool:
+    """Hosts the local scheduler runs on this machine: localhost, its own name and all of 127.0.0.0/8."""
+    if host in ("localhost", socket.gethostname()):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def free_port(taken: set[int]) -> int:
+    """A TCP port free on every address of this machine, not in `taken`.
+
+    TensorFlow's server listens on all addresses, so the port is tested on all of them (two workers
+    on 127.0.0.1 and 127.0.0.2 share them). A remote host's ports cannot be tested from here; the
+    launch host's free port is the best guess for it.
+    """
+    while True:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind(("", 0))
+            port = s.getsockname()[1]
+        if port not in taken:
+            return port
+
+
+def cluster_spec(hosts: list[str]) -> dict:
+    """TF_CONFIG's cluster: the first host as chief, the rest as workers, each with a free port."""
+    taken: set[int] = set()
+    addresses = []
+    for host in hosts:
+        port = free_port(taken)
+        taken.add(port)
+        addresses.append(f"{host}:{port}")
+    return {"chief": addresses[:1], "worker": addresses[1:]}
+
+
+def tf_config(cluster: dict, index: int) -> dict:
+    """TF_CONFIG of the index-th host: the chief is 0, worker i of the cluster is index i + 1."""
+    task = {"type": "chief", "index": 0} if index == 0 else {"type": "worker", "index": index - 1}
+    return {"cluster": cluster, "task": task}
+
+
+def processes_on_machine(hosts: tuple[Host, ...], host: str) -> int:
+    """How many case processes share `host`'s machine (all local hosts are this one machine)."""
+    if runs_here(host):
+        return sum(runs_here(h.name) for h in hosts)
+    return 1
+
+
+def plan(launch: Launch) -> Plan:
+    world = launch.world
+    argv = launch.stack_env.argv("python", launch.script, *launch.case_argv)
+    if world.nodes == 1:
+        host = world.hosts[0]
+        env = launch.env(host, SUITE_PROCESSES_ON_HOST="1", **QUIET_TF)
+        process = Process("worker-0", host.name, argv, env, launch.run_dir)
+        return Plan((process,), ranks=1, details={"launcher": "tfdist", "strategy": "MirroredStrategy"})
+    cluster = cluster_spec(world.hostnames)
+    processes = []
+    for index, host in enumerate(world.hosts):
+        env = launch.env(host, TF_CONFIG=json.dumps(tf_config(cluster, index)),
+                         SUITE_PROCESSES_ON_HOST=str(processes_on_machine(world.hosts, host.name)), **QUIET_TF)
+        processes.append(Process(f"worker-{index}", host.name, argv, env, launch.run_dir))
+    details = {"launcher": "tfdist", "strategy": "MultiWorkerMirroredStrategy", "tf_cluster": cluster}
+    return Plan(tuple(processes), ranks=world.nodes, details=details)
