@@ -1,0 +1,90 @@
+"""Runs a stack from its Apptainer image (containers/<stack>/<flavour>.def, built by `make
+containers`): every program of the stack becomes `apptainer exec [--nv] --bind ... IMAGE.sif PROGRAM`,
+started on each host by whatever the launcher and scheduler use there (the hybrid model: the host's
+ssh, srun or mpirun start the containers).
+
+The image is <image dir>/<stack>-<flavour>.sif (image dir: the cluster's container_dir, else
+$SUITE_IMAGE_DIR, else containers/build/; $SUITE_IMAGE names one file). The flavour is cuda when this
+host has NVIDIA GPUs, else cpu ($SUITE_CONTAINER_FLAVOUR overrides)."""
+
+import os
+import shutil
+from collections.abc import Iterable
+from pathlib import Path
+
+from suite import containers, paths
+from suite.errors import UsageError
+from suite.plan import StackEnv
+from suite.stacks import Stack
+
+
+def prepare(stack: Stack, log=print, binds: Iterable[Path | str] = (), image_dir: Path | None = None) -> StackEnv:
+    tool = apptainer_program()
+    gpus = containers.host_gpus()
+    flavour = containers.pick_flavour(gpus)
+    image = image_path(stack.name, flavour, image_dir)
+    build_hint = f"make containers STACK={stack.name} FLAVOUR={flavour}"
+    if not image.exists():
+        raise UsageError(f"no {flavour} image of stack {stack.name} at {image}: build it with `{build_hint}` "
+                         "(or set SUITE_IMAGE)")
+    meta = containers.read_image_meta(containers.meta_path(image), build_hint)
+    if meta.get("stack") != stack.name:
+        raise UsageError(f"{image} holds stack {meta.get('stack')!r}, not {stack.name}")
+    warn_if_stale(stack, flavour, meta, log)
+    log(f"stack {stack.name}: apptainer image {image} ({flavour}, sha256:{meta['image_sha256'][:12]})")
+    return stack_env(tool, image, meta, gpus > 0, bind_list(binds))
+
+
+def apptainer_program() -> str:
+    tool = os.environ.get("SUITE_APPTAINER") or shutil.which("apptainer") or shutil.which("singularity")
+    if not tool:
+        raise UsageError("RUNTIME=apptainer needs `apptainer` (or `singularity`) on PATH on this host")
+    return tool
+
+
+def image_path(stack: str, flavour: str, image_dir: Path | None = None) -> Path:
+    if image_dir and not os.environ.get("SUITE_IMAGE"):
+        return Path(image_dir) / f"{stack}-{flavour}.sif"
+    return containers.sif_path(stack, flavour)
+
+
+def bind_list(extra: Iterable[Path | str]) -> list[str]:
+    """The checkout (case scripts, suite.probe), run directories and data, each at its own path;
+    folders inside another bound one and folders that do not exist are left out."""
+    wanted = [paths.ROOT, paths.RUNS, paths.data_dir(), *map(Path, extra)]
+    existing = sorted({p.resolve() for p in wanted if p.exists()}, key=lambda p: len(p.parts))
+    kept: list[Path] = []
+    for path in existing:
+        if not any(path.is_relative_to(k) for k in kept):
+            kept.append(path)
+    return [str(p) for p in kept]
+
+
+def stack_env(tool: str, image: Path, meta: dict, gpus: bool, binds: list[str]) -> StackEnv:
+    prefix = (tool, "exec", *(["--nv"] if gpus else []), "--bind", ",".join(binds), str(image))
+    return StackEnv(
+        runtime="apptainer",
+        bin_dir=f"{containers.PREFIX}/bin",
+        prefix=prefix,
+        env={"PYTHONPATH": str(paths.ROOT)},
+        facts=meta.get("facts", {}),
+        provenance={
+            "stack": meta["stack"],
+            "stack_lock_sha256": meta["lock_sha256"],
+            "stack_recipe_sha256": meta.get("recipe_sha256"),
+            "stack_location": f"{image}:{containers.PREFIX}",
+            "stack_packages": meta.get("packages", {}),
+            "runtime": "apptainer",
+            "image": str(image),
+            "image_sha256": meta["image_sha256"],
+            "image_flavour": meta.get("flavour"),
+        },
+    )
+
+
+def warn_if_stale(stack: Stack, flavour: str, meta: dict, log) -> None:
+    """The record states the image's own lock; a checkout whose lock moved on is only worth a warning."""
+    current = containers.load_flavour(stack, flavour).lock_sha256 if (stack.dir / containers.DESCRIPTION).exists() else None
+    if current and meta.get("lock_sha256") != current:
+        log(f"warning: the image of {stack.name} ({flavour}) was built from another lock than the checkout's "
+            f"(image {meta.get('lock_sha256', '?')[:12]}, checkout {current[:12]}); rebuild with `make containers`")

@@ -1,0 +1,196 @@
+"""RUNTIME=apptainer and RUNTIME=docker: the argv and environment they give a case, their refusals
+before launch, and the provenance they put into the record."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from suite import containers, paths
+from suite.cases import load_case
+from suite.errors import UsageError
+from suite.hostfile import Host, World
+from suite.launchers import tfdist
+from suite.plan import Launch
+from suite.results import RunContext, build_record, new_run_id, utc_now, validate
+from suite.runtimes import apptainer, docker, local
+from suite.stacks import Stack, load_stack
+
+STACK = load_stack("tensorflow")
+SHA = "5e" * 32
+
+
+def executable(folder: Path, name: str, body: str) -> Path:
+    path = folder / name
+    path.write_text(f"#!/bin/sh\n{body}\n")
+    path.chmod(0o755)
+    return path
+
+
+@pytest.fixture
+def host(tmp_path, monkeypatch):
+    """This host with an `apptainer` on PATH, an image folder, and no GPU unless asked for."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    executable(bin_dir, "apptainer", "exit 0")
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("SUITE_IMAGE_DIR", str(tmp_path / "images"))
+    for name in ("SUITE_IMAGE", "SUITE_CONTAINER_FLAVOUR", "SUITE_APPTAINER"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(containers, "host_gpus", lambda: 0)
+    (tmp_path / "images").mkdir()
+    return tmp_path
+
+
+def built_image(folder: Path, flavour: str = "cpu") -> Path:
+    """An image file and the metadata `make containers` writes beside it."""
+    image = folder / "images" / f"tensorflow-{flavour}.sif"
+    image.write_bytes(b"not really an image")
+    fl = containers.load_flavour(STACK, flavour)
+    containers.write_image_meta(containers.meta_path(image), fl, str(image), SHA, "apptainer",
+                                {"built": True}, {"tensorflow": "2.21.0"})
+    return image
+
+
+def test_apptainer_runs_each_process_of_the_case_in_the_image(host):
+    image = built_image(host)
+    env = apptainer.prepare(STACK, log=lambda m: None, binds=[host])
+    tool = str(host / "bin" / "apptainer")
+    assert env.prefix == (tool, "exec", "--bind", f"{paths.ROOT},{host}", str(image))
+    assert env.argv("python", "train.py") == [*env.prefix, "/opt/stack/bin/python", "train.py"]
+    assert env.env == {"PYTHONPATH": str(paths.ROOT)} and env.facts == {"built": True}
+
+    world = World((Host("127.0.0.1", 1), Host("127.0.0.2", 1)), "hf")
+    plan = tfdist.plan(Launch("/c/train.py", ["--epochs", "2"], world, env, str(host / "run"), "/data"))
+    for process in plan.processes:  # one container per process, started where the scheduler runs it
+        assert process.argv[:5] == list(env.prefix) and process.argv[5:7] == ["/opt/stack/bin/python", "/c/train.py"]
+        assert process.env["PYTHONPATH"] == str(paths.ROOT) and "TF_CONFIG" in process.env
+
+
+def test_apptainer_asks_for_gpus_and_the_cuda_image_on_a_gpu_host(host, monkeypatch):
+    monkeypatch.setattr(containers, "host_gpus", lambda: 4)
+    image = built_image(host, "cuda")
+    env = apptainer.prepare(STACK, log=lambda m: None)
+    assert env.prefix[1:3] == ("exec", "--nv") and env.prefix[-1] == str(image)
+    assert env.provenance["image_flavour"] == "cuda"
+
+
+def test_gpus_are_counted_from_nvidia_smi(host, monkeypatch):
+    monkeypatch.undo()  # the real host_gpus, with a stand-in nvidia-smi first on PATH
+    executable(host / "bin", "nvidia-smi", 'echo "GPU 0: NVIDIA H100 (UUID: GPU-1)"; echo "GPU 1: NVIDIA H100 (UUID: GPU-2)"')
+    monkeypatch.setenv("PATH", f"{host / 'bin'}{os.pathsep}{os.environ['PATH']}")
+    assert containers.host_gpus() == 2
+    assert containers.pick_flavour(2) == "cuda" and containers.pick_flavour(0) == "cpu"
+
+
+def test_apptainer_provenance_names_the_image_and_its_digest(host):
+    image = built_image(host)
+    env = apptainer.prepare(STACK, log=lambda m: None)
+    prov = env.provenance
+    assert (prov["runtime"], prov["image"], prov["image_sha256"]) == ("apptainer", str(image), SHA)
+    assert prov["stack_lock_sha256"] == STACK.lock_sha256 and prov["stack_packages"] == {"tensorflow": "2.21.0"}
+    record = failed_record(prov)
+    validate(record)
+    assert record["provenance"]["image_sha256"] == SHA and record["provenance"]["runtime"] == "apptainer"
+
+
+def test_apptainer_refuses_a_missing_image_naming_path_and_make_target(host):
+    with pytest.raises(UsageError, match=r"no cpu image of stack tensorflow at .*tensorflow-cpu\.sif: build it "
+                                         r"with `make containers STACK=tensorflow FLAVOUR=cpu`"):
+        apptainer.prepare(STACK, log=lambda m: None)
+
+
+def test_apptainer_refuses_without_apptainer(host, monkeypatch):
+    monkeypatch.setenv("PATH", "/nonexistent")
+    with pytest.raises(UsageError, match="needs `apptainer`"):
+        apptainer.prepare(STACK, log=lambda m: None)
+
+
+def test_apptainer_warns_when_the_image_has_another_lock(host):
+    image = built_image(host)
+    meta = json.loads(containers.meta_path(image).read_text())
+    containers.meta_path(image).write_text(json.dumps({**meta, "lock_sha256": "00" * 32}))
+    said = []
+    env = apptainer.prepare(STACK, log=said.append)
+    assert any("built from another lock" in m for m in said)
+    assert env.provenance["stack_lock_sha256"] == "00" * 32  # the record states the image's lock
+
+
+def test_run_with_missing_image_stops_in_one_line_before_launch(tmp_path):
+    env = {**os.environ, "SUITE_IMAGE_DIR": str(tmp_path), "SUITE_APPTAINER": "/bin/true",
+           "SUITE_CONTAINER_FLAVOUR": "cpu"}
+    result = subprocess.run([sys.executable, "-m", "suite", "run", "--case", "pytorch-synthetic", "--runtime",
+                             "apptainer", "--results-dir", str(tmp_path / "results"), "--runs-dir",
+                             str(tmp_path / "runs")], cwd=paths.ROOT, env=env, capture_output=True, text=True)
+    assert result.returncode == 2
+    [line] = result.stderr.strip().splitlines()
+    assert line.startswith("error: no cpu image of stack pytorch-horovod") and "make containers" in line
+    assert not (tmp_path / "runs").exists() and not (tmp_path / "results").exists()
+
+
+def test_docker_stack_env_runs_programs_through_the_sdk_shim():
+    labels = {"org.hpc-dl-bench.stack": "tensorflow", "org.hpc-dl-bench.lock_sha256": STACK.lock_sha256,
+              "org.hpc-dl-bench.flavour": "cpu"}
+    env = docker.stack_env("hpc-dl-bench-tensorflow:cpu-x", f"sha256:{SHA}", labels, {}, {}, True, ["/a", "/b"])
+    assert env.argv("python", "t.py") == [sys.executable, "-m", "suite.runtimes.docker", "--image",
+                                          "hpc-dl-bench-tensorflow:cpu-x", "--bind", "/a,/b", "--gpus", "--",
+                                          "/opt/stack/bin/python", "t.py"]
+    prov = env.provenance
+    assert (prov["runtime"], prov["image"], prov["image_sha256"]) == ("docker", "hpc-dl-bench-tensorflow:cpu-x", SHA)
+    validate(failed_record(prov))
+
+
+def test_docker_container_options():
+    environ = {"SUITE_RUN_DIR": "/r", "TF_CONFIG": "{}", "PYTHONPATH": "/suite", "HOME": "/root", "SECRET": "x"}
+    opts = docker.run_options("img", ["/opt/stack/bin/python", "t.py"], ["/suite", "/r"], True, environ, "/r")
+    assert opts["command"] == ["/opt/stack/bin/python", "t.py"] and opts["working_dir"] == "/r"
+    assert opts["environment"] == {"SUITE_RUN_DIR": "/r", "TF_CONFIG": "{}", "PYTHONPATH": "/suite", "HOME": "/tmp"}
+    assert opts["volumes"] == {"/suite": {"bind": "/suite", "mode": "rw"}, "/r": {"bind": "/r", "mode": "rw"}}
+    assert (opts["network_mode"], opts["ipc_mode"]) == ("host", "host")
+    [gpus] = opts["device_requests"]
+    assert gpus["Count"] == -1 and gpus["Capabilities"] == [["gpu"]]
+    assert docker.run_options("img", ["x"], [], False, {}, "/")["device_requests"] is None
+
+
+def test_docker_refuses_without_an_engine():
+    problem = containers.docker_engine_problem()
+    if problem is None:
+        pytest.skip("a Docker engine answers here")
+    with pytest.raises(UsageError, match="RUNTIME=docker needs a Docker engine on this host"):
+        docker.prepare(STACK, log=lambda m: None)
+
+
+def test_local_runtime_records_runtime_and_no_image(tmp_path, monkeypatch):
+    monkeypatch.setenv("SUITE_STACK_HOME", str(tmp_path / "home"))
+    folder = tmp_path / "toy"
+    folder.mkdir()
+    (folder / "requirements.lock").write_text("# no packages\n")
+    prov = local.prepare(Stack("toy", folder), log=lambda m: None).provenance
+    assert (prov["runtime"], prov["image"], prov["image_sha256"]) == ("local", None, None)
+    assert "pip" in prov["stack_packages"]  # pip list of the environment
+
+
+@pytest.mark.integration
+def test_docker_runtime_runs_a_case(suite_cli, tmp_path):
+    problem = containers.docker_engine_problem()
+    if problem:
+        pytest.skip(f"no Docker engine to run a container: {problem}")
+    [meta] = containers.build("tensorflow", "cpu", "docker")
+    data = tmp_path / "data"
+    assert suite_cli("data", "--case", "tf-cifar", "--data-dir", str(data), "--synthetic").returncode == 0
+    result = suite_cli("run", "--case", "tf-cifar", "--runtime", "docker", "--data-dir", str(data),
+                       case_args=("--image-size", "32", "--batch-size", "8", "--epochs", "2"))
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    [record] = [json.loads(p.read_text()) for p in suite_cli.results.glob("*.json")]
+    assert record["provenance"]["runtime"] == "docker"
+    assert record["provenance"]["image_sha256"] == meta["image_sha256"]
+
+
+def failed_record(provenance: dict) -> dict:
+    case = load_case("pytorch-synthetic")
+    world = World((Host("localhost", 1),), "hostfiles/localhost")
+    ctx = RunContext(new_run_id(case.name, 1, 1), case, {}, world, provenance["runtime"], "local", ["suite"], utc_now())
+    return build_record(ctx, [], provenance, {}, "stopped for the test")
