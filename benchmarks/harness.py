@@ -30,11 +30,14 @@ from suite.stacks import ensure_installed, load_stack  # noqa: E402
 
 SIZES = {
     "full": {"pytorch": {"batch-size": 32, "image-size": 224, "num-warmup-batches": 5, "num-batches-per-iter": 5, "num-iters": 5},
-             "mxnet": {"batch-size": 32, "image-size": 224, "num-warmup-batches": 5, "disp-batches": 5, "num-batches": 30}},
+             "mxnet": {"batch-size": 32, "image-size": 224, "num-warmup-batches": 5, "disp-batches": 5, "num-batches": 30},
+             "tf": {"batch-size": 32, "image-size": 128, "epochs": 3}},
     "tiny": {"pytorch": {"batch-size": 4, "image-size": 32, "num-warmup-batches": 1, "num-batches-per-iter": 2, "num-iters": 2},
-             "mxnet": {"batch-size": 4, "image-size": 32, "num-warmup-batches": 1, "disp-batches": 2, "num-batches": 5}},
+             "mxnet": {"batch-size": 4, "image-size": 32, "num-warmup-batches": 1, "disp-batches": 2, "num-batches": 5},
+             "tf": {"batch-size": 16, "image-size": 32, "epochs": 2}},
 }
 TARGETS = {"harness_overhead.pytorch-synthetic": (">=", 0.99), "input_pipeline.mxnet-imagenet": (">=", 0.95),
+           "input_pipeline.tf-cifar": (">=", 0.95),
            "scaling.pytorch-synthetic": (">=", 1.8), "scaling.mxnet-imagenet": (">=", 1.8),
            "startup.pytorch-synthetic": ("<", 2.0)}
 
@@ -130,6 +133,18 @@ class Bench:
         self.record("input_pipeline.mxnet-imagenet", statistics.fmean(real) / statistics.fmean(synthetic),
                     recordio_img_s=real, synthetic_img_s=synthetic)
 
+    def input_pipeline_tf(self) -> None:
+        if not (self.work / "data" / "cifar-10-batches-py" / "data_batch_1").exists():
+            subprocess.run([sys.executable, "-m", "suite", "data", "--case", "tf-cifar", "--synthetic",
+                            "--data-dir", str(self.work / "data")], cwd=ROOT, check=True, capture_output=True)
+        options = as_args(SIZES[self.size]["tf"])
+        real, synthetic = [], []
+        for _ in range(self.rounds):
+            real.append(self.suite_run("tf-cifar", options)[0]["metrics"]["throughput"]["mean"])
+            synthetic.append(self.suite_run("tf-cifar", [*options, "--synthetic-input"])[0]["metrics"]["throughput"]["mean"])
+        self.record("input_pipeline.tf-cifar", statistics.fmean(real) / statistics.fmean(synthetic),
+                    cifar_format_img_s=real, synthetic_in_memory_img_s=synthetic)
+
     def scaling_mxnet(self) -> None:
         self.mxnet_data()
         options = as_args({**SIZES[self.size]["mxnet"], "kv-store": "dist_sync"})
@@ -144,15 +159,16 @@ class Bench:
 
 
 def first_timed_step(run_dir: Path) -> float:
-    """Wall-clock start of rank 0's first timed iteration, from its probe file."""
+    """Wall-clock start of rank 0's first timed iteration (or timed epoch: the second), from its probe file."""
     for line in (run_dir / "ranks" / "rank-00000.jsonl").read_text().splitlines():
         event = json.loads(line)
-        if event["event"] == "iteration":
+        if event["event"] == "iteration" or (event["event"] == "epoch" and event["index"] > 0):
             return event["time"] - event["seconds"]
     raise RuntimeError(f"no timed iteration in {run_dir}")
 
 
-MEASUREMENTS = ["harness_overhead_pytorch", "startup_pytorch", "scaling_pytorch", "input_pipeline_mxnet", "scaling_mxnet"]
+MEASUREMENTS = ["harness_overhead_pytorch", "startup_pytorch", "scaling_pytorch", "input_pipeline_mxnet",
+                "input_pipeline_tf", "scaling_mxnet"]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -21,7 +21,7 @@ def test_make_bench_tiny_writes_ratios(tmp_path, pytorch_stack):
     assert result.returncode == 0, result.stdout + result.stderr
     printed = {m["name"]: float(m["value"]) for m in map(LINE.match, result.stdout.splitlines()) if m}
     assert set(printed) == {"harness_overhead.pytorch-synthetic", "startup.pytorch-synthetic", "scaling.pytorch-synthetic",
-                            "input_pipeline.mxnet-imagenet", "scaling.mxnet-imagenet"}
+                            "input_pipeline.mxnet-imagenet", "input_pipeline.tf-cifar", "scaling.mxnet-imagenet"}
     [path] = out.glob("*-tiny.json")
     data = json.loads(path.read_text())
     assert data["size"] == "tiny" and data["rounds"] == 1

@@ -68,3 +68,12 @@ def evaluation(split: Split, image_size: int, batch_per_replica: int,
     ds = _resized(split, image_size, context).repeat()
     ds = ds.batch(batch_per_replica, drop_remainder=True).map(_scale, num_parallel_calls=AUTOTUNE)
     return ds.prefetch(AUTOTUNE)
+
+
+def synthetic(image_size: int, batch_per_replica: int, classes: int, seed: int = 42) -> tf.data.Dataset:
+    """One fixed random batch repeated, already at its final size and range: training without any input
+    work, to tell the input pipeline's cost from the model's (`--synthetic-input`)."""
+    generator = tf.random.Generator.from_seed(seed)
+    images = generator.uniform((batch_per_replica, image_size, image_size, 3), -1.0, 1.0)
+    labels = generator.uniform((batch_per_replica,), 0, classes, dtype=tf.int32)
+    return tf.data.Dataset.from_tensors((images, labels)).repeat().prefetch(AUTOTUNE)

@@ -146,8 +146,12 @@ def main() -> None:
     steps = len(data.train.labels) // global_batch  # full batches only: every replica does the same work
     eval_steps = max(1, len(data.test.labels) // global_batch)
     cache = pipeline.cache_fits(len(data.train.labels) // workers, args.image_size, place.processes_on_host)
-    train = strategy.distribute_datasets_from_function(lambda ctx: pipeline.training(
-        data.train, args.image_size, args.batch_size, cache, args.shuffle_buffer, context=ctx))
+    if args.synthetic_input:
+        train = strategy.distribute_datasets_from_function(lambda ctx: pipeline.synthetic(
+            args.image_size, args.batch_size, len(cifar.LABEL_NAMES)))
+    else:
+        train = strategy.distribute_datasets_from_function(lambda ctx: pipeline.training(
+            data.train, args.image_size, args.batch_size, cache, args.shuffle_buffer, context=ctx))
     test = strategy.distribute_datasets_from_function(lambda ctx: pipeline.evaluation(
         data.test, args.image_size, args.batch_size, context=ctx))
     with strategy.scope():
@@ -156,7 +160,8 @@ def main() -> None:
     probe = Probe(place.rank, workers)
     probe.start(
         config={
-            "model_name": args.model, "data": data.source, "data_path": str(folder),
+            "model_name": args.model, "data": "synthetic-in-memory" if args.synthetic_input else data.source,
+            "data_path": str(folder),
             "data_files_sha256": cifar.fingerprints(folder) if place.rank == 0 else None,
             "train_images": len(data.train.labels), "test_images": len(data.test.labels),
             "batch_per_device": args.batch_size, "global_batch": global_batch, "image_size": args.image_size,
