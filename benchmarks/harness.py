@@ -109,53 +109,45 @@ class Bench:
         self.record("startup.pytorch-synthetic", statistics.median(via_suite) - statistics.median(direct),
                     suite_s=via_suite, direct_s=direct, runner_to_launch_s=to_launch, **options)
 
+    def interleaved(self, name: str, case: str, a: tuple[list[str], list[str]], b: tuple[list[str], list[str]],
+                    labels: tuple[str, str]) -> None:
+        """Records mean img/s of variant a / variant b, each (case options, run options), run in turns."""
+        results = {labels[0]: [], labels[1]: []}
+        for _ in range(self.rounds):
+            for label, (case_args, run_args) in zip(labels, (a, b)):
+                record = self.suite_run(case, case_args, *run_args)[0]
+                results[label].append(record["metrics"]["throughput"]["mean"])
+        self.record(name, statistics.fmean(results[labels[0]]) / statistics.fmean(results[labels[1]]), **results)
+
+    def synthetic_data(self, case: str, marker: str) -> None:
+        """The case's generated dataset in the bench's data folder, made once."""
+        if not (self.work / "data" / marker).exists():
+            subprocess.run([sys.executable, "-m", "suite", "data", "--case", case, "--synthetic",
+                            "--data-dir", str(self.work / "data")], cwd=ROOT, check=True, capture_output=True)
+
     def scaling_pytorch(self) -> None:
         options = as_args(SIZES[self.size]["pytorch"])
-        one, two = [], []
-        for _ in range(self.rounds):
-            one.append(self.suite_run("pytorch-synthetic", options, "--gpus-per-node", "1")[0]["metrics"]["throughput"]["mean"])
-            two.append(self.suite_run("pytorch-synthetic", options, "--gpus-per-node", "2")[0]["metrics"]["throughput"]["mean"])
-        self.record("scaling.pytorch-synthetic", statistics.fmean(two) / statistics.fmean(one),
-                    one_worker_img_s=one, two_workers_img_s=two)
-
-    def mxnet_data(self) -> None:
-        if not (self.work / "data" / "imagenet-rec" / "train.rec").exists():
-            subprocess.run([sys.executable, "-m", "suite", "data", "--case", "mxnet-imagenet", "--synthetic",
-                            "--data-dir", str(self.work / "data")], cwd=ROOT, check=True, capture_output=True)
+        self.interleaved("scaling.pytorch-synthetic", "pytorch-synthetic", (options, ["--gpus-per-node", "2"]),
+                         (options, ["--gpus-per-node", "1"]), ("two_workers_img_s", "one_worker_img_s"))
 
     def input_pipeline_mxnet(self) -> None:
-        self.mxnet_data()
+        self.synthetic_data("mxnet-imagenet", "imagenet-rec/train.rec")
         options = as_args({**SIZES[self.size]["mxnet"], "kv-store": "local"})
-        real, synthetic = [], []
-        for _ in range(self.rounds):
-            real.append(self.suite_run("mxnet-imagenet", options)[0]["metrics"]["throughput"]["mean"])
-            synthetic.append(self.suite_run("mxnet-imagenet", [*options, "--benchmark"])[0]["metrics"]["throughput"]["mean"])
-        self.record("input_pipeline.mxnet-imagenet", statistics.fmean(real) / statistics.fmean(synthetic),
-                    recordio_img_s=real, synthetic_img_s=synthetic)
+        self.interleaved("input_pipeline.mxnet-imagenet", "mxnet-imagenet", (options, []),
+                         ([*options, "--benchmark"], []), ("recordio_img_s", "synthetic_img_s"))
 
     def input_pipeline_tf(self) -> None:
-        if not (self.work / "data" / "cifar-10-batches-py" / "data_batch_1").exists():
-            subprocess.run([sys.executable, "-m", "suite", "data", "--case", "tf-cifar", "--synthetic",
-                            "--data-dir", str(self.work / "data")], cwd=ROOT, check=True, capture_output=True)
+        self.synthetic_data("tf-cifar", "cifar-10-batches-py/data_batch_1")
         options = as_args(SIZES[self.size]["tf"])
-        real, synthetic = [], []
-        for _ in range(self.rounds):
-            real.append(self.suite_run("tf-cifar", options)[0]["metrics"]["throughput"]["mean"])
-            synthetic.append(self.suite_run("tf-cifar", [*options, "--synthetic-input"])[0]["metrics"]["throughput"]["mean"])
-        self.record("input_pipeline.tf-cifar", statistics.fmean(real) / statistics.fmean(synthetic),
-                    cifar_format_img_s=real, synthetic_in_memory_img_s=synthetic)
+        self.interleaved("input_pipeline.tf-cifar", "tf-cifar", (options, []), ([*options, "--synthetic-input"], []),
+                         ("cifar_format_img_s", "synthetic_in_memory_img_s"))
 
     def scaling_mxnet(self) -> None:
-        self.mxnet_data()
+        self.synthetic_data("mxnet-imagenet", "imagenet-rec/train.rec")
         options = as_args({**SIZES[self.size]["mxnet"], "kv-store": "dist_sync"})
-        one, two = [], []
-        for _ in range(self.rounds):
-            one.append(self.suite_run("mxnet-imagenet", options, "--nodes", "1", "--hostfile", "hostfiles/loopback")[0]
-                       ["metrics"]["throughput"]["mean"])
-            two.append(self.suite_run("mxnet-imagenet", options, "--nodes", "2", "--hostfile", "hostfiles/loopback")[0]
-                       ["metrics"]["throughput"]["mean"])
-        self.record("scaling.mxnet-imagenet", statistics.fmean(two) / statistics.fmean(one),
-                    one_worker_img_s=one, two_workers_img_s=two)
+        loopback = ["--hostfile", "hostfiles/loopback"]
+        self.interleaved("scaling.mxnet-imagenet", "mxnet-imagenet", (options, ["--nodes", "2", *loopback]),
+                         (options, ["--nodes", "1", *loopback]), ("two_workers_img_s", "one_worker_img_s"))
 
 
 def first_timed_step(run_dir: Path) -> float:

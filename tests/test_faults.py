@@ -66,21 +66,29 @@ def descendants(pid: int) -> set[int]:
     return found
 
 
+def failed_record_after(runner: subprocess.Popen, family: set[int], tmp_path: Path) -> dict:
+    """Waits for the runner after a fault: it must end within the bound, with exit 1, nothing of the
+    run left alive, and one valid failed record."""
+    fault_at = time.monotonic()
+    output, _ = runner.communicate(timeout=BOUND_S + 30)
+    assert time.monotonic() - fault_at < BOUND_S
+    assert runner.returncode == 1, output
+    time.sleep(1)
+    assert [p for p in family if alive(p)] == []
+    [record] = records_in(tmp_path / "results")
+    validate(record)
+    assert record["status"] == "failed"
+    return record
+
+
 def test_a_dying_worker_ends_the_job(tmp_path, pytorch_stack):
     runner = start_run(tmp_path, "--gpus-per-node", "2")
     pids = wait_for_ranks(tmp_path, 2)
     family = descendants(runner.pid)
     assert set(pids.values()) <= family
     os.kill(pids[1], signal.SIGKILL)
-    killed_at = time.monotonic()
-    output, _ = runner.communicate(timeout=BOUND_S + 30)
-    assert time.monotonic() - killed_at < BOUND_S
-    assert runner.returncode == 1, output
-    time.sleep(1)
-    assert [p for p in family if alive(p)] == []
-    [record] = records_in(tmp_path / "results")
-    validate(record)
-    assert record["status"] == "failed" and "horovodrun on localhost exited with" in record["reason"]
+    record = failed_record_after(runner, family, tmp_path)
+    assert "horovodrun on localhost exited with" in record["reason"]
     assert Path(record["repetitions"][0]["run_dir"], "logs", "horovodrun.log").exists()  # kept for failed runs
 
 
@@ -90,11 +98,5 @@ def test_stopping_the_runner_cleans_up(tmp_path, pytorch_stack, sig):
     wait_for_ranks(tmp_path, 2)
     family = descendants(runner.pid)
     runner.send_signal(sig)
-    stopped_at = time.monotonic()
-    output, _ = runner.communicate(timeout=BOUND_S + 30)
-    assert time.monotonic() - stopped_at < BOUND_S
-    assert runner.returncode == 1, output
-    time.sleep(1)
-    assert [p for p in family if alive(p)] == []
-    [record] = records_in(tmp_path / "results")
-    assert record["status"] == "failed" and record["reason"].startswith("interrupted")
+    record = failed_record_after(runner, family, tmp_path)
+    assert record["reason"].startswith("interrupted")
