@@ -56,6 +56,12 @@ class Case:
                 f"{f' and {len(missing) - 1} more' if len(missing) > 1 else ''} "
                 f"(run 'make data CASE={self.name}', or add SYNTHETIC=1 for a small generated set; "
                 "DATA_DIR says where data lives)")
+        for rel, signature in data.get("signatures", {}).items():
+            with open(data_dir / rel, "rb") as f:
+                start = f.read(len(signature) // 2).hex()
+            if start != signature:
+                raise UsageError(f"case {self.name}: {data_dir / rel} is not in the expected format (starts with "
+                                 f"'{start}', expected '{signature}'); prepare it with 'make data CASE={self.name}'")
 
     def parse_options(self, argv: list[str]) -> dict:
         try:

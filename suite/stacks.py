@@ -6,6 +6,7 @@ import fcntl
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -67,12 +68,42 @@ class InstalledStack:
         return self.prefix / "bin" / name
 
 
+PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==([^\s]+)$")
+HASH = re.compile(r"^--hash=sha256:[0-9a-f]{64}$")
+
+
+def lock_pins(lock: Path) -> dict[str, str]:
+    """name -> version of a lock whose every requirement is `name==version --hash=sha256:...`;
+    anything else (a range, a missing or malformed hash) is refused naming its line."""
+    pins: dict[str, str] = {}
+    logical, first = "", 0
+    for lineno, raw in enumerate(lock.read_text().splitlines(), start=1):
+        line = raw.split("#", 1)[0].strip()
+        if not logical:
+            first = lineno
+        logical += " " + line.removesuffix("\\").strip()
+        if line.endswith("\\"):
+            continue
+        fields, logical = logical.split(), ""
+        if not fields:
+            continue
+        pin = PIN.match(fields[0])
+        if not pin or len(fields) < 2 or not all(HASH.match(f) for f in fields[1:]):
+            raise UsageError(f"{lock}:{first}: '{' '.join(fields)[:80]}' is not pinned as "
+                             "'name==version --hash=sha256:<64 hex>' (every line of a lock must be)")
+        pins[pin.group(1).lower()] = pin.group(2)
+    return pins
+
+
 def load_stack(name: str) -> Stack:
     stack_dir = paths.CONTAINERS / name
     if not (stack_dir / "requirements.lock").exists():
         known = sorted(p.parent.name for p in paths.CONTAINERS.glob("*/requirements.lock"))
         raise UsageError(f"unknown stack '{name}' (known stacks: {', '.join(known)})")
-    return Stack(name, stack_dir)
+    stack = Stack(name, stack_dir)
+    for lock in stack_dir.glob("*.lock"):
+        lock_pins(lock)
+    return stack
 
 
 def local_prefix(stack: Stack) -> Path:

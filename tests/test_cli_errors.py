@@ -70,8 +70,25 @@ def test_missing_data_is_refused_unless_the_case_option_needs_none(tmp_path):
     case.check_data({"benchmark": True}, tmp_path)
     (tmp_path / "set").mkdir()
     for name in ("a.bin", "b.bin"):
-        (tmp_path / "set" / name).touch()
+        (tmp_path / "set" / name).write_bytes(b"\x0a\x23\xd7\xce rest")
     case.check_data({"benchmark": False}, tmp_path)
+    spec["data"]["signatures"] = {"set/a.bin": "0a23d7ce", "set/b.bin": "8002"}
+    with pytest.raises(UsageError, match=r"set/b.bin is not in the expected format \(starts with '0a23', expected '8002'\)"):
+        case.check_data({"benchmark": False}, tmp_path)
+
+
+@pytest.mark.parametrize("case, files", [
+    ("tf-cifar", ["data_batch_1", "data_batch_2", "data_batch_3", "data_batch_4", "data_batch_5", "test_batch", "batches.meta"]),
+    ("mxnet-imagenet", ["train.rec", "train.idx"]),
+])
+def test_data_in_the_wrong_format_is_refused(suite_cli, tmp_path, case, files):
+    folder = tmp_path / ("cifar-10-batches-py" if case == "tf-cifar" else "imagenet-rec")
+    folder.mkdir()
+    for name in files:
+        (folder / name).write_text("not a dataset")
+    result = suite_cli("run", "--case", case, "--data-dir", str(tmp_path))
+    assert result.returncode == 2 and "is not in the expected format" in result.stderr
+    assert result.stderr.count("\n") == 1 and not suite_cli.runs.exists()
 
 
 def test_case_without_data_refuses_make_data(suite_cli):

@@ -109,10 +109,13 @@ def test_apptainer_refuses_without_apptainer(host, monkeypatch):
         apptainer.prepare(STACK, log=lambda m: None)
 
 
-def test_apptainer_warns_when_the_image_has_another_lock(host):
+def test_apptainer_refuses_an_image_of_another_lock_unless_allowed(host, monkeypatch):
     image = built_image(host)
     meta = json.loads(containers.meta_path(image).read_text())
     containers.meta_path(image).write_text(json.dumps({**meta, "lock_sha256": "00" * 32}))
+    with pytest.raises(UsageError, match=r"built from another lock than the checkout's \(image 000000000000, checkout "):
+        apptainer.prepare(STACK, log=lambda m: None)
+    monkeypatch.setenv("SUITE_ALLOW_STALE_IMAGE", "1")
     said = []
     env = apptainer.prepare(STACK, log=said.append)
     assert any("built from another lock" in m for m in said)

@@ -35,7 +35,7 @@ def test_horovod_run_writes_a_valid_record(suite_cli, pytorch_stack, workers):
     assert prov["versions"]["torch"].startswith("2.13.0") and prov["versions"]["horovod"] == "0.28.1"
     assert prov["host_info"] and all(info["cpu_model"] for info in prov["host_info"].values())
     assert "record: " in result.stdout and "img/s per device" in result.stdout
-    assert f"iteration 3/3" in result.stdout  # live progress from rank 0
+    assert "iteration 3/3" in result.stdout  # live progress from rank 0
 
 
 def test_repetitions_are_separate_launches(suite_cli, pytorch_stack):

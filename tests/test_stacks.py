@@ -1,32 +1,29 @@
-import re
-from pathlib import Path
-
 import pytest
 
 from suite import paths
-from suite.stacks import Stack, ensure_installed, find_installed, local_prefix
-
-REQUIREMENT = re.compile(r"^([A-Za-z0-9_.-]+)==([^\s\\]+)\s*\\?$")
-
-
-def lock_pins(lock: Path) -> dict[str, str]:
-    """name -> version of a hash-pinned lock; fails on any line that is not pinned with a hash."""
-    pins = {}
-    text = re.sub(r"\\\n\s*", " ", lock.read_text())
-    for line in text.splitlines():
-        line = line.split("#", 1)[0].strip()
-        if not line:
-            continue
-        name_version, *hashes = line.split()
-        name, _, version = name_version.partition("==")
-        assert version and hashes and all(re.fullmatch(r"--hash=sha256:[0-9a-f]{64}", h) for h in hashes), line
-        pins[name.lower()] = version
-    return pins
+from suite.errors import UsageError
+from suite.stacks import Stack, ensure_installed, find_installed, load_stack, local_prefix, lock_pins
 
 
 @pytest.mark.parametrize("lock", sorted(paths.CONTAINERS.glob("*/*.lock")), ids=lambda p: f"{p.parent.name}/{p.name}")
 def test_every_package_is_pinned_with_a_hash(lock):
     assert lock_pins(lock)
+
+
+@pytest.mark.parametrize("text, line", [
+    ("numpy==1.23.5\n", 1),                                            # hash removed by hand
+    ("# pinned\nnumpy>=1.23 \\\n    --hash=sha256:" + "a" * 64 + "\n", 2),  # a range
+    ("numpy==1.23.5 \\\n    --hash=sha256:abc\n", 1),                   # a malformed hash
+])
+def test_a_hand_edited_lock_is_refused_naming_the_line(tmp_path, monkeypatch, text, line):
+    stack = tmp_path / "toy"
+    stack.mkdir()
+    (stack / "requirements.lock").write_text(text)
+    with pytest.raises(UsageError, match=rf"requirements.lock:{line}: .* is not pinned as 'name==version --hash"):
+        lock_pins(stack / "requirements.lock")
+    monkeypatch.setattr(paths, "CONTAINERS", tmp_path)
+    with pytest.raises(UsageError, match="is not pinned"):
+        load_stack("toy")
 
 
 @pytest.fixture

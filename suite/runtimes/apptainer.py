@@ -30,7 +30,7 @@ def prepare(stack: Stack, log=print, binds: Iterable[Path | str] = (), image_dir
     meta = containers.read_image_meta(containers.meta_path(image), build_hint)
     if meta.get("stack") != stack.name:
         raise UsageError(f"{image} holds stack {meta.get('stack')!r}, not {stack.name}")
-    warn_if_stale(stack, flavour, meta, log)
+    refuse_stale_image(stack, flavour, meta, log)
     log(f"stack {stack.name}: apptainer image {image} ({flavour}, sha256:{meta['image_sha256'][:12]})")
     return stack_env(tool, image, meta, gpus > 0, bind_list(binds))
 
@@ -82,9 +82,17 @@ def stack_env(tool: str, image: Path, meta: dict, gpus: bool, binds: list[str]) 
     )
 
 
-def warn_if_stale(stack: Stack, flavour: str, meta: dict, log) -> None:
-    """The record states the image's own lock; a checkout whose lock moved on is only worth a warning."""
+def refuse_stale_image(stack: Stack, flavour: str, meta: dict, log) -> None:
+    """An image built from another lock than the checkout's is refused: its figures would be credited
+    to the wrong stack. SUITE_ALLOW_STALE_IMAGE=1 runs it anyway (the record states the image's lock)."""
     current = containers.load_flavour(stack, flavour).lock_sha256 if (stack.dir / containers.DESCRIPTION).exists() else None
-    if current and meta.get("lock_sha256") != current:
-        log(f"warning: the image of {stack.name} ({flavour}) was built from another lock than the checkout's "
-            f"(image {meta.get('lock_sha256', '?')[:12]}, checkout {current[:12]}); rebuild with `make containers`")
+    if not current or meta.get("lock_sha256") == current:
+        return
+    message = (f"the {flavour} image of {stack.name} was built from another lock than the checkout's "
+               f"(image {meta.get('lock_sha256', '?')[:12]}, checkout {current[:12]}): rebuild it with "
+               f"`make containers STACK={stack.name} FLAVOUR={flavour}`")
+    if os.environ.get("SUITE_ALLOW_STALE_IMAGE") != "1":
+        raise UsageError(message + " (or set SUITE_ALLOW_STALE_IMAGE=1)")
+    log(f"warning: {message}")
+
+
