@@ -100,3 +100,29 @@ def test_stopping_the_runner_cleans_up(tmp_path, pytorch_stack, sig):
     runner.send_signal(sig)
     record = failed_record_after(runner, family, tmp_path)
     assert record["reason"].startswith("interrupted")
+
+
+def environ_of(pid: int) -> dict:
+    try:
+        raw = Path(f"/proc/{pid}/environ").read_bytes()
+    except OSError:
+        return {}
+    return dict(item.split("=", 1) for item in raw.decode(errors="replace").split("\0") if "=" in item)
+
+
+def test_a_dying_parameter_server_ends_the_job(tmp_path):
+    from suite.stacks import ensure_installed, load_stack
+
+    ensure_installed(load_stack("mxnet"))
+    command = [sys.executable, "-m", "suite", "run", "--case", "mxnet-imagenet", "--nodes", "2", "--hostfile",
+               "hostfiles/loopback", "--results-dir", str(tmp_path / "results"), "--runs-dir", str(tmp_path / "runs"),
+               "--", "--benchmark", "--kv-store", "dist_sync", "--image-size", "32", "--batch-size", "4",
+               "--num-warmup-batches", "1", "--disp-batches", "2", "--num-batches", "100000"]
+    runner = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    wait_for_ranks(tmp_path, 2)
+    family = descendants(runner.pid)
+    servers = [pid for pid in family if environ_of(pid).get("DMLC_ROLE") == "server"]
+    assert len(servers) == 2
+    os.kill(servers[0], signal.SIGKILL)
+    record = failed_record_after(runner, family, tmp_path)
+    assert record["reason"].startswith("repetition 0: server-0 on 127.0.0.1 was killed by signal 9 (SIGKILL)")

@@ -85,3 +85,39 @@ def test_pages_render_offline_in_chromium(report_dir, page, plots):
     assert errors == [] and requests == []
     assert len(rendered) == plots and all(traces > 0 for traces in rendered)
     assert shot.stat().st_size > 20_000
+
+
+@pytest.mark.integration
+def test_report_on_real_runs_of_every_case(tmp_path, pytorch_stack):
+    import csv
+
+    results, runs, data = tmp_path / "results", tmp_path / "runs", tmp_path / "data"
+
+    def suite(*args):
+        done = subprocess.run([sys.executable, "-m", "suite", *args], cwd=ROOT, capture_output=True, text=True)
+        assert done.returncode == 0, done.stdout + done.stderr
+
+    suite("data", "--case", "tf-cifar", "--synthetic", "--data-dir", str(data))
+    common = ["--results-dir", str(results), "--runs-dir", str(runs), "--data-dir", str(data)]
+    suite("run", "--case", "pytorch-synthetic", *common, "--", "--image-size", "32", "--batch-size", "4",
+          "--num-warmup-batches", "1", "--num-batches-per-iter", "2", "--num-iters", "2")
+    suite("run", "--case", "mxnet-imagenet", *common, "--", "--benchmark", "--image-size", "32", "--batch-size", "4",
+          "--num-warmup-batches", "1", "--disp-batches", "2", "--num-batches", "5")
+    suite("run", "--case", "tf-cifar", *common, "--", "--image-size", "32", "--batch-size", "16", "--epochs", "2")
+    out = tmp_path / "site"
+    suite("report", "--results-dir", str(results), "--out", str(out))
+    rows = list(csv.DictReader(open(out / "summary.csv")))
+    assert sorted(r["case"] for r in rows) == ["mxnet-imagenet", "pytorch-synthetic", "tf-cifar"]
+    assert all(float(r["throughput"]) > 0 for r in rows)
+    assert float(next(r for r in rows if r["case"] == "tf-cifar")["epoch_seconds"]) > 0
+    if CHROMIUM:
+        from playwright.sync_api import sync_playwright
+
+        with sync_playwright() as pw:
+            browser = pw.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
+            tab = browser.new_page()
+            for page, plots in [("case-tf-cifar.html", 4), ("case-mxnet-imagenet.html", 3), ("frameworks.html", 2)]:
+                tab.goto((out / page).as_uri())
+                tab.wait_for_selector(".js-plotly-plot .main-svg", timeout=30_000)
+                assert len(tab.query_selector_all(".js-plotly-plot")) == plots, page
+            browser.close()
