@@ -9,6 +9,7 @@ JSON under reports/bench/. A missed target is reported, not failed: machines are
   scaling            2 workers / 1 worker on this machine (one per core)
   start-up           seconds from `suite run` to the first timed step, minus the same for the case
                      script started directly (warm stack)
+  gpu amp            (GPU machines only) img/s per GPU with --amp --channels-last, beside a published figure
 
     python benchmarks/harness.py [--tiny] [--rounds N] [--only NAME ...]
 """
@@ -26,6 +27,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from suite.containers import host_gpus  # noqa: E402
 from suite.stacks import ensure_installed, load_stack  # noqa: E402
 
 SIZES = {
@@ -68,6 +70,11 @@ class Bench:
 
     def stack_python(self, stack: str) -> str:
         return str(ensure_installed(load_stack(stack), log=lambda m: None).python)
+
+    def report(self, name: str, value: float, reference: str, **settings) -> None:
+        """A figure with no target of ours, printed beside a published one."""
+        self.results[name] = {"value": value, "reference": reference, "settings": settings}
+        print(f"{name}: {value:.1f} (reference: {reference})  {json.dumps(settings)}", flush=True)
 
     def record(self, name: str, value: float, **settings) -> None:
         op, target = TARGETS[name]
@@ -150,6 +157,19 @@ class Bench:
                          (options, ["--nodes", "1", *loopback]), ("two_workers_img_s", "one_worker_img_s"))
 
 
+    def gpu_amp_pytorch(self) -> None:
+        """On a GPU machine: img/s per GPU with mixed precision and NHWC, as published figures are."""
+        if not host_gpus():
+            print("gpu_amp.pytorch-synthetic: skipped (no GPU on this machine)", flush=True)
+            return
+        options = {**SIZES[self.size]["pytorch"], "batch-size": 256 if self.size == "full" else 32}
+        record = self.suite_run("pytorch-synthetic", [*as_args(options), "--amp", "--channels-last"],
+                                "--gpus-per-node", "1")[0]
+        self.report("gpu_amp.pytorch-synthetic", record["metrics"]["throughput"]["per_device"],
+                    "2470 img/s per GPU, ResNet-50 v1.5 AMP on A100 80GB, NVIDIA DeepLearningExamples",
+                    gpu=record["config"]["reported_by_case"].get("device_name"), **options)
+
+
 def first_timed_step(run_dir: Path) -> float:
     """Wall-clock start of rank 0's first timed iteration (or timed epoch: the second), from its probe file."""
     for line in (run_dir / "ranks" / "rank-00000.jsonl").read_text().splitlines():
@@ -160,7 +180,7 @@ def first_timed_step(run_dir: Path) -> float:
 
 
 MEASUREMENTS = ["harness_overhead_pytorch", "startup_pytorch", "scaling_pytorch", "input_pipeline_mxnet",
-                "input_pipeline_tf", "scaling_mxnet"]
+                "input_pipeline_tf", "scaling_mxnet", "gpu_amp_pytorch"]
 
 
 def main(argv: list[str] | None = None) -> int:

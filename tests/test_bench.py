@@ -9,6 +9,7 @@ import subprocess
 import pytest
 
 from conftest import ROOT
+from suite.containers import host_gpus
 
 LINE = re.compile(r"^(?P<name>[a-z_]+\.[a-z-]+): (?P<value>-?[0-9.]+) \((?P<op>>=|<) (?P<target>[0-9.]+)(, MISSED)?\)  \{")
 
@@ -28,5 +29,7 @@ def test_make_bench_tiny_writes_ratios(tmp_path, pytorch_stack):
     for name, entry in data["results"].items():
         assert math.isfinite(entry["value"]) and entry["value"] == pytest.approx(printed[name], abs=1e-3)
         assert entry["target"].split()[0] in (">=", "<") and isinstance(entry["met"], bool) and entry["settings"]
+    if not host_gpus():
+        assert "gpu_amp.pytorch-synthetic: skipped (no GPU on this machine)" in result.stdout
     ratios = [v for k, v in printed.items() if not k.startswith("startup")]
     assert all(r > 0 for r in ratios)
