@@ -13,6 +13,7 @@ SYNTHETIC ?=
 SRC ?=
 TIMEOUT ?=
 STALL ?=
+DRY_RUN ?=
 PYTHON ?= python3
 
 # $(call opt,--flag,$(VAR)): the flag and its value, only when VAR is set
@@ -21,7 +22,7 @@ opt = $(if $(strip $(2)),$(1) "$(2)")
 VENV := .venv
 SUITE := $(VENV)/bin/python -m suite
 
-.PHONY: run data install report compare bench test cases clean-runs
+.PHONY: run data install report compare bench test cases clean-runs doctor
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -33,7 +34,11 @@ run: $(VENV)/.installed
 		$(call opt,--gpus-per-node,$(GPUS_PER_NODE)) $(call opt,--hostfile,$(HOSTFILE)) \
 		$(call opt,--cluster,$(CLUSTER)) $(call opt,--runtime,$(RUNTIME)) $(call opt,--scheduler,$(SCHEDULER)) \
 		$(call opt,--data-dir,$(DATA_DIR)) $(call opt,--timeout,$(TIMEOUT)) \
-		$(call opt,--stall,$(STALL)) -- $(ARGS)
+		$(call opt,--stall,$(STALL)) $(if $(filter 1 yes true,$(DRY_RUN)),--dry-run) -- $(ARGS)
+
+# make doctor [CLUSTER=name]: what the cluster profile needs here and what is missing, one line each
+doctor: $(VENV)/.installed
+	$(SUITE) doctor $(call opt,--cluster,$(CLUSTER))
 
 data: $(VENV)/.installed
 	$(SUITE) data --case "$(CASE)" $(call opt,--data-dir,$(DATA_DIR)) $(call opt,--cluster,$(CLUSTER)) \

@@ -1,4 +1,4 @@
-"""Command line: python -m suite {run,install,cases,validate} ..."""
+"""Command line: python -m suite {run,install,cases,validate,doctor} ..."""
 
 import argparse
 import json
@@ -58,6 +58,15 @@ def build_parser_() -> argparse.ArgumentParser:
     run.add_argument("--runs-dir", type=Path, default=paths.RUNS, help="where run directories (logs, probe files) go")
     run.add_argument("--data-dir", type=Path, default=None,
                      help="where datasets live (default: $DATA_DIR or data/ in the checkout) (Make: DATA_DIR)")
+    run.add_argument("--dry-run", action="store_true",
+                     help="print every process with its host, argv and environment (for SLURM the job script) "
+                          "and start nothing (Make: DRY_RUN=1)")
+    run.add_argument("--run-id", default=None, help=argparse.SUPPRESS)  # the slurm scheduler's job passes it
+
+    doctor = sub.add_parser("doctor", help="what a cluster profile needs and what is missing here, one line each")
+    doctor.add_argument("--cluster", default=None, help="cluster profile hostfiles/NAME.toml (default: this machine)")
+    doctor.add_argument("--case", action="append", default=None,
+                        help="check only this case's stack, image and data (repeatable; default: every case)")
 
     data = sub.add_parser("data", help="prepare a case's dataset (download, pack, or generate with --synthetic)")
     data.add_argument("--case", required=True, help="case folder under cases/ (Make: CASE)")
@@ -132,7 +141,13 @@ def cmd_run(args, case_args, argv) -> int:
     return run(RunRequest(args.case, args.nodes, args.gpus_per_node, args.hostfile, args.runtime,
                           args.scheduler, args.repeat, args.timeout, case_args, args.results_dir,
                           args.runs_dir, args.data_dir, ["python", "-m", "suite", *argv],
-                          args.baseline, args.cluster, args.stall))
+                          args.baseline, args.cluster, args.stall, args.dry_run, args.run_id))
+
+
+def cmd_doctor(args, case_args, argv) -> int:
+    from suite.doctor import doctor
+
+    return doctor(args.cluster, args.case)
 
 
 def cmd_data(args, case_args, argv) -> int:
@@ -230,4 +245,4 @@ def cmd_containers(args, case_args, argv) -> int:
 
 COMMANDS = {"run": cmd_run, "install": cmd_install, "cases": cmd_cases, "validate": cmd_validate,
             "data": cmd_data, "report": cmd_report, "compare": cmd_compare, "containers": cmd_containers,
-            "predict": cmd_predict}
+            "predict": cmd_predict, "doctor": cmd_doctor}

@@ -1,5 +1,8 @@
 """Runs the processes of a plan on this machine, each in its own process group, with their output
-shown live and kept per process. The first failure or the time limit ends every process of the plan."""
+shown live and kept per process. The first failure or the time limit ends every process of the plan.
+
+The machinery (`run_plan`) is shared with the ssh and slurm schedulers: a `Placement` says how a
+process is started (here: as it is; there: wrapped in ssh or srun) and how signals reach it."""
 
 import os
 import re
@@ -11,7 +14,7 @@ import time
 from collections import deque
 from pathlib import Path
 
-from suite.plan import Plan, ProcessResult
+from suite.plan import Plan, Process, ProcessResult
 
 GRACE_S = 10
 TAIL_LINES = 20
@@ -19,14 +22,30 @@ TAIL_LINES = 20
 ERROR_LINE = re.compile(r"(?:^|>:)\s*([A-Za-z_.]*(?:Error|Exception|Interrupt)\b:?.*)$")
 
 
+class Placement:
+    """Starts processes on this machine and signals their process groups."""
+
+    def popen_args(self, spec: Process) -> tuple[list[str], dict, str | None]:
+        """argv, environment and working directory of the local process that runs `spec`."""
+        return spec.argv, {**os.environ, **spec.env}, spec.cwd
+
+    def signal(self, running: list["_Running"], sig: int) -> None:
+        for r in running:
+            _signal_group(r.popen.pid, sig)
+
+
+HERE = Placement()
+
+
 class _Running:
-    def __init__(self, spec, log_dir: Path, echo_prefix: str):
+    def __init__(self, spec, log_dir: Path, echo_prefix: str, placement: Placement = HERE):
         self.spec = spec
         self.log = log_dir / f"{spec.name}.log"
         self.tail: deque[str] = deque(maxlen=TAIL_LINES)
         self.first_error: str | None = None
+        argv, env, cwd = placement.popen_args(spec)
         self.popen = subprocess.Popen(
-            spec.argv, cwd=spec.cwd, env={**os.environ, **spec.env}, stdout=subprocess.PIPE,
+            argv, cwd=cwd, env=env, stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
             text=True, errors="replace", bufsize=1,
         )
@@ -47,14 +66,6 @@ class _Running:
                 sys.stdout.write(echo_prefix + line)
                 sys.stdout.flush()
 
-    def stop(self, reason: str) -> None:
-        if self.popen.poll() is None:
-            self.reason = reason
-            _signal_group(self.popen.pid, signal.SIGTERM)
-
-    def kill(self) -> None:
-        _signal_group(self.popen.pid, signal.SIGKILL)
-
     def result(self) -> ProcessResult:
         self.reader.join(timeout=5)
         return ProcessResult(self.spec.name, self.spec.host, self.popen.returncode, str(self.log),
@@ -68,24 +79,33 @@ def _signal_group(pid: int, sig: int) -> None:
         pass
 
 
-def execute(plan: Plan, log_dir: Path, timeout_s: float, stall_s: float | None = None) -> list[ProcessResult]:
-    """Runs the plan to its end; `timeout_s` bounds the whole, `stall_s` the silence of all processes."""
+def execute(plan: Plan, log_dir: Path, timeout_s: float, stall_s: float | None = None,
+            cluster=None) -> list[ProcessResult]:
+    """Runs the plan to its end; `timeout_s` bounds the whole, `stall_s` the silence of all processes.
+    `cluster` (the cluster profile) is for schedulers that need its settings; this one does not."""
+    return run_plan(plan, log_dir, timeout_s, stall_s, HERE)
+
+
+def run_plan(plan: Plan, log_dir: Path, timeout_s: float, stall_s: float | None,
+             placement: Placement) -> list[ProcessResult]:
     log_dir.mkdir(parents=True, exist_ok=True)
     several = len(plan.processes) > 1
-    running = [_Running(p, log_dir, f"[{p.name}] " if several else "") for p in plan.processes]
-    deadline = time.monotonic() + timeout_s
+    running: list[_Running] = []
     try:
+        for p in plan.processes:
+            running.append(_Running(p, log_dir, f"[{p.name}] " if several else "", placement))
+        deadline = time.monotonic() + timeout_s
         while any(r.popen.poll() is None for r in running):
             reason = _reason_to_stop(running, deadline, timeout_s, stall_s)
             if reason:
-                _stop_all(running, reason)
+                _stop_all(running, reason, placement)
                 break
             time.sleep(0.2)
     except BaseException:
-        _stop_all(running, "interrupted")
+        _stop_all(running, "interrupted", placement)
         raise
     finally:
-        _reap(running)
+        _reap(running, placement)
     return [r.result() for r in running]
 
 
@@ -101,16 +121,19 @@ def _reason_to_stop(running: list[_Running], deadline: float, timeout_s: float, 
     return None
 
 
-def _stop_all(running: list[_Running], reason: str) -> None:
-    for r in running:
-        r.stop(reason)
+def _stop_all(running: list[_Running], reason: str, placement: Placement) -> None:
+    live = [r for r in running if r.popen.poll() is None]
+    for r in live:
+        r.reason = reason
+    placement.signal(live, signal.SIGTERM)
     end = time.monotonic() + GRACE_S
     while time.monotonic() < end and any(r.popen.poll() is None for r in running):
         time.sleep(0.1)
 
 
-def _reap(running: list[_Running]) -> None:
-    """Leave nothing behind: the whole process group of each launched process goes."""
+def _reap(running: list[_Running], placement: Placement) -> None:
+    """Leave nothing behind: the whole process group of each launched process goes (and whatever the
+    placement knows of elsewhere)."""
+    placement.signal(running, signal.SIGKILL)
     for r in running:
-        r.kill()
         r.popen.wait()

@@ -1,0 +1,270 @@
+"""The ssh scheduler and the loopback-ssh cluster profile, against a real sshd on 127.0.0.2 and
+127.0.0.3 (tests/cluster_fixtures.py) and the real stacks: quoting, ending a job on every host,
+the ssh settings reaching launchers that ssh themselves, and 2-host runs of every case."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from cluster_fixtures import LOOPBACK_HOSTS, alive, loopback_sshd, processes_with_env  # noqa: F401 (fixture)
+from conftest import ROOT, records_in
+
+from suite import cli, paths
+from suite.clusters import Cluster
+from suite.errors import UsageError
+from suite.plan import Plan, Process
+from suite.results import validate
+from suite.schedulers import ssh
+
+PY = sys.executable
+FORCED = Cluster("forced", Path("forced.toml"), ssh={"force": True})
+TORCH_TINY = ("--image-size", "32", "--batch-size", "4", "--num-warmup-batches", "1", "--num-batches-per-iter", "2",
+              "--num-iters", "3")
+MXNET_TINY = ("--image-size", "32", "--batch-size", "4", "--num-warmup-batches", "1", "--disp-batches", "2",
+              "--num-batches", "5", "--data-nthreads", "1")
+TF_TINY = ("--image-size", "32", "--epochs", "2", "--batch-size", "8")
+LOOPBACK_SSH = ("--cluster", "loopback-ssh", "--nodes", "2", "--timeout", "300")
+ECHO = "import json, os, sys; print(json.dumps([os.environ.get('V'), sys.argv[1:], os.getcwd()]), flush=True)"
+
+
+def hostile(tmp_path: Path) -> str:
+    pwned = tmp_path / "pwned"
+    return f"x'; touch {pwned}; echo \"$(touch {pwned})\" `touch {pwned}` \\ $HOME ${{PATH}} * \nsecond line"
+
+
+def job_processes(log_dir: Path) -> list[int]:
+    return [pid for pid in processes_with_env(f"{ssh.JOB_MARKER}={log_dir.resolve()}") if alive(pid)]
+
+
+# --- without an sshd ------------------------------------------------------------------------------
+
+def test_remote_command_line_keeps_hostile_values_verbatim(tmp_path):
+    value = hostile(tmp_path)
+    spec = Process("p", "elsewhere", [PY, "-c", ECHO, value, "$(id)"], {"V": value}, str(tmp_path))
+    done = subprocess.run(["sh", "-c", ssh.remote_command(spec, spec.env)], capture_output=True, text=True, cwd="/",
+                          check=True)
+    assert json.loads(done.stdout) == [value, [value, "$(id)"], str(tmp_path)]
+    assert not (tmp_path / "pwned").exists()
+
+
+def test_environment_names_that_are_no_shell_names_are_refused(tmp_path):
+    spec = Process("p", "elsewhere", ["true"], {"A;B": "1"}, str(tmp_path))
+    with pytest.raises(RuntimeError, match="cannot pass environment variable 'A;B' of p over ssh"):
+        ssh.remote_command(spec, spec.env)
+
+
+def test_which_hosts_are_this_machine():
+    assert all(ssh.is_local(h) for h in ("localhost", os.uname().nodename, "127.0.0.1", "127.0.0.3"))
+    assert not ssh.is_local("192.0.2.7")  # TEST-NET-1: not an address of this machine
+    assert not ssh.is_local("no-such-host.invalid")
+
+
+def test_settings_from_profile_and_environment(monkeypatch):
+    monkeypatch.setenv("SUITE_SSH_OPTIONS", "-F '/tmp/a b/config' -o ConnectTimeout=5")
+    cluster = Cluster("c", Path("c.toml"), ssh={"options": ["-p", "2222"], "user": "bench", "force": True})
+    settings = ssh.settings(cluster)
+    assert settings.argv("node1") == ["ssh", "-o", "BatchMode=yes", "-l", "bench", "-p", "2222", "-F", "/tmp/a b/config",
+                                      "-o", "ConnectTimeout=5", "node1"]
+    assert settings.force
+    for bad, message in (({"options": "-p 22"}, "options must be a list of strings"),
+                         ({"user": "-oProxyCommand=x"}, "user must be a user name"),
+                         ({"force": "yes"}, "force must be true or false")):
+        with pytest.raises(UsageError, match=message):
+            ssh.settings(Cluster("c", Path("c.toml"), ssh=bad))
+    monkeypatch.setenv("SUITE_SSH_OPTIONS", "-F 'unclosed")
+    with pytest.raises(UsageError, match=r"\$SUITE_SSH_OPTIONS cannot be split"):
+        ssh.settings(None)
+
+
+def test_bad_ssh_settings_are_refused_in_one_line_before_launch(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(paths, "HOSTFILES", tmp_path)
+    (tmp_path / "hosts").write_text("127.0.0.2\n")
+    (tmp_path / "bad.toml").write_text('hostfile = "hosts"\nscheduler = "ssh"\n[ssh]\noptions = "-p 22"\n')
+    code = cli.main(["run", "--cluster", "bad", "--runs-dir", str(tmp_path / "runs"), "--results-dir", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and "[ssh] options must be a list of strings" in err
+    assert not (tmp_path / "runs").exists()
+
+
+# --- the scheduler with a real sshd ---------------------------------------------------------------
+
+def test_hostile_values_reach_the_remote_side_verbatim(loopback_sshd, tmp_path):
+    value = hostile(tmp_path)
+    plan = Plan(ranks=1, processes=(Process("echo", "127.0.0.3", [PY, "-c", ECHO, value, "$(id)"], {"V": value},
+                                            str(tmp_path)),))
+    before = loopback_sshd.sessions()["127.0.0.3"]
+    [result] = ssh.execute(plan, tmp_path / "logs", timeout_s=60, cluster=FORCED)
+    assert result.ok, result
+    assert json.loads((tmp_path / "logs" / "echo.log").read_text()) == [value, [value, "$(id)"], str(tmp_path)]
+    assert not (tmp_path / "pwned").exists()
+    assert loopback_sshd.sessions()["127.0.0.3"] > before  # it did go through sshd
+
+
+def test_a_failure_on_one_host_ends_the_job_on_every_host(loopback_sshd, tmp_path):
+    # The sleeper starts a child in a session of its own: killing the ssh client or the process group
+    # would leave it; the job marker reaches it.
+    sleeper = ("import os, subprocess, sys, time; c = subprocess.Popen([sys.executable, '-c', 'import time; "
+               "time.sleep(600)'], start_new_session=True); print(os.getpid(), c.pid, flush=True); time.sleep(600)")
+    plan = Plan(ranks=2, processes=(
+        Process("sleeper", "127.0.0.2", [PY, "-c", sleeper], {}, str(tmp_path)),
+        Process("crasher", "127.0.0.3", [PY, "-c", "import time; time.sleep(3); raise SystemExit(3)"], {}, str(tmp_path))))
+    started = time.monotonic()
+    sleeper_result, crasher_result = ssh.execute(plan, tmp_path / "logs", timeout_s=300, cluster=FORCED)
+    assert time.monotonic() - started < 30
+    assert crasher_result.returncode == 3 and crasher_result.reason is None
+    assert sleeper_result.reason == "ended because crasher failed"
+    remote_pids = [int(pid) for pid in sleeper_result.tail[0].split()]
+    time.sleep(0.5)
+    assert not [pid for pid in remote_pids if alive(pid)]
+    assert job_processes(tmp_path / "logs") == []
+
+
+def test_time_limit_ends_remote_processes(loopback_sshd, tmp_path):
+    plan = Plan(ranks=1, processes=(Process("slow", "127.0.0.2", [PY, "-c", "import time; time.sleep(600)"], {},
+                                            str(tmp_path)),))
+    started = time.monotonic()
+    [result] = ssh.execute(plan, tmp_path / "logs", timeout_s=3, cluster=FORCED)
+    assert result.reason == "time limit of 3 s reached" and time.monotonic() - started < 20
+    time.sleep(0.5)
+    assert job_processes(tmp_path / "logs") == []
+
+
+def test_launchers_that_ssh_themselves_get_the_profiles_options(loopback_sshd, tmp_path):
+    # Run here (not forced), this process is a stand-in for horovodrun: a plain `ssh HOST` from it
+    # reaches the test sshd only with the options of the profile and $SUITE_SSH_OPTIONS.
+    plan = Plan(ranks=1, processes=(Process("launcher", "localhost", ["ssh", "127.0.0.3", "echo", "reached"], {},
+                                            str(tmp_path)),))
+    [result] = ssh.execute(plan, tmp_path / "logs", timeout_s=60,
+                           cluster=Cluster("c", Path("c.toml"), ssh={"options": ["-o", "ConnectTimeout=10"]}))
+    assert result.ok and result.tail == ["reached"], result
+
+
+# --- real runs of the cases over ssh on two hosts ------------------------------------------------
+
+@pytest.fixture(scope="module")
+def mxnet_data(tmp_path_factory) -> Path:
+    from suite.stacks import ensure_installed, load_stack
+
+    ensure_installed(load_stack("mxnet"))
+    folder = tmp_path_factory.mktemp("mxnet-data")
+    subprocess.run([PY, "-m", "suite", "data", "--case", "mxnet-imagenet", "--synthetic", "--data-dir", str(folder),
+                    "--", "--classes", "3", "--train-per-class", "8", "--val-per-class", "2", "--num-thread", "2"],
+                   cwd=ROOT, check=True, capture_output=True, timeout=600)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def cifar_data(tmp_path_factory) -> Path:
+    from suite.stacks import ensure_installed, load_stack
+
+    ensure_installed(load_stack("tensorflow"))
+    folder = tmp_path_factory.mktemp("cifar-data")
+    subprocess.run([PY, "-m", "suite", "data", "--case", "tf-cifar", "--synthetic", "--data-dir", str(folder),
+                    "--", "--train-per-batch", "16", "--test-images", "16"], cwd=ROOT, check=True, capture_output=True,
+                   timeout=600)
+    return folder
+
+
+def checked_run(suite_cli, sshd, *args, case_args) -> tuple[dict, dict]:
+    """Runs the case over loopback-ssh; its record (checked) and the ssh sessions it opened per host."""
+    before = sshd.sessions()
+    result = suite_cli("run", *LOOPBACK_SSH, *args, case_args=case_args)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    [record] = records_in(suite_cli.results)
+    validate(record)
+    assert record["status"] == "ok" and record["world"]["hosts"] == list(LOOPBACK_HOSTS)
+    assert record["world"]["cluster"] == "loopback-ssh" and record["execution"]["scheduler"] == "ssh"
+    logs = Path(record["repetitions"][0]["run_dir"]) / "logs"
+    time.sleep(0.5)
+    assert job_processes(logs) == []
+    opened = {host: count - before[host] for host, count in sshd.sessions().items()}
+    return record, opened
+
+
+@pytest.mark.integration
+def test_pytorch_synthetic_on_two_hosts(suite_cli, loopback_sshd, pytorch_stack):
+    record, opened = checked_run(suite_cli, loopback_sshd, case_args=TORCH_TINY)
+    assert [(p["name"], p["host"]) for p in record["repetitions"][0]["processes"]] == [("horovodrun", "127.0.0.2")]
+    assert record["metrics"]["throughput"]["n"] == 3 and record["world"]["devices"] == 2
+    # horovodrun, started on 127.0.0.2 over ssh, reached 127.0.0.3 over ssh itself for its worker.
+    assert opened["127.0.0.2"] >= 1 and opened["127.0.0.3"] >= 1
+
+
+@pytest.mark.integration
+def test_mxnet_imagenet_spreads_ps_lite_over_two_hosts(suite_cli, loopback_sshd, mxnet_data, monkeypatch):
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")  # passed on to the remote processes, as a record's environment
+    record, opened = checked_run(suite_cli, loopback_sshd, "--case", "mxnet-imagenet", "--data-dir", str(mxnet_data),
+                                 case_args=MXNET_TINY)
+    placed = [(p["name"], p["host"]) for p in record["repetitions"][0]["processes"]]
+    assert placed == [("worker-0", "127.0.0.2"), ("worker-1", "127.0.0.3"), ("server-0", "127.0.0.2"),
+                      ("server-1", "127.0.0.3"), ("scheduler", "127.0.0.2")]
+    assert record["execution"]["kvstore"] == "auto" and record["execution"]["servers"] == 2
+    assert opened["127.0.0.2"] >= 3 and opened["127.0.0.3"] >= 2
+
+
+@pytest.mark.integration
+def test_tf_cifar_multi_worker_on_two_hosts(suite_cli, loopback_sshd, cifar_data):
+    record, opened = checked_run(suite_cli, loopback_sshd, "--case", "tf-cifar", "--data-dir", str(cifar_data),
+                                 case_args=TF_TINY)
+    assert record["execution"]["strategy"] == "MultiWorkerMirroredStrategy"
+    assert record["repetitions"][0]["exit_codes"] == {"worker-0": 0, "worker-1": 0}
+    assert [p["host"] for p in record["repetitions"][0]["processes"]] == list(LOOPBACK_HOSTS)
+    assert opened["127.0.0.2"] >= 1 and opened["127.0.0.3"] >= 1
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("fault", ["a remote worker dies", "the runner is stopped"])
+def test_a_fault_ends_the_job_on_every_host(loopback_sshd, pytorch_stack, tmp_path, fault):
+    from test_faults import LONG, wait_for_ranks
+
+    command = [PY, "-m", "suite", "run", "--results-dir", str(tmp_path / "results"), "--runs-dir",
+               str(tmp_path / "runs"), *LOOPBACK_SSH, "--", *LONG]
+    runner = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    pids = wait_for_ranks(tmp_path, 2)
+    [log_dir] = tmp_path.glob("runs/*/rep-0/logs")
+    assert set(pids.values()) <= set(job_processes(log_dir))  # the workers horovodrun started carry the marker
+    if fault == "a remote worker dies":
+        os.kill(pids[1], signal.SIGKILL)
+    else:
+        runner.send_signal(signal.SIGTERM)
+    faulted_at = time.monotonic()
+    output, _ = runner.communicate(timeout=90)
+    assert time.monotonic() - faulted_at < 60
+    assert runner.returncode == 1, output
+    time.sleep(1)
+    assert job_processes(log_dir) == [] and not [pid for pid in pids.values() if alive(pid)]
+    [record] = records_in(tmp_path / "results")
+    assert record["status"] == "failed"
+    assert record["reason"].startswith("repetition 0: horovodrun on 127.0.0.2" if fault == "a remote worker dies"
+                                       else "interrupted")
+
+
+@pytest.mark.integration
+def test_dry_run_prints_every_process_and_its_ssh_command(suite_cli, loopback_sshd, pytorch_stack):
+    result = suite_cli("run", *LOOPBACK_SSH, "--dry-run", case_args=TORCH_TINY)
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    assert "process horovodrun on 127.0.0.2" in out and "-H 127.0.0.2:1,127.0.0.3:1" in out
+    assert "SUITE_RUN_DIR=" in out and "PYTHONPATH=" in out
+    assert "horovodrun (over ssh): ssh -o BatchMode=yes" in out and "127.0.0.2 -- 'cd " in out
+    assert "dry run: nothing was started and no record was written" in out
+    assert not suite_cli.runs.exists() and not suite_cli.results.exists()
+
+
+def test_doctor_names_what_is_there_and_what_is_missing(loopback_sshd, monkeypatch):
+    def doctor():
+        return subprocess.run([PY, "-m", "suite", "doctor", "--cluster", "loopback-ssh", "--case", "pytorch-synthetic"],
+                              cwd=ROOT, capture_output=True, text=True, timeout=120)
+
+    found = doctor()
+    assert "ok: host 127.0.0.2 reachable over ssh" in found.stdout and "ok: host 127.0.0.3 reachable over ssh" in found.stdout
+    assert "ok: ssh (" in found.stdout
+    monkeypatch.setenv("SUITE_SSH_OPTIONS", f"{loopback_sshd.options} -p 9")  # nothing listens on port 9
+    lost = doctor()
+    assert lost.returncode == 1 and "missing: host 127.0.0.3 over ssh without a password" in lost.stdout
+    assert all(line.startswith(("ok: ", "missing: ", "cluster ")) for line in lost.stdout.splitlines())
