@@ -1,4 +1,4 @@
-"""Command line: python -m suite {run,install,cases,validate,doctor} ..."""
+"""Command line: python -m suite COMMAND ... (`python -m suite --help` lists the commands)."""
 
 import argparse
 import json
@@ -27,7 +27,7 @@ def case_options_help() -> str:
     return RUN_EPILOG + "\n" + "\n".join(sections)
 
 
-def build_parser_() -> argparse.ArgumentParser:
+def build_cli() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m suite",
                                      description="Distributed deep-learning training benchmarks for HPC clusters.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -126,7 +126,7 @@ def split_case_args(argv: list[str]) -> tuple[list[str], list[str]]:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     own, case_args = split_case_args(argv)
-    args = build_parser_().parse_args(own)
+    args = build_cli().parse_args(own)
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     try:
         return COMMANDS[args.command](args, case_args, argv)
