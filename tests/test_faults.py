@@ -66,15 +66,17 @@ def descendants(pid: int) -> set[int]:
     return found
 
 
-def failed_record_after(runner: subprocess.Popen, family: set[int], tmp_path: Path) -> dict:
+def failed_record_after(runner: subprocess.Popen, family, tmp_path: Path) -> dict:
     """Waits for the runner after a fault: it must end within the bound, with exit 1, nothing of the
-    run left alive, and one valid failed record."""
+    run left alive (`family`: the run's pids, or a function listing what is left of it), and one
+    valid failed record."""
     fault_at = time.monotonic()
     output, _ = runner.communicate(timeout=BOUND_S + 30)
     assert time.monotonic() - fault_at < BOUND_S
     assert runner.returncode == 1, output
     time.sleep(1)
-    assert [p for p in family if alive(p)] == []
+    left = family() if callable(family) else [p for p in family if alive(p)]
+    assert left == []
     [record] = records_in(tmp_path / "results")
     validate(record)
     assert record["status"] == "failed"
