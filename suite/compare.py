@@ -17,7 +17,7 @@ from pathlib import Path
 from scipy import stats
 
 from suite.errors import UsageError
-from suite.records import Point, load_points
+from suite.records import Point, latest, load_points
 
 
 @dataclass
@@ -40,10 +40,7 @@ def select(source: str, case: str | None, cluster: str | None, since: str | None
 
 
 def _latest(points: list[Point]) -> dict[tuple, Point]:
-    latest: dict[tuple, Point] = {}
-    for p in sorted(points, key=lambda p: p.finished_at):
-        latest[(p.case, p.cluster, p.stack, p.devices)] = p
-    return latest
+    return latest(points, lambda p: (p.case, p.cluster, p.stack, p.devices))
 
 
 def _beyond_noise(a: Point, b: Point) -> tuple[bool, float | None]:

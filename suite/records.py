@@ -75,6 +75,11 @@ class Point:
                 f"<br>{self.config_label}<br>stack {self.stack} lock {lock}<br>image {image}")
 
 
+def latest(points, key) -> dict:
+    """key(point) -> the most recently finished point with that key."""
+    return {key(p): p for p in sorted(points, key=lambda p: p.finished_at)}
+
+
 def load_point(path: Path, warn=print) -> Point | None:
     """The record in `path` if it is a valid successful record; failed records are not plotted."""
     try:

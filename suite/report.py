@@ -16,7 +16,7 @@ from pathlib import Path
 import plotly.graph_objects as go
 from plotly.offline import get_plotlyjs
 
-from suite.records import Point, case_references, case_spec, load_points
+from suite.records import Point, case_references, case_spec, latest, load_points
 from suite.scaling import exchange_for, fit, from_points
 
 
@@ -47,8 +47,8 @@ class Series:
 
 def build_series(points: list[Point]) -> list[Series]:
     groups: dict[tuple, dict[int, Point]] = defaultdict(dict)
-    for p in sorted(points, key=lambda p: p.finished_at):
-        groups[(p.case, p.cluster, p.stack, p.config_key)][p.devices] = p  # the latest wins
+    for (*series_key, devices), p in latest(points, lambda p: (p.case, p.cluster, p.stack, p.config_key, p.devices)).items():
+        groups[tuple(series_key)][devices] = p
     series = []
     for (case, cluster, stack, _), by_devices in sorted(groups.items(), key=lambda kv: kv[0][:3]):
         ordered = [by_devices[d] for d in sorted(by_devices)]

@@ -18,6 +18,8 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.optimize import nnls
 
+from suite.records import latest
+
 EXCHANGES = ("ring", "parameter-server")
 
 
@@ -115,11 +117,9 @@ def from_reference(reference: dict) -> Measurements:
 
 def from_points(points) -> Measurements:
     """suite.records.Point objects of one configuration (the latest per device count counts)."""
-    latest = {}
-    for p in sorted(points, key=lambda p: p.finished_at):
-        latest[p.devices] = p
-    first = next(iter(latest.values()))
-    per_node = max(p.devices // p.nodes for p in latest.values())
-    return Measurements({n: p.throughput["mean"] for n, p in latest.items()},
+    by_devices = latest(points, lambda p: p.devices)
+    first = next(iter(by_devices.values()))
+    per_node = max(p.devices // p.nodes for p in by_devices.values())
+    return Measurements({n: p.throughput["mean"] for n, p in by_devices.items()},
                         first.record["config"]["batch_per_device"], per_node,
-                        f"{len(latest)} record(s) of {first.case} on {first.cluster} ({first.config_label})")
+                        f"{len(by_devices)} record(s) of {first.case} on {first.cluster} ({first.config_label})")
