@@ -1,4 +1,5 @@
 # make run CASE=pytorch-synthetic NODES=1 GPUS_PER_NODE=2 ARGS="--image-size 64 --batch-size 8"
+# [CPU_BIND=none|cores|numa|gpu-affine]: how each worker binds itself to cores (README, "CPU binding")
 CASE ?= pytorch-synthetic
 NODES ?= 1
 GPUS_PER_NODE ?=
@@ -13,7 +14,14 @@ SYNTHETIC ?=
 SRC ?=
 TIMEOUT ?=
 STALL ?=
+PRECHECK ?=
+NO_PRECHECK ?=
+TELEMETRY ?=
+CPU_BIND ?=
 DRY_RUN ?=
+TINY ?=
+RECORD ?=
+ALLOW_DRIFT ?=
 PYTHON ?= python3
 
 # $(call opt,--flag,$(VAR)): the flag and its value, only when VAR is set
@@ -22,7 +30,7 @@ opt = $(if $(strip $(2)),$(1) "$(2)")
 VENV := .venv
 SUITE := $(VENV)/bin/python -m suite
 
-.PHONY: run data install report compare bench test cases clean-runs doctor
+.PHONY: run data install report compare bench test cases clean-runs doctor rerun compare-frameworks
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -34,7 +42,9 @@ run: $(VENV)/.installed
 		$(call opt,--gpus-per-node,$(GPUS_PER_NODE)) $(call opt,--hostfile,$(HOSTFILE)) \
 		$(call opt,--cluster,$(CLUSTER)) $(call opt,--runtime,$(RUNTIME)) $(call opt,--scheduler,$(SCHEDULER)) \
 		$(call opt,--data-dir,$(DATA_DIR)) $(call opt,--timeout,$(TIMEOUT)) \
-		$(call opt,--stall,$(STALL)) $(if $(filter 1 yes true,$(DRY_RUN)),--dry-run) -- $(ARGS)
+		$(call opt,--stall,$(STALL)) $(if $(filter 1 yes true,$(DRY_RUN)),--dry-run) \
+		$(if $(filter 1 yes true,$(PRECHECK)),--precheck) $(if $(filter 1 yes true,$(NO_PRECHECK)),--no-precheck) \
+		$(call opt,--telemetry-interval,$(TELEMETRY)) $(call opt,--cpu-bind,$(CPU_BIND)) -- $(ARGS)
 
 # make doctor [CLUSTER=name]: what the cluster profile needs here and what is missing, one line each
 doctor: $(VENV)/.installed
@@ -57,7 +67,22 @@ report: $(VENV)/.installed
 compare: $(VENV)/.installed
 	$(SUITE) compare "$(A)" "$(B)"
 
-# make bench [BENCH_ARGS="--tiny | --rounds 5 | --only scaling_pytorch"]: ratios, written to reports/bench/
+# make compare-frameworks NODES=1 GPUS_PER_NODE=1,4 [TINY=1] [ARGS=...]: every case's --same-work run, one table
+compare-frameworks: $(VENV)/.installed
+	$(SUITE) compare-frameworks --nodes "$(NODES)" --repeat "$(REPEAT)" \
+		$(call opt,--gpus-per-node,$(GPUS_PER_NODE)) $(call opt,--hostfile,$(HOSTFILE)) \
+		$(call opt,--cluster,$(CLUSTER)) $(call opt,--runtime,$(RUNTIME)) $(call opt,--scheduler,$(SCHEDULER)) \
+		$(call opt,--data-dir,$(DATA_DIR)) $(call opt,--timeout,$(TIMEOUT)) \
+		$(call opt,--stall,$(STALL)) $(if $(filter 1 yes true,$(DRY_RUN)),--dry-run) \
+		$(call opt,--cpu-bind,$(CPU_BIND)) $(if $(filter 1 yes true,$(TINY)),--tiny) -- $(ARGS)
+
+# make rerun RECORD=reports/results/<run_id>.json [CLUSTER=name | HOSTFILE=file] [ALLOW_DRIFT=1] [DRY_RUN=1]
+rerun: $(VENV)/.installed
+	$(SUITE) rerun "$(RECORD)" $(call opt,--cluster,$(CLUSTER)) $(call opt,--hostfile,$(HOSTFILE)) \
+		$(call opt,--data-dir,$(DATA_DIR)) $(if $(filter 1 yes true,$(ALLOW_DRIFT)),--allow-drift) \
+		$(if $(filter 1 yes true,$(DRY_RUN)),--dry-run)
+
+# make bench [BENCH_ARGS="--tiny | --medium | --rounds 5 | --only scaling_pytorch"]: ratios, written to reports/bench/
 bench: $(VENV)/.installed
 	$(VENV)/bin/python benchmarks/harness.py $(BENCH_ARGS)
 

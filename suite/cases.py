@@ -5,7 +5,7 @@ from pathlib import Path
 
 from suite import paths
 from suite.errors import UsageError
-from suite.options import OptionError, load_case_toml, parse_options
+from suite.options import OptionError, RuleError, evaluate, load_case_toml, option_args, parse_options
 
 
 @dataclass(frozen=True)
@@ -21,6 +21,11 @@ class Case:
     @property
     def launcher(self) -> str:
         return self.spec["launcher"]
+
+    def launcher_name(self, options: dict) -> str:
+        """The launcher module: the case's, or the value of the option that `launcher_option` names."""
+        chosen = self.spec.get("launcher_option")
+        return (options.get(chosen) if chosen else None) or self.launcher
 
     @property
     def script(self) -> Path:
@@ -49,6 +54,8 @@ class Case:
         data = self.spec.get("data", {})
         if data.get("unless_option") and options.get(data["unless_option"]):
             return
+        if "when" in data and not evaluate(data["when"], {k.replace("-", "_"): v for k, v in options.items()}):
+            return  # data only for some options, e.g. when = "data == 'imagefolder'"
         missing = [rel for rel in data.get("requires", []) if not (data_dir / rel).exists()]
         if missing:
             raise UsageError(
@@ -63,9 +70,18 @@ class Case:
                 raise UsageError(f"case {self.name}: {data_dir / rel} is not in the expected format (starts with "
                                  f"'{start}', expected '{signature}'); prepare it with 'make data CASE={self.name}'")
 
+    def tiny_args(self, **overrides) -> list[str]:
+        """Case argv for the smallest run that still exercises the case (its [tiny] table), for tests and
+        `make bench --tiny`. Overrides use underscores for dashes (num_iters=500) and replace or add
+        values; None or False drops an option, True is a bare flag."""
+        options = {**self.spec.get("tiny", {}), **{k.replace("_", "-"): v for k, v in overrides.items()}}
+        return option_args(options)
+
     def parse_options(self, argv: list[str]) -> dict:
         try:
             return parse_options(self.spec, argv)
+        except RuleError as exc:
+            raise UsageError(f"case {self.name}: {exc}") from None
         except OptionError as exc:
             known = " ".join(f"--{name}" for name in self.spec.get("options", {}))
             raise UsageError(f"case {self.name}: {exc} (its options: {known})") from None

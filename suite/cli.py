@@ -2,6 +2,7 @@
 
 import argparse
 import json
+import math
 import os
 import signal
 import subprocess
@@ -9,6 +10,7 @@ import sys
 from pathlib import Path
 
 from suite import paths, plugins
+from suite.binding import POLICIES
 from suite.cases import known_cases, load_case
 from suite.clusters import load_cluster
 from suite.errors import UsageError
@@ -62,6 +64,26 @@ def build_cli() -> argparse.ArgumentParser:
                      help="print every process with its host, argv and environment (for SLURM the job script) "
                           "and start nothing (Make: DRY_RUN=1)")
     run.add_argument("--run-id", default=None, help=argparse.SUPPRESS)  # the slurm scheduler's job passes it
+    check = run.add_mutually_exclusive_group()
+    check.add_argument("--precheck", dest="precheck", action="store_const", const="on", default="auto",
+                       help="run the interconnect check (all-reduce sweep) also for one node (Make: PRECHECK=1)")
+    check.add_argument("--no-precheck", dest="precheck", action="store_const", const="off",
+                       help="skip the interconnect check done before points of 2+ nodes (Make: NO_PRECHECK=1)")
+    run.add_argument("--telemetry-interval", type=float, default=1.0, metavar="SECONDS",
+                     help="seconds between telemetry samples on each host; 0: no sampler (Make: TELEMETRY)")
+    run.add_argument("--cpu-bind", default=None, choices=POLICIES,
+                     help="how each worker binds itself to cores: none, cores (its share of the node's), numa, "
+                          "gpu-affine (cores nearest its GPU); default: the cluster's, else none (Make: CPU_BIND)")
+
+    frameworks = sub.add_parser(
+        "compare-frameworks", help="run every case's --same-work configuration (ResNet-50 v1.5, 224 px, batch 32 per "
+        "device, float32, synthetic data) one after the other and print one table", epilog="Case options after '--' "
+        "(Make: ARGS) go to every case, after its --same-work values.")
+    for action in run._actions:  # the run options, shared: the cases run through the normal runner
+        if action.dest not in ("help", "case", "baseline", "run_id"):
+            frameworks._add_action(action)
+    frameworks.add_argument("--tiny", action="store_true", help="each case's [tiny] sizes (and [same_work.tiny]): "
+                            "a check that all run, not a measurement (Make: TINY=1)")
 
     doctor = sub.add_parser("doctor", help="what a cluster profile needs and what is missing here, one line each")
     doctor.add_argument("--cluster", default=None, help="cluster profile hostfiles/NAME.toml (default: this machine)")
@@ -113,7 +135,43 @@ def build_cli() -> argparse.ArgumentParser:
 
     validate = sub.add_parser("validate", help="check result records against the record schema")
     validate.add_argument("records", nargs="+", type=Path)
+
+    rerun = sub.add_parser("rerun", help="run a record's case again as it ran (same options, world shape, runtime, "
+                           "stack, repetitions), refusing on drift, and compare with it")
+    rerun.add_argument("record", help="the result record to reproduce (Make: RECORD)")
+    hosts = rerun.add_mutually_exclusive_group()
+    hosts.add_argument("--cluster", default=None, help="cluster profile for the hosts (default: the record's cluster "
+                       "where hostfiles/ has its profile, else the record's hostfile where it exists, else localhost)")
+    hosts.add_argument("--hostfile", default=None, help="hostfile for the hosts (Make: HOSTFILE)")
+    rerun.add_argument("--allow-drift", action="store_true", help="run even where stack lock, image, suite checkout, "
+                       "case option defaults or devices differ from the record (Make: ALLOW_DRIFT=1)")
+    rerun.add_argument("--data-dir", type=Path, default=None, help="where datasets live (Make: DATA_DIR)")
+    rerun.add_argument("--results-dir", type=Path, default=paths.RESULTS, help="where the new record goes")
+    rerun.add_argument("--runs-dir", type=Path, default=paths.RUNS, help="where run directories go")
+    rerun.add_argument("--tolerance", type=float, default=0.05, help="difference the comparison tolerates (0.05 = 5%%)")
+    rerun.add_argument("--dry-run", action="store_true", help="check and print the plan; start nothing")
     return parser
+
+
+def point_argv(*, case: str, world, repeat: int, timeout_s: float, stall_s: float, runtime: str, scheduler: str,
+               data_dir: Path, runs_dir: Path, results_dir: Path, run_id: str, cluster: str | None,
+               case_args: list[str], runner_options: list[str] = ()) -> list[str]:
+    """`python -m suite run` for one run point, as the `run` parser above reads it back (a scheduler
+    that runs a point whole, such as a SLURM batch job, runs this)."""
+    argv = [sys.executable, "-m", "suite", "run", "--case", case, "--nodes", str(world.nodes),
+            "--gpus-per-node", str(world.hosts[0].slots), "--repeat", str(repeat),
+            "--timeout", str(math.ceil(timeout_s)), "--stall", str(math.ceil(stall_s)), "--runtime", runtime,
+            "--scheduler", scheduler, "--data-dir", str(data_dir), "--runs-dir", str(runs_dir),
+            "--results-dir", str(results_dir), "--run-id", run_id]
+    if cluster:
+        argv += ["--cluster", cluster]
+    return [*argv, *runner_options, "--", *case_args]
+
+
+def hardware_options(precheck: str, telemetry_interval: float | None) -> list[str]:
+    """The interconnect check and telemetry options of `run`, as the parser above reads them back."""
+    check = {"on": ["--precheck"], "off": ["--no-precheck"]}.get(precheck, [])
+    return [*check, "--telemetry-interval", f"{telemetry_interval or 0:g}"]
 
 
 def split_case_args(argv: list[str]) -> tuple[list[str], list[str]]:
@@ -141,7 +199,20 @@ def cmd_run(args, case_args, argv) -> int:
     return run(RunRequest(args.case, args.nodes, args.gpus_per_node, args.hostfile, args.runtime,
                           args.scheduler, args.repeat, args.timeout, case_args, args.results_dir,
                           args.runs_dir, args.data_dir, ["python", "-m", "suite", *argv],
-                          args.baseline, args.cluster, args.stall, args.dry_run, args.run_id))
+                          args.baseline, args.cluster, args.stall, args.dry_run, args.run_id,
+                          precheck=args.precheck, telemetry_interval=args.telemetry_interval,
+                          cpu_bind=args.cpu_bind))
+
+
+def cmd_compare_frameworks(args, case_args, argv) -> int:
+    from dataclasses import fields
+
+    from suite.run import RunRequest
+    from suite.same_work import compare_frameworks
+
+    # The run options it shares with `run` (copied above) fill the request's fields of the same names.
+    given = {f.name: getattr(args, f.name) for f in fields(RunRequest) if hasattr(args, f.name)}
+    return compare_frameworks(RunRequest(**given, case="", case_args=case_args, argv=[]), args.tiny)
 
 
 def cmd_doctor(args, case_args, argv) -> int:
@@ -216,6 +287,17 @@ def cmd_predict(args, case_args, argv) -> int:
     return 0
 
 
+def cmd_rerun(args, case_args, argv) -> int:
+    from suite.rerun import rerun
+
+    if case_args:
+        raise UsageError("rerun takes the case options from the record; nothing goes after '--'")
+    if not 0 <= args.tolerance < 1:
+        raise UsageError(f"--tolerance must be a fraction between 0 and 1, got {args.tolerance}")
+    args.argv = argv
+    return rerun(args)
+
+
 def cmd_compare(args, case_args, argv) -> int:
     from suite.compare import compare, format_rows, select
 
@@ -245,4 +327,5 @@ def cmd_containers(args, case_args, argv) -> int:
 
 COMMANDS = {"run": cmd_run, "install": cmd_install, "cases": cmd_cases, "validate": cmd_validate,
             "data": cmd_data, "report": cmd_report, "compare": cmd_compare, "containers": cmd_containers,
-            "predict": cmd_predict, "doctor": cmd_doctor}
+            "predict": cmd_predict, "doctor": cmd_doctor, "rerun": cmd_rerun,
+            "compare-frameworks": cmd_compare_frameworks}

@@ -18,6 +18,7 @@ from scipy import stats
 
 from suite.errors import UsageError
 from suite.records import Point, latest, load_points
+from suite.stats import fmt_number
 
 
 @dataclass
@@ -62,23 +63,27 @@ def compare(a_points: list[Point], b_points: list[Point], tolerance: float) -> l
     a, b = _latest(a_points), _latest(b_points)
     rows = []
     for key in sorted(set(a) | set(b)):
-        row = Row(key, a.get(key), b.get(key))
-        rows.append(row)
-        if row.a is None or row.b is None:
-            row.verdict = "only in A" if row.b is None else "only in B"
-            continue
-        if row.a.config_key != row.b.config_key:
-            row.verdict = "not comparable"
-            row.note = _differences(row.a, row.b)
-            continue
-        mean_a, mean_b = row.a.throughput["mean"], row.b.throughput["mean"]
-        row.diff_pct = 100 * (mean_b - mean_a) / mean_a
-        beyond, row.p_value = _beyond_noise(row.a, row.b)
-        if abs(row.diff_pct) <= 100 * tolerance or not beyond:
-            row.verdict = "same"
-        else:
-            row.verdict = "faster" if row.diff_pct > 0 else "slower"
+        rows.append(judge(Row(key, a.get(key), b.get(key)), tolerance))
     return rows
+
+
+def judge(row: Row, tolerance: float) -> Row:
+    """Fills the row's difference, p-value and verdict (also used by `suite rerun` for one pair)."""
+    if row.a is None or row.b is None:
+        row.verdict = "only in A" if row.b is None else "only in B"
+        return row
+    if row.a.config_key != row.b.config_key:
+        row.verdict = "not comparable"
+        row.note = _differences(row.a, row.b)
+        return row
+    mean_a, mean_b = row.a.throughput["mean"], row.b.throughput["mean"]
+    row.diff_pct = 100 * (mean_b - mean_a) / mean_a
+    beyond, row.p_value = _beyond_noise(row.a, row.b)
+    if abs(row.diff_pct) <= 100 * tolerance or not beyond:
+        row.verdict = "same"
+    else:
+        row.verdict = "faster" if row.diff_pct > 0 else "slower"
+    return row
 
 
 def _differences(a: Point, b: Point) -> str:
@@ -92,7 +97,7 @@ def format_rows(rows: list[Row]) -> str:
         case, cluster, stack, devices = r.key
         a = f"{r.a.throughput['mean']:.2f}" if r.a else "-"
         b = f"{r.b.throughput['mean']:.2f}" if r.b else "-"
-        diff = f"{r.diff_pct:+.1f}%" if r.diff_pct is not None else "-"
+        diff = f"{fmt_number(r.diff_pct, 1, sign=True)}%" if r.diff_pct is not None else "-"
         p = f"{r.p_value:.3f}" if r.p_value is not None else "-"
         note = f" ({r.note})" if r.note else ""
         lines.append(f"{case:<20} {cluster:<12} {stack:<16} {devices:>4} {a:>10} {b:>10} {diff:>8} {p:>6}  {r.verdict}{note}")

@@ -15,10 +15,11 @@ import shutil
 import subprocess
 import time
 import tomllib
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from suite import __version__, paths
+from suite import __version__, paths, plugins
 from suite.errors import UsageError
 from suite.jsonfile import write_json_atomic
 from suite.stacks import Stack, load_stack
@@ -268,6 +269,18 @@ def packages_from_pip_list(text: str) -> dict[str, str]:
     return {p["name"].lower(): p["version"] for p in json.loads(text or "[]")}
 
 
+def bind_list(extra: Iterable[Path | str]) -> list[str]:
+    """The checkout (case scripts, suite.probe), run directories and data, each at its own path;
+    folders inside another bound one and folders that do not exist are left out."""
+    wanted = [paths.ROOT, paths.RUNS, paths.data_dir(), *map(Path, extra)]
+    existing = sorted({p.resolve() for p in wanted if p.exists()}, key=lambda p: len(p.parts))
+    kept: list[Path] = []
+    for path in existing:
+        if not any(path.is_relative_to(k) for k in kept):
+            kept.append(path)
+    return [str(p) for p in kept]
+
+
 # ---- building ------------------------------------------------------------------------------------
 
 def available_tool(wanted: str) -> str:
@@ -322,50 +335,5 @@ def build(stack: str | None, flavour: str | None, tool: str, log=print) -> list[
             flavours.remove(fl)
     for fl in flavours:
         check_buildable(fl)
-    tool = available_tool(tool)
-    return [(_build_sif if tool == "apptainer" else _build_docker)(fl, log) for fl in flavours]
-
-
-def _build_sif(fl: Flavour, log) -> dict:
-    image = build_dir() / f"{fl.stack.name}-{fl.name}.sif"
-    image.parent.mkdir(parents=True, exist_ok=True)
-    partial = image.with_suffix(".sif.partial")
-    log(f"containers: apptainer build {image} from {fl.definition.relative_to(paths.ROOT)}")
-    subprocess.run(["apptainer", "build", "--force", str(partial), str(fl.definition.relative_to(paths.ROOT))],
-                   cwd=paths.ROOT, check=True)
-    os.replace(partial, image)
-    digest = sha256_file(image)
-    Path(f"{image}.sha256").write_text(f"{digest}  {image.name}\n")
-
-    def cat(path):
-        return subprocess.run(["apptainer", "exec", str(image), "cat", path], capture_output=True, text=True).stdout
-
-    meta = write_image_meta(meta_path(image), fl, str(image), digest, "apptainer",
-                            json.loads(cat(FACTS) or "{}"), packages_from_pip_list(cat(PACKAGES)))
-    log(f"containers: {image} sha256:{digest}")
-    return meta
-
-
-def _build_docker(fl: Flavour, log) -> dict:
-    import io
-    import tarfile
-
-    import docker
-
-    context = io.BytesIO()
-    with tarfile.open(fileobj=context, mode="w") as tar:  # only what the Dockerfile copies
-        tar.add(fl.stack.dir, arcname=f"containers/{fl.stack.name}")
-    context.seek(0)
-    client = docker.from_env()
-    tag = docker_tag(fl)
-    log(f"containers: docker build {tag} from {fl.dockerfile.relative_to(paths.ROOT)}")
-    image, _ = client.images.build(fileobj=context, custom_context=True, tag=tag, rm=True,
-                                   dockerfile=f"containers/{fl.stack.name}/{fl.dockerfile.name}")
-
-    def cat(path):
-        return client.containers.run(tag, ["cat", path], remove=True).decode()
-
-    meta = write_image_meta(meta_path(tag, fl.stack.name, fl.name), fl, tag, image.id.removeprefix("sha256:"),
-                            "docker", json.loads(cat(FACTS) or "{}"), packages_from_pip_list(cat(PACKAGES)))
-    log(f"containers: {tag} {image.id}")
-    return meta
+    builder = plugins.load("runtimes", available_tool(tool))  # the runtime that runs an image builds it
+    return [builder.build_image(fl, log) for fl in flavours]

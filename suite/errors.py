@@ -4,3 +4,11 @@ class UsageError(Exception):
 
 class RunFailed(Exception):
     """A launched run did not produce a usable measurement."""
+
+
+INTERRUPTED = "interrupted (SIGINT/SIGTERM on the runner)"
+
+
+def log(message: str) -> None:
+    """A line of the runner's own progress (stdout, beside the processes' output)."""
+    print(f"suite: {message}", flush=True)

@@ -4,6 +4,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from suite import paths
 from suite.errors import UsageError
 
 HOSTNAME = re.compile(r"^[A-Za-z0-9_](?:[A-Za-z0-9_.-]{0,252}[A-Za-z0-9_])?$")
@@ -110,9 +111,15 @@ def select_world(hosts: list[Host], nodes: int, gpus_per_node: int | None, sourc
     if nodes > len(hosts):
         raise UsageError(
             f"NODES={nodes} but hostfile {source} lists {len(hosts)} host(s); "
-            "lower NODES or add hosts to the hostfile"
+            "lower NODES or add hosts to the hostfile (to try up to 4 nodes on this machine: "
+            "HOSTFILE=hostfiles/loopback4)"
         )
     chosen = hosts[:nodes]
     if gpus_per_node is not None:
         chosen = [Host(h.name, gpus_per_node) for h in chosen]
     return World(tuple(chosen), source)
+
+
+def profile_hostfile(cluster) -> Path:
+    """The hostfile a cluster profile names, else hostfiles/localhost."""
+    return Path(cluster.hostfile) if cluster and cluster.hostfile else paths.HOSTFILES / "localhost"

@@ -3,6 +3,9 @@ refuse bad input before launch) and by the case script inside its stack. Standar
 (tomli stands in for tomllib before Python 3.11)."""
 
 import argparse
+import ast
+import operator
+import sys
 
 try:
     import tomllib
@@ -17,6 +20,10 @@ class OptionError(ValueError):
     pass
 
 
+class RuleError(OptionError):
+    """A case's rule between options does not hold."""
+
+
 class _Parser(argparse.ArgumentParser):
     def error(self, message):
         raise OptionError(message)
@@ -29,6 +36,10 @@ def load_case_toml(case_dir: str | Path) -> dict:
 
 def build_parser(case: dict) -> argparse.ArgumentParser:
     parser = _Parser(prog=case["name"], description=case.get("summary"), add_help=False)
+    if "same_work" in case:
+        parser.add_argument("--same-work", action="store_true", help=(
+            "the same work as every framework's case: ResNet-50 v1.5, 224 px, 1000 classes, batch 32 per device, "
+            f"float32, a random batch in device memory; sets {' '.join(same_work_argv(case))} (later options win)"))
     for name, spec in case.get("options", {}).items():
         flag = f"--{name}"
         if spec["type"] == "flag":
@@ -61,9 +72,67 @@ def _checked(name: str, spec: dict):
 
 
 def parse_options(case: dict, argv: list[str]) -> dict:
-    """Option values by option name (dashes kept), or OptionError with a one-line message."""
-    namespace = build_parser(case).parse_args(argv)
-    return {name: getattr(namespace, name.replace("-", "_")) for name in case.get("options", {})}
+    """Option values by option name (dashes kept), or OptionError with a one-line message; the case's
+    [[rules]] between options are checked too."""
+    namespace = build_parser(case).parse_args(with_same_work(case, argv))
+    names = [*case.get("options", {}), *(["same-work"] if "same_work" in case else [])]
+    options = {name: getattr(namespace, name.replace("-", "_")) for name in names}
+    check_rules(case, options)
+    return options
+
+
+def option_args(options: dict) -> list[str]:
+    """Case argv from {option name: value}: True is a bare flag, None and False leave the option out."""
+    argv = []
+    for name, value in options.items():
+        if value is not None and value is not False:
+            argv += [f"--{name}"] if value is True else [f"--{name}", str(value)]
+    return argv
+
+
+def same_work_argv(case: dict) -> list[str]:
+    """The option values of the case's [same_work] table (its `tiny` sub-table left out)."""
+    return option_args({k: v for k, v in case.get("same_work", {}).items() if not isinstance(v, dict)})
+
+
+def with_same_work(case: dict, argv: list[str]) -> list[str]:
+    """--same-work stands for the case's [same_work] values, placed first so that later options win."""
+    return [*same_work_argv(case), *argv] if "same_work" in case and "--same-work" in argv else list(argv)
+
+
+OPERATORS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Lt: operator.lt,
+             ast.LtE: operator.le, ast.Gt: operator.gt, ast.GtE: operator.ge, ast.Eq: operator.eq,
+             ast.NotEq: operator.ne}
+
+
+def check_rules(case: dict, options: dict) -> None:
+    """A case's [[rules]]: `when` (optional) and `require` are expressions over its options (dashes
+    written as underscores, numbers, + - *, comparisons, and/or/not); where `when` holds and
+    `require` does not, the rule's message is the error."""
+    values = {name.replace("-", "_"): value for name, value in options.items()}
+    for rule in case.get("rules", []):
+        if evaluate(rule.get("when", "True"), values) and not evaluate(rule["require"], values):
+            raise RuleError(f"{rule['message']} (rule: {rule['require']})")
+
+
+def evaluate(text: str, values: dict):
+    def value(node):
+        if isinstance(node, ast.Constant):
+            return node.value
+        if isinstance(node, ast.Name):
+            return values[node.id] if node.id != "True" else True
+        if isinstance(node, ast.BinOp) and type(node.op) in OPERATORS:
+            return OPERATORS[type(node.op)](value(node.left), value(node.right))
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
+            return not value(node.operand)
+        if isinstance(node, ast.BoolOp):
+            results = (value(v) for v in node.values)
+            return all(results) if isinstance(node.op, ast.And) else any(results)
+        if isinstance(node, ast.Compare) and len(node.ops) == 1 and type(node.ops[0]) in OPERATORS:
+            return OPERATORS[type(node.ops[0])](value(node.left), value(node.comparators[0]))
+        raise ValueError(f"rule {text!r}: {ast.dump(node)[:60]} is not allowed")
+
+    return value(ast.parse(text, mode="eval").body)
 
 
 def parse_case_args(script: str, argv: list[str] | None = None) -> argparse.Namespace:
@@ -71,6 +140,6 @@ def parse_case_args(script: str, argv: list[str] | None = None) -> argparse.Name
     case = load_case_toml(Path(script).resolve().parent)
     parser = build_parser(case)
     try:
-        return parser.parse_args(argv)
+        return parser.parse_args(with_same_work(case, sys.argv[1:] if argv is None else argv))
     except OptionError as exc:
         parser.exit(2, f"{case['name']}: {exc}\n")

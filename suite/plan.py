@@ -3,6 +3,7 @@
 from dataclasses import dataclass, field
 
 from suite.hostfile import Host, World
+from suite.net import is_local
 
 
 @dataclass(frozen=True)
@@ -32,14 +33,32 @@ class Launch:
     stack_env: StackEnv
     run_dir: str
     data_dir: str
+    options: dict = field(default_factory=dict)  # the case options, parsed, defaults filled in
+    # How the scheduler starts a process on a host that is not this machine: "srun" (a job step),
+    # "ssh", or "local" (it does not: every host must be this machine); the runner sets it from the
+    # scheduler's `placement` hook. See docs/plugins.md.
+    placement: str = "ssh"
+    cpu_bind: str = "none"  # how each case process binds itself to cores (suite/binding.py)
 
     def env(self, host: Host | None = None, **extra: str) -> dict:
         """Environment of a case process; SUITE_* tell the case where to write and what it runs on."""
         env = {**self.stack_env.env, "SUITE_RUN_DIR": self.run_dir, "SUITE_DATA_DIR": self.data_dir,
                "SUITE_NODES": str(self.world.nodes), "SUITE_DEVICES": str(self.world.devices)}
+        if self.cpu_bind != "none":
+            env["SUITE_CPU_BIND"] = self.cpu_bind
         if host is not None:
             env["SUITE_DEVICES_PER_NODE"] = str(host.slots)
+            env.update(self.machine_slots(host))
         return {**env, **extra}
+
+    def machine_slots(self, host: Host) -> dict:
+        """Where several hosts of the world are this machine (loopback hostfiles): the first slot of
+        `host` among all of the machine's, so that their processes take distinct cores."""
+        local = [h for h in self.world.hosts if is_local(h.name)]
+        if len(local) < 2 or host not in local:
+            return {}
+        offset = sum(h.slots for h in local[:local.index(host)])
+        return {"SUITE_SLOT_OFFSET": str(offset), "SUITE_MACHINE_SLOTS": str(sum(h.slots for h in local))}
 
 
 @dataclass(frozen=True)
@@ -49,6 +68,12 @@ class Process:
     argv: list[str]
     env: dict
     cwd: str
+    # A helper beside the job (the telemetry sampler, Horovod's rendezvous server): the plan ends when
+    # every other process has ended, then daemons get SIGTERM; their exit never fails the run.
+    daemon: bool = False
+    # One MPI job over several hosts (host -> tasks) started as one step (`srun --mpi=...`); planned
+    # only for placement "srun". Empty: one process on `host`.
+    mpi_tasks: dict = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

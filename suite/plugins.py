@@ -1,22 +1,229 @@
 """Runtimes, launchers and schedulers are modules in their folder, found by name: adding one is adding
-a file."""
+a file. What such a module must define, and the optional hooks it may define, is written below as one
+Protocol per kind; `load` returns an object on which every hook exists (the module's own, else the
+default written here), so the runner calls hooks without probing for them.
+
+Settings a plugin reads from a cluster profile are declared by the plugin itself (`PROFILE`: one
+table of the profile, named after the plugin, with typed keys and defaults), so the profile checker
+and `doctor` loop over the plugins and nothing else is edited to add one."""
 
 import importlib
+import importlib.util
 import pkgutil
+import shutil
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
 from types import ModuleType
+from typing import Any, Protocol, runtime_checkable
 
 from suite.errors import UsageError
+from suite.hostfile import Host, World
+from suite.plan import Launch, Plan, Process, ProcessResult, StackEnv
 
 KINDS = {"runtimes": "runtime", "launchers": "launcher", "schedulers": "scheduler"}
+# Where plugins are looked for: suite/<kind>/ first; a test or a site may add folders of its own.
+EXTRA_PATHS: dict[str, list[str]] = {kind: [] for kind in KINDS}
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One key of a plugin's table in a cluster profile: its type, default and meaning."""
+
+    type: type
+    default: Any = None
+    help: str = ""
+
+
+@dataclass(frozen=True)
+class BatchJob:
+    """A run point a scheduler may take over whole (SLURM outside an allocation: one batch job that
+    runs `inner_argv`, the runner itself, for this point only). Plain data, no runner objects."""
+
+    run_id: str
+    case: str
+    world: World
+    inner_argv: tuple[str, ...]
+    timeout_s: float
+    stall_s: float
+    repeat: int
+    run_dir: Path
+    profile: Any = None  # the cluster profile (suite.clusters.Cluster) or None
+
+
+@dataclass(frozen=True)
+class TakenOver:
+    """What a scheduler that ran a point whole hands back: the record the point wrote (None when it
+    wrote none, then `failure` says why), facts for the record's `execution`, and the hosts it ran
+    on where the scheduler learnt them (None: the planned ones)."""
+
+    record: dict | None
+    failure: str | None
+    execution: dict
+    hostnames: list[str] | None = None
+
+
+@runtime_checkable
+class Runtime(Protocol):
+    """Where a stack's programs come from: a local virtual environment, or a container image."""
+
+    name: str
+    PROFILE: dict[str, Setting]
+
+    def prepare(self, stack, log: Callable[[str], None], binds: Iterable[Path | str] = (),
+                image_dir: Path | None = None) -> StackEnv:
+        """Make the stack usable (install it, find its image) and say how to run its programs; raise
+        UsageError for what a user must fix (a missing image), RuntimeError/OSError for failures."""
+
+    def doctor_lines(self, cluster, stacks: list[str]) -> list[str]:
+        """`ok: ...` / `missing: ...` lines: what this runtime needs on this machine for the stacks."""
+
+    def build_image(self, flavour, log: Callable[[str], None]) -> dict:
+        """Build the image of a container flavour (suite.containers.Flavour) and return its metadata;
+        UsageError where this runtime builds no images."""
+
+
+@runtime_checkable
+class Launcher(Protocol):
+    """Which processes a case needs on which hosts, with which environment."""
+
+    name: str
+
+    def plan(self, launch: Launch) -> Plan:
+        """The processes of one launch; plain data, nothing started."""
+
+    def check(self, launch: Launch) -> None:
+        """Refuse (UsageError) what depends only on the inputs, before anything starts."""
+
+
+@runtime_checkable
+class Scheduler(Protocol):
+    """How the processes of a plan are started and ended on their hosts."""
+
+    name: str
+    PROFILE: dict[str, Setting]
+
+    def execute(self, plan: Plan, log_dir: Path, timeout_s: float, stall_s: float | None,
+                cluster=None) -> list[ProcessResult]:
+        """Run the plan to its end; the first failure or a limit ends every process of it. Processes
+        marked daemon (the telemetry samplers) are ended once the others have ended, never fail the
+        job and get no ProcessResult (suite.schedulers.local.run_plan does this)."""
+
+    def check(self, cluster, dry_run: bool) -> None:
+        """Refuse (UsageError) bad profile settings, and missing commands unless dry_run."""
+
+    def hosts(self, nodes: int) -> tuple[list[Host], str, str | None] | None:
+        """(hosts, where they come from, cluster name) when the scheduler knows the hosts itself
+        (an allocation); None: the hostfile's."""
+
+    def take_over(self, job: BatchJob) -> TakenOver | None:
+        """Run a whole point (a batch job) and say how it went; None: the runner runs it here."""
+
+    def describe(self, plan: Plan, job: BatchJob) -> str:
+        """For a dry run: how each process would be started."""
+
+    def doctor_lines(self, cluster) -> list[str]:
+        """`ok: ...` / `missing: ...` lines: commands, reachability of the hosts."""
+
+    def placement(self, cluster) -> str:
+        """How a process on a host that is not this machine is started: "srun", "ssh", or "local"
+        (it is not: every host must be this machine). Launchers read it as Launch.placement."""
+
+    def how_started(self, process: Process, cluster) -> str:
+        """"srun", "ssh" or "local": how this process is started (the record keeps it per process)."""
+
+    def execution_facts(self, cluster) -> dict | None:
+        """Facts for the record's execution.<scheduler> about a point run here (e.g. the SLURM
+        allocation it runs in); None: nothing to add."""
+
+
+class _Defaults:
+    PROFILE: dict[str, Setting] = {}
+
+    def doctor_lines(self, *args) -> list[str]:
+        return []
+
+
+class RuntimeDefaults(_Defaults):
+    def build_image(self, flavour, log) -> dict:
+        raise UsageError(f"runtime {self.name} builds no container images")
+
+
+class LauncherDefaults(_Defaults):
+    def check(self, launch: Launch) -> None:
+        return None
+
+
+class SchedulerDefaults(_Defaults):
+    def check(self, cluster, dry_run: bool) -> None:
+        return None
+
+    def hosts(self, nodes: int):
+        return None
+
+    def take_over(self, job: BatchJob) -> TakenOver | None:
+        return None
+
+    def describe(self, plan: Plan, job: BatchJob) -> str:
+        return "started as: each process directly on this machine"
+
+    def placement(self, cluster) -> str:
+        return "local"
+
+    def how_started(self, process: Process, cluster) -> str:
+        return self.placement(cluster)
+
+    def execution_facts(self, cluster) -> dict | None:
+        return None
+
+
+CONTRACTS = {"runtimes": (Runtime, RuntimeDefaults), "launchers": (Launcher, LauncherDefaults),
+             "schedulers": (Scheduler, SchedulerDefaults)}
+
+
+def command_line(name: str, why: str) -> str:
+    """A doctor line for a command a plugin needs on PATH."""
+    found = shutil.which(name)
+    return f"ok: {name} ({found})" if found else f"missing: {name} on PATH ({why})"
+
+
+def _package_paths(kind: str) -> list[str]:
+    package = importlib.import_module(f"suite.{kind}")
+    return [*package.__path__, *EXTRA_PATHS[kind]]
 
 
 def available(kind: str) -> list[str]:
-    package = importlib.import_module(f"suite.{kind}")
-    return sorted(m.name for m in pkgutil.iter_modules(package.__path__) if not m.name.startswith("_"))
+    return sorted({m.name for m in pkgutil.iter_modules(_package_paths(kind)) if not m.name.startswith("_")})
 
 
-def load(kind: str, name: str) -> ModuleType:
+def _module(kind: str, name: str) -> ModuleType:
+    for folder in EXTRA_PATHS[kind]:
+        path = Path(folder) / f"{name}.py"
+        if path.exists():
+            spec = importlib.util.spec_from_file_location(f"suite_plugin_{kind}_{name}", path)
+            module = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(module)
+            return module
+    return importlib.import_module(f"suite.{kind}.{name}")
+
+
+def load(kind: str, name: str):
+    """The plugin `name` of `kind` (runtimes, launchers, schedulers) as an object of its contract:
+    the module's functions and PROFILE, with the contract's defaults for hooks it does not define."""
     known = available(kind)
     if name not in known:
         raise UsageError(f"unknown {KINDS[kind]} '{name}' (known: {', '.join(known)})")
-    return importlib.import_module(f"suite.{kind}.{name}")
+    module = _module(kind, name)
+    protocol, defaults = CONTRACTS[kind]
+    hooks = {attr: staticmethod(value) if callable(value) else value
+             for attr in _protocol_members(protocol) if (value := getattr(module, attr, None)) is not None}
+    cls = type(f"{name}_{KINDS[kind]}", (defaults,), {**hooks, "name": name, "module": module})
+    return cls()
+
+
+def _protocol_members(protocol) -> list[str]:
+    return [m for m in (*protocol.__annotations__, *vars(protocol)) if not m.startswith("_") and m != "name"]
+
+
+def load_all(kind: str) -> list:
+    return [load(kind, name) for name in available(kind)]

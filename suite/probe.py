@@ -26,6 +26,8 @@ class Probe:
         os.makedirs(os.path.join(run_dir, "ranks"), exist_ok=True)
         self._file = open(os.path.join(run_dir, "ranks", f"rank-{rank:05d}.jsonl"), "a", buffering=1)
         self._iterations = 0
+        self._mllog = MLLog(os.path.join(run_dir, "ranks", f"rank-{rank:05d}.mllog"), rank)
+        self._trained = 0
 
     def _write(self, event: str, **fields) -> None:
         self._file.write(json.dumps({"event": event, "rank": self.rank, "time": time.time(), **fields}) + "\n")
@@ -33,8 +35,12 @@ class Probe:
     def start(self, config: dict, versions: dict) -> None:
         versions = {"python": platform.python_version(), **versions}
         host = host_info() if self.local_rank == 0 else None
+        if config.get("global_batch"):
+            self._mllog.log("event", "global_batch_size", config["global_batch"])
+        self._mllog.log("start", "run_start")
         self._write("start", size=self.size, local_rank=self.local_rank, local_size=self.local_size,
-                    host=socket.gethostname(), pid=os.getpid(), host_info=host, config=config, versions=versions)
+                    host=socket.gethostname(), pid=os.getpid(), host_info=host, config=config, versions=versions,
+                    binding={"policy": os.environ.get("SUITE_CPU_BIND", "none"), "cpus": cpus_allowed()})
 
     @contextmanager
     def warmup(self, images: int, sync=None):
@@ -42,6 +48,7 @@ class Probe:
         with _timed(sync) as elapsed:
             yield
         self._write("warmup", images=images, seconds=elapsed())
+        self._trained += images
         self._say(f"warmup done in {elapsed():.1f} s")
 
     @contextmanager
@@ -51,6 +58,8 @@ class Probe:
             yield
         seconds = elapsed()
         self._write("iteration", index=self._iterations, images=images, seconds=seconds)
+        self._mllog.timed("block", self._iterations, images * self.size, seconds)
+        self._trained += images
         self._iterations += 1
         rate = images / seconds
         of = f"/{total}" if total else ""
@@ -70,6 +79,8 @@ class Probe:
         seconds = time.perf_counter() - self._epoch_began
         index = self._epochs = getattr(self, "_epochs", 0) + 1
         self._write("epoch", index=index - 1, images=images, seconds=seconds, metrics=metrics)
+        self._mllog.timed("epoch", index - 1, images * self.size, seconds)
+        self._trained += images
         shown = ", ".join(f"{k} {v:.4g}" for k, v in metrics.items() if isinstance(v, (int, float)))
         of = f"/{total}" if total else ""
         self._say(f"epoch {index}{of}: {seconds:.1f} s, ~{images * self.size / seconds:.1f} img/s"
@@ -86,6 +97,43 @@ class Probe:
     def end(self) -> None:
         self._write("end", iterations=self._iterations)
         self._file.close()
+        self._mllog.log("event", "train_samples", self._trained * self.size)
+        self._mllog.log("end", "run_stop", metadata={"status": "success"})
+
+
+class MLLog:
+    """MLPerf-style `:::MLLOG` lines in the rank's raw log (ranks/rank-<rank>.mllog), written with
+    mlperf-logging where the stack has it, nothing where not. Like the probe's own lines they are
+    written after the timed work, carrying the times it began and ended."""
+
+    def __init__(self, path: str, rank: int):
+        try:
+            from mlperf_logging.mllog.mllog import MLLogger
+        except ImportError:
+            self.logger = None
+            return
+        import logging
+
+        logger = logging.getLogger(f"suite.mllog.rank-{rank}")
+        logger.propagate = False
+        logger.setLevel(logging.INFO)
+        if not logger.handlers:
+            logger.addHandler(logging.FileHandler(path))
+        self.logger = MLLogger(logger=logger, default_stack_offset=2)
+
+    def log(self, kind: str, key: str, value=None, metadata=None, at: float | None = None) -> None:
+        """kind: start, end (an interval) or event; `at`: seconds since the epoch, default now."""
+        if self.logger is not None:
+            getattr(self.logger, kind)(key, value, metadata=metadata, time_ms=None if at is None else int(at * 1e3))
+
+    def timed(self, unit: str, index: int, images: int, seconds: float) -> None:
+        """A timed iteration (an MLPerf block) or epoch that just ended, and its throughput as NVIDIA's
+        submissions log it (tracked_stats); `images` of all ranks, estimated from this rank's."""
+        end = time.time()
+        number = {"first_epoch_num": index, "epoch_count": 1} if unit == "block" else {"epoch_num": index}
+        self.log("start", f"{unit}_start", metadata=number, at=end - seconds)
+        self.log("end", f"{unit}_stop", metadata=number, at=end)
+        self.log("event", "tracked_stats", {"throughput": images / seconds}, metadata={"step": index}, at=end)
 
 
 @contextmanager
@@ -112,6 +160,18 @@ def host_info() -> dict:
         "gpus": _gpus(),
     }
     return info
+
+
+def cpus_allowed() -> str | None:
+    """The cpus this process may run on, as the kernel says (/proc/self/status), e.g. "0-3,8"."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("Cpus_allowed_list:"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return None
 
 
 def _cpu_model() -> str | None:

@@ -3,7 +3,9 @@
 reports/index.html        one row per case x stack x cluster, links to the case pages
 reports/case-<case>.html  throughput, speedup, efficiency (and epoch time) vs devices, with the
                           case's published figures as dashed series
-reports/frameworks.html   all cases side by side: per-device throughput and efficiency
+reports/frameworks.html   the same work in every framework (a table of the --same-work records, rows whose
+                          configuration differs flagged), then all cases side by side: per-device
+                          throughput and efficiency
 reports/summary.csv       the figures behind the plots
 """
 
@@ -18,6 +20,7 @@ from plotly.offline import get_plotlyjs
 
 from suite.records import Point, case_references, case_spec, latest, load_points
 from suite.scaling import exchange_for, fit, from_points
+from suite.stats import speedup_efficiency
 
 
 @dataclass
@@ -38,11 +41,16 @@ class Series:
     def baseline(self) -> Point:
         return self.points[0]
 
+    def _against_baseline(self, point: Point) -> tuple[float, float]:
+        [pair] = speedup_efficiency([(point.devices, point.throughput["mean"])],
+                                    (self.baseline.devices, self.baseline.throughput["mean"]))
+        return pair
+
     def speedup(self, point: Point) -> float:
-        return point.throughput["mean"] / self.baseline.throughput["mean"]
+        return self._against_baseline(point)[0]
 
     def efficiency(self, point: Point) -> float:
-        return 100 * self.speedup(point) / (point.devices / self.baseline.devices)
+        return self._against_baseline(point)[1]
 
 
 def build_series(points: list[Point]) -> list[Series]:
@@ -105,11 +113,21 @@ def _model_traces(case: str, series: list[Series]) -> list[go.Scatter]:
 
 
 def _speedups(devices, values):
-    return [v / values[0] for v in values]
+    return [s for s, _ in speedup_efficiency(zip(devices, values), (devices[0], values[0]))]
 
 
 def _efficiencies(devices, values):
-    return [100 * (v / values[0]) / (d / devices[0]) for d, v in zip(devices, values)]
+    return [e for _, e in speedup_efficiency(zip(devices, values), (devices[0], values[0]))]
+
+
+def _y_scale_switch(fig: go.Figure) -> go.Figure:
+    """Buttons above the plot that switch its y axis between linear and log scale."""
+    fig.update_layout(updatemenus=[{
+        "type": "buttons", "direction": "right", "x": 1.0, "xanchor": "right", "y": 1.12, "yanchor": "bottom",
+        "showactive": True, "active": 0,
+        "buttons": [{"label": "linear", "method": "relayout", "args": [{"yaxis.type": "linear"}]},
+                    {"label": "log", "method": "relayout", "args": [{"yaxis.type": "log"}]}]}])
+    return fig
 
 
 def case_figures(case: str, series: list[Series]) -> list[go.Figure]:
@@ -123,7 +141,7 @@ def case_figures(case: str, series: list[Series]) -> list[go.Figure]:
                                      line={"dash": "dot", "color": "grey"}))
     efficiency = go.Figure([_trace(s, [s.efficiency(p) for p in s.points]) for s in series]
                            + _reference_traces(case, "throughput", _efficiencies))
-    figures = [_axes(throughput, f"{case}: throughput (mean ± 95% CI)", "images/s, all devices"),
+    figures = [_y_scale_switch(_axes(throughput, f"{case}: throughput (mean ± 95% CI)", "images/s, all devices")),
                _axes(speedup, f"{case}: speedup over the smallest device count", "speedup"),
                _axes(efficiency, f"{case}: parallel efficiency", "efficiency %")]
     if any(p.epoch_seconds for s in series for p in s.points) or any("epoch_seconds" in r for r in case_references(case)):
@@ -146,6 +164,62 @@ def frameworks_figures(series: list[Series]) -> list[go.Figure]:
 
     return [_axes(go.Figure([per_device(s) for s in series]), "per-device throughput, all cases", "images/s per device"),
             _axes(go.Figure([efficiency(s) for s in series]), "parallel efficiency, all cases", "efficiency %")]
+
+
+def same_work_table(points: list[Point]) -> str:
+    """The `--same-work` records (suite/same_work.py) as one table, rows whose configuration differs
+    from the most common one flagged: shown first on the frameworks page."""
+    from suite.same_work import COLUMNS, build_rows, cells, summary
+
+    rows = build_rows(points)
+    if not rows:
+        return ("<h2>The same work in every framework</h2><p>No <code>--same-work</code> records yet "
+                "(<code>make compare-frameworks</code>).</p>")
+    head = "".join(f"<th>{html.escape(c)}</th>" for c in (*COLUMNS, "configuration"))
+    flagged = ' style="background:#fde"'
+    body = "".join(
+        f"<tr{flagged if r.differs else ''}>" + "".join(f"<td>{html.escape(c)}</td>" for c in cells(r))
+        + f"<td>{html.escape('DIFFERS: ' + r.differs if r.differs else 'same')}</td></tr>" for r in rows)
+    return (f"<h2>The same work in every framework</h2><p>{html.escape(summary(rows))}</p>"
+            f"<table><tr>{head}</tr>{body}</table>")
+
+
+def joules_per_image(point: Point) -> float | None:
+    """Energy per image over the timed window (GPUs and CPU packages where measured), else None."""
+    return (point.record["metrics"].get("telemetry") or {}).get("joules_per_image")
+
+
+def _joules_cell(point: Point) -> str:
+    value = joules_per_image(point)
+    return "-" if value is None else f"{value:.3g}"
+
+
+def telemetry_figures(series: list[Series]) -> list[go.Figure]:
+    """Utilisation and power over time of the latest run of each series (its largest device count)."""
+    return [f for f in (telemetry_figure(s.points[-1]) for s in series) if f is not None]
+
+
+def telemetry_figure(point: Point) -> go.Figure | None:
+    hosts = {host: facts["series"] for host, facts in
+             ((point.record["metrics"].get("telemetry") or {}).get("hosts") or {}).items()
+             if isinstance(facts, dict) and facts.get("series")}
+    if not hosts:
+        return None
+    fig = go.Figure()
+    for host, s in hosts.items():
+        for key, label, axis in (("cpu_util_pct", "CPU %", "y"), ("gpu_util_pct", "GPU %", "y"),
+                                 ("gpu_power_w", "GPU power W", "y2"), ("cpu_package_power_w", "CPU package power W", "y2")):
+            if key in s:
+                fig.add_trace(go.Scatter(x=s["t"], y=s[key], mode="lines", name=f"{host}: {label}", yaxis=axis,
+                                         line={"dash": "dot"} if axis == "y2" else None))
+    start, end = next(iter(hosts.values()))["window_s"]
+    fig.add_vrect(x0=start, x1=end, fillcolor="green", opacity=0.08, line_width=0, annotation_text="timed window")
+    fig.update_layout(title=f"{point.record['run_id']}: utilisation and power over time", template="plotly_white",
+                      height=380, legend={"orientation": "h", "y": -0.25}, margin={"t": 60, "b": 40},
+                      xaxis={"title": "seconds from the start of the timed window"},
+                      yaxis={"title": "utilisation %", "range": [0, 105]},
+                      yaxis2={"title": "power W", "overlaying": "y", "side": "right", "rangemode": "tozero"})
+    return fig
 
 
 PAGE = """<!DOCTYPE html>
@@ -175,18 +249,20 @@ def _index_body(series: list[Series], points: list[Point], skipped: int) -> str:
             f"<tr><td><a href=\"case-{html.escape(s.case)}.html\">{html.escape(s.case)}</a></td>"
             f"<td>{html.escape(s.stack)}</td><td>{html.escape(s.cluster)}</td><td>{html.escape(s.config_label)}</td>"
             f"<td>{', '.join(str(p.devices) for p in s.points)}</td><td>{top.devices}</td>"
-            f"<td>{tp['mean']:.1f}{ci}</td><td>{tp['per_device']:.1f}</td><td>{s.efficiency(top):.0f}%</td>"
+            f"<td>{tp['mean']:.1f}{ci}</td><td>{tp['per_device']:.1f}</td><td>{_joules_cell(top)}</td>"
+            f"<td>{s.efficiency(top):.0f}%</td>"
             f"<td>{html.escape(top.finished_at)}</td></tr>")
     return (f"<p>{len(points)} records used ({span}); {skipped} file(s) skipped. "
             f"<a href=\"frameworks.html\">All cases side by side</a> · <a href=\"summary.csv\">CSV</a></p>"
             "<table><tr><th>case</th><th>stack</th><th>cluster</th><th>configuration</th><th>devices measured</th>"
-            "<th>largest</th><th>img/s there</th><th>img/s per device</th><th>efficiency</th><th>latest</th></tr>"
+            "<th>largest</th><th>img/s there</th><th>img/s per device</th><th>J/img</th><th>efficiency</th>"
+            "<th>latest</th></tr>"
             + "".join(rows) + "</table>")
 
 
 CSV_COLUMNS = ["case", "stack", "cluster", "devices", "nodes", "throughput", "ci95", "per_device", "speedup",
                "efficiency_pct", "epoch_seconds", "model", "image_size", "batch_per_device", "dtype", "run_id",
-               "finished_at"]
+               "finished_at", "joules_per_image"]
 
 
 def _csv_rows(series: list[Series]):
@@ -195,7 +271,8 @@ def _csv_rows(series: list[Series]):
             cfg = p.record["config"]
             yield [s.case, s.stack, s.cluster, p.devices, p.nodes, p.throughput["mean"], p.throughput["ci95"],
                    p.throughput["per_device"], s.speedup(p), s.efficiency(p), p.epoch_seconds, cfg.get("model"),
-                   cfg.get("image_size"), cfg.get("batch_per_device"), cfg.get("dtype"), p.record["run_id"], p.finished_at]
+                   cfg.get("image_size"), cfg.get("batch_per_device"), cfg.get("dtype"), p.record["run_id"], p.finished_at,
+                   joules_per_image(p)]
 
 
 def write_report(results_dir: Path, out_dir: Path, warn=print) -> list[Path]:
@@ -213,9 +290,11 @@ def write_report(results_dir: Path, out_dir: Path, warn=print) -> list[Path]:
     for case in cases:
         case_series = [s for s in series if s.case == case]
         body = '<p><a href="index.html">all cases</a></p>'
-        written.append(_write(out_dir / f"case-{case}.html", _page(f"{case}", body, case_figures(case, case_series))))
+        written.append(_write(out_dir / f"case-{case}.html", _page(f"{case}", body, case_figures(case, case_series)
+                                                                    + telemetry_figures(case_series))))
     written.append(_write(out_dir / "frameworks.html",
-                          _page("All cases side by side", '<p><a href="index.html">index</a></p>', frameworks_figures(series))))
+                          _page("All cases side by side", '<p><a href="index.html">index</a></p>' + same_work_table(points),
+                                frameworks_figures(series))))
     written.append(_write(out_dir / "index.html", _page("Benchmark results", _index_body(series, points, len(warnings)), [])))
     csv_path = out_dir / "summary.csv"
     with open(csv_path, "w", newline="") as f:

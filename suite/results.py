@@ -1,8 +1,8 @@
 """Run directory -> one result record (schema: suite/schema/record.schema.json, docs/record.md)."""
 
+import hashlib
 import json
 import os
-import re
 import secrets
 import subprocess
 import sys
@@ -13,9 +13,10 @@ from pathlib import Path
 from suite import __version__, paths
 from suite.errors import RunFailed
 from suite.jsonfile import write_json_atomic
+from suite.procenv import masked_env, recorded_env  # noqa: F401 (masked_env: used by records' readers)
 from suite.stats import mean_ci95
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: provenance.git_diff_sha256 and rerun_of; version 1 records still validate
 SCHEMA = json.loads((Path(__file__).parent / "schema" / "record.schema.json").read_text())
 
 
@@ -45,7 +46,8 @@ class Repetition:
                 "throughput": mean, "images": self.images, "timed_seconds": self.seconds,
                 "warmup": self.warmup, "epochs": self.epochs, "results": self.results,
                 "exit_codes": self.exit_codes, "command": self.command, "processes": self.processes,
-                "launched_at": self.launched_at}
+                "launched_at": self.launched_at,
+                "cpus": [s.get("binding", {}).get("cpus") for s in self.starts]}  # per rank, read back by the probe
 
 
 def utc_now() -> str:
@@ -150,13 +152,31 @@ def git_state() -> dict:
 
     commit = git("rev-parse", "HEAD")
     dirty = git("status", "--porcelain", "--untracked-files=no")
-    return {"git_commit": commit, "git_dirty": bool(dirty) if commit else None}
+    # Identifies the uncommitted changes, so a rerun can tell an identical dirty checkout from another.
+    diff = subprocess.run(["git", "-C", str(paths.ROOT), "diff", "HEAD", "--binary"], capture_output=True).stdout \
+        if dirty else None
+    return {"git_commit": commit, "git_dirty": bool(dirty) if commit else None,
+            "git_diff_sha256": hashlib.sha256(diff).hexdigest() if diff else None}
+
+
+_VALIDATOR = None  # built on first use by validate()
 
 
 def validate(record: dict) -> None:
+    """Raises jsonschema.ValidationError (the most relevant error, as jsonschema.validate picks it)
+    when `record` does not satisfy the record schema. The validator is built, and the schema itself
+    checked, once per process: jsonschema.validate() re-checks the schema on every call, which made
+    `report` over 10,000 records take over two minutes (issue 19)."""
+    global _VALIDATOR
     import jsonschema  # imported on first use: keeps the runner's start-up short
 
-    jsonschema.validate(record, SCHEMA)
+    if _VALIDATOR is None:
+        cls = jsonschema.validators.validator_for(SCHEMA)  # the draft the schema's $schema names (2020-12)
+        cls.check_schema(SCHEMA)
+        _VALIDATOR = cls(SCHEMA)
+    error = jsonschema.exceptions.best_match(_VALIDATOR.iter_errors(record))
+    if error is not None:
+        raise error
 
 
 def write_record(record: dict, results_dir: Path) -> Path:
@@ -167,20 +187,9 @@ def write_record(record: dict, results_dir: Path) -> Path:
 
 
 # Variables that change how frameworks, launchers and schedulers behave: recorded for reproducibility.
-RECORDED_ENV = re.compile(r"^(OMP|MKL|KMP|NCCL|CUDA|HOROVOD|TF|MXNET|DMLC|PS|SLURM|OMPI|PMIX|UCX|GLOO|TORCH|NVIDIA|CUDNN)_")
-SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSW|KEY|CREDENTIAL|AUTH|COOKIE|SESSION", re.I)
-MASK = "***"
-
-
-def masked_env(env: dict) -> dict:
-    """The environment as a record may show it: values of credential-like names are masked."""
-    return {k: MASK if SECRET_NAME.search(k) else v for k, v in sorted(env.items())}
-
-
 def suite_provenance(argv: list[str]) -> dict:
-    relevant = {k: v for k, v in os.environ.items() if RECORDED_ENV.match(k)}
     return {"argv": argv, "suite_version": __version__, "runner_python": sys.version.split()[0],
-            "user": os.environ.get("USER"), "environment": masked_env(relevant), **git_state()}
+            "user": os.environ.get("USER"), "environment": recorded_env(os.environ), **git_state()}
 
 
 @dataclass
@@ -197,6 +206,8 @@ class RunContext:
     started_at: str
     sweep_id: str | None = None
     cluster: str | None = None
+    rerun_of: dict | None = None  # set by `suite rerun`: the record this run repeats
+    cpu_bind: str = "none"  # the policy the ranks were asked to bind by (suite/binding.py)
 
 
 def build_record(ctx: RunContext, reps: list[Repetition], stack_provenance: dict, plan_details: dict,
@@ -224,6 +235,7 @@ def build_record(ctx: RunContext, reps: list[Repetition], stack_provenance: dict
             "global_batch": reported.get("global_batch") or (batch * ctx.world.devices if batch else None),
             "image_size": reported.get("image_size") or ctx.options.get(spec.get("image_size")),
             "dtype": reported.get("dtype"),
+            "parameters": reported.get("parameters"),
             "lr_rule": spec.get("lr_rule"),
             "repeat": len(reps),
             "options": ctx.options,
@@ -237,6 +249,7 @@ def build_record(ctx: RunContext, reps: list[Repetition], stack_provenance: dict
             "hostfile": ctx.world.source,
             "cluster": ctx.cluster or Path(ctx.world.source).stem,
             "device_type": reported.get("device_type"),
+            "binding": binding(ctx.cpu_bind, reps),
         },
         "execution": {"runtime": ctx.runtime, "scheduler": ctx.scheduler, "stack": ctx.case.stack,
                       **plan_details},
@@ -254,8 +267,16 @@ def build_record(ctx: RunContext, reps: list[Repetition], stack_provenance: dict
             "stack_lock_sha256": stack_provenance.get("stack_lock_sha256"),
             "versions": first.get("versions", {}),
             "host_info": _host_info(starts),
+            "rerun_of": ctx.rerun_of,
         },
     }
+
+
+def binding(policy: str, reps: list[Repetition]) -> dict:
+    """The policy, and the cpus each rank had in the first repetition that started (its probe read them back)."""
+    starts = next((r.starts for r in reps if r.starts), [])
+    ranks = [{"rank": s["rank"], "host": s["host"], "cpus": s.get("binding", {}).get("cpus")} for s in starts]
+    return {"policy": policy, "ranks": ranks}
 
 
 def _host_info(starts: list[dict]) -> dict:

@@ -5,23 +5,25 @@ import shlex
 import signal
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from types import ModuleType
 
-from suite import paths, plugins
-from suite.clusters import Cluster, load_cluster
+from suite import cli, paths, plugins
+from suite.binding import POLICIES
 from suite.cases import Case, load_case
-from suite.errors import RunFailed, UsageError
-from suite.hostfile import World, positive_int, positive_ints, read_hostfile, select_world
-from suite.plan import Launch
+from suite.clusters import Cluster, load_cluster
+from suite.errors import INTERRUPTED, RunFailed, UsageError, log
+from suite.hostfile import Host, World, positive_int, positive_ints, read_hostfile, select_world
+from suite.interconnect import run_check, wanted
+from suite.plan import Launch, Plan, StackEnv
+from suite.plugins import BatchJob
+from suite.procenv import masked_env
 from suite.records import Point
-from suite.results import (Repetition, RunContext, build_record, masked_env, measure, new_run_id, utc_now,
-                           write_record)
+from suite.results import Repetition, RunContext, build_record, measure, new_run_id, utc_now, write_record
 from suite.stacks import Stack, load_stack
 from suite.sweeps import load_baseline, new_sweep_id, print_sweep, summarize_sweep, write_sweep
-
-INTERRUPTED = "interrupted (SIGINT/SIGTERM on the runner)"
+from suite.sysdesc import system_description
+from suite.telemetry_summary import summarize as summarize_telemetry, with_samplers  # noqa: I001
 
 
 @dataclass
@@ -44,10 +46,10 @@ class RunRequest:
     stall: str | None = None
     dry_run: bool = False
     run_id: str | None = None  # set by the slurm scheduler for the run inside its batch job
-
-
-def log(message: str) -> None:
-    print(f"suite: {message}", flush=True)
+    rerun_of: dict | None = None  # set by `suite rerun` (suite/rerun.py): goes into provenance.rerun_of
+    precheck: str = "auto"  # interconnect check: auto (points of 2+ nodes), on, off (suite/interconnect.py)
+    telemetry_interval: float | None = 1.0  # seconds between telemetry samples; None or 0: no sampler
+    cpu_bind: str | None = None  # none, cores, numa, gpu-affine (suite/binding.py); None: the cluster's, else none
 
 
 @dataclass
@@ -60,15 +62,17 @@ class Checked:
     repeat: int
     timeout_s: float
     stall_s: float
-    runtime: ModuleType
-    launcher: ModuleType
-    scheduler: ModuleType
+    runtime: plugins.Runtime
+    launcher: plugins.Launcher
+    scheduler: plugins.Scheduler
     stack: Stack
     baseline: Point | None
     cluster: str
     data_dir: Path
     image_dir: Path | None
     cluster_profile: Cluster | None = None
+    warnings: list[str] = field(default_factory=list)  # what a dry run found missing on this machine
+    cpu_bind: str = "none"
 
 
 def check(req: RunRequest) -> Checked:
@@ -82,49 +86,65 @@ def check(req: RunRequest) -> Checked:
         raise UsageError(f"GPUS_PER_NODE={max(gpus)} but cluster {cluster.name} has {cluster.devices_per_node} "
                          f"device(s) per node ({cluster.path})")
     repeat = positive_int(req.repeat, "REPEAT")
+    if req.telemetry_interval is not None and not 0 <= req.telemetry_interval <= 3600:
+        raise UsageError("--telemetry-interval must be 0 (no sampler) or seconds up to 3600, "
+                         f"got {req.telemetry_interval}")
     timeout_s = float(positive_int(req.timeout, "TIMEOUT")) if req.timeout else case.timeout_s
     stall_s = float(positive_int(req.stall, "STALL")) if req.stall else case.stall_s
     runtime = plugins.load("runtimes", req.runtime or (cluster.runtime if cluster else "local"))
     scheduler = plugins.load("schedulers", req.scheduler or (cluster.scheduler if cluster else "local"))
-    if hasattr(scheduler, "check"):  # the scheduler's settings in the profile, and its commands
-        scheduler.check(cluster, req.dry_run)
+    scheduler.check(cluster, req.dry_run)
     hostfile = str(req.hostfile or (cluster and cluster.hostfile) or paths.HOSTFILES / "localhost")
-    # A scheduler may know the hosts itself (slurm: the allocation's nodes); else the hostfile's.
-    hosts, hostfile, cluster_name = (scheduler.hosts(max(nodes)) if hasattr(scheduler, "hosts")
-                                     else (read_hostfile(hostfile), hostfile, None))
+    hosts, hostfile, cluster_name = scheduler.hosts(max(nodes)) or (read_hostfile(hostfile), hostfile, None)
     worlds = sorted((select_world(hosts, n, g, hostfile) for n in nodes for g in gpus),
                     key=lambda w: (w.devices, w.nodes))
     if req.run_id and (len(worlds) > 1 or not re.fullmatch(r"[\w.-]+", req.run_id)):
         raise UsageError(f"--run-id names one run point: a word for a single NODES and GPUS_PER_NODE, got '{req.run_id}'")
     data_dir = Path(req.data_dir or (cluster and cluster.data_dir) or paths.data_dir())
+    cpu_bind = req.cpu_bind or (cluster.cpu_bind if cluster else "none")
+    if cpu_bind not in POLICIES:
+        raise UsageError(f"CPU_BIND must be one of {', '.join(POLICIES)}, got '{cpu_bind}'")
     checked = Checked(case, options, worlds, repeat, timeout_s, stall_s, runtime,
-                      plugins.load("launchers", case.launcher), scheduler,
+                      plugins.load("launchers", case.launcher_name(options)), scheduler,
                       load_stack(case.stack), load_baseline(req.baseline),
                       cluster.name if cluster else cluster_name or Path(hostfile).stem, data_dir,
-                      cluster.container_dir if cluster else None, cluster)
-    case.check_data(options, data_dir)
+                      cluster.container_dir if cluster else None, cluster, cpu_bind=cpu_bind)
+    try:
+        case.check_data(options, data_dir)
+    except UsageError as exc:
+        if not req.dry_run:
+            raise
+        checked.warnings.append(str(exc))
+    placeholder = StackEnv(runtime.name, "/stack/bin")  # the real one exists only once the stack is prepared
+    for world in worlds:  # a launcher's refusal must come now, not after earlier points ran
+        plan_point(req, checked, world, placeholder, req.runs_dir / "check")
     return checked
 
 
-def plugin_name(module: ModuleType) -> str:
-    return module.__name__.rsplit(".", 1)[-1]
+def plan_point(req: RunRequest, checked: Checked, world: World, stack_env: StackEnv, rep_dir: Path,
+               script: str | None = None, argv: list[str] | None = None) -> Plan:
+    """The launch of the case (or of another program of its stack: the interconnect check) on a world."""
+    launch = Launch(script or str(checked.case.script), req.case_args if argv is None else argv, world, stack_env,
+                    str(rep_dir), str(checked.data_dir), checked.options,
+                    checked.scheduler.placement(checked.cluster_profile), checked.cpu_bind)
+    checked.launcher.check(launch)
+    return checked.launcher.plan(launch)
 
 
 def run(req: RunRequest) -> int:
     """One launch per repetition of every NODES x GPUS_PER_NODE combination, smallest first; one
     record per combination; with several combinations, a sweep summary with speedup at the end."""
     checked = check(req)
+    if req.dry_run:
+        return dry_run(req, checked)
     sweep_id = new_sweep_id(checked.case.name) if len(checked.worlds) > 1 else None
     stack_env, failure = None, None
     try:
-        stack_env = checked.runtime.prepare(checked.stack, log, binds=(req.runs_dir, checked.data_dir),
-                                            image_dir=checked.image_dir)
+        stack_env = prepare(req, checked)
     except KeyboardInterrupt:
         failure = INTERRUPTED
     except (RuntimeError, OSError) as exc:
         failure = f"stack {checked.stack.name} could not be prepared: {exc}"
-    if req.dry_run:
-        return dry_run(req, checked, stack_env, failure)
     written = []
     for world in checked.worlds:
         record, path = run_point(req, checked, world, stack_env, failure, sweep_id)
@@ -135,6 +155,11 @@ def run(req: RunRequest) -> int:
         summary = summarize_sweep(sweep_id, written, checked.baseline)
         print_sweep(summary, write_sweep(summary, req.results_dir.parent / "sweeps"))
     return 0 if all(record["status"] == "ok" for record, _ in written) else 1
+
+
+def prepare(req: RunRequest, checked: Checked) -> StackEnv:
+    return checked.runtime.prepare(checked.stack, log, binds=(req.runs_dir, checked.data_dir),
+                                   image_dir=checked.image_dir)
 
 
 def run_point(req: RunRequest, checked: Checked, world: World, stack_env, failure: str | None,
@@ -148,17 +173,21 @@ def run_point(req: RunRequest, checked: Checked, world: World, stack_env, failur
     provenance = stack_env.provenance if stack_env else {"stack": checked.stack.name,
                                                          "stack_lock_sha256": checked.stack.lock_sha256}
     # A scheduler may take the whole point over (slurm outside an allocation: a batch job).
-    take_over = getattr(checked.scheduler, "run_point", None)
-    if take_over and stack_env and not failure and (record := take_over(req, checked, ctx, stack_env)):
+    if stack_env and not failure and (taken := checked.scheduler.take_over(batch_job(req, checked, ctx))):
+        record = taken_over_record(ctx, taken, provenance, checked.scheduler.name)
         path = write_record(record, req.results_dir)
         print_summary(record, path)
         return record, path
+    interconnect = None
     try:
+        if stack_env and not failure and wanted(req.precheck, world.nodes):
+            interconnect = run_check(checked, world, req.runs_dir / ctx.run_id, log,
+                                     lambda *program: plan_point(req, checked, world, stack_env, *program))
         for index in range(checked.repeat if stack_env else 0):
             rep_dir = req.runs_dir / ctx.run_id / f"rep-{index}"
             rep_dir.mkdir(parents=True)
-            plan = checked.launcher.plan(Launch(str(case.script), req.case_args, world, stack_env, str(rep_dir),
-                                                str(checked.data_dir)))
+            plan = with_samplers(plan_point(req, checked, world, stack_env, rep_dir), world, rep_dir,
+                                 req.telemetry_interval)
             details = plan.details
             log(f"repetition {index + 1}/{checked.repeat}: {' '.join(plan.processes[0].argv[:8])} ...")
             reps.append(run_repetition(index, plan, checked.scheduler, rep_dir, checked.timeout_s, checked.stall_s,
@@ -168,16 +197,60 @@ def run_point(req: RunRequest, checked: Checked, world: World, stack_env, failur
     except (RunFailed, RuntimeError, OSError) as exc:
         failure = f"{type(exc).__name__}: {exc}"
     record = build_record(ctx, reps, provenance, details, failure)
+    if facts := checked.scheduler.execution_facts(checked.cluster_profile):
+        record["execution"][checked.scheduler.name] = facts
+    record["metrics"].update(hardware_metrics(reps, world, req.telemetry_interval, interconnect))
+    record["provenance"]["system_description"] = system_description(record)
     path = write_record(record, req.results_dir)
     print_summary(record, path)
     return record, path
 
 
+def hardware_metrics(reps: list[Repetition], world: World, interval: float | None, interconnect: dict | None) -> dict:
+    """metrics.telemetry and metrics.interconnect, where they were taken."""
+    try:
+        telemetry = summarize_telemetry(reps, world, interval)
+    except Exception as exc:  # noqa: BLE001 (the sampler's figures must never cost the run its record)
+        telemetry = {"interval_s": interval, "hosts": {}, "energy_j": None, "joules_per_image": None,
+                     "error": f"{type(exc).__name__}: {exc}"}
+    found = {"telemetry": telemetry, "interconnect": interconnect}
+    return {k: v for k, v in found.items() if v is not None}
+
+
+def batch_job(req: RunRequest, checked: Checked, ctx: RunContext) -> BatchJob:
+    """The point as a scheduler that runs it whole sees it: plain data and the runner's command for it."""
+    runs_dir = Path(req.runs_dir).resolve()
+    run_dir = runs_dir / ctx.run_id
+    argv = cli.point_argv(case=checked.case.name, world=ctx.world, repeat=checked.repeat, timeout_s=checked.timeout_s,
+                          stall_s=checked.stall_s, runtime=ctx.runtime, scheduler=ctx.scheduler,
+                          data_dir=Path(checked.data_dir).resolve(), runs_dir=runs_dir,
+                          results_dir=run_dir / "record", run_id=ctx.run_id, cluster=req.cluster,
+                          case_args=req.case_args, runner_options=cli.hardware_options(req.precheck,
+                                                                                      req.telemetry_interval)
+                          + ["--cpu-bind", checked.cpu_bind])
+    return BatchJob(ctx.run_id, checked.case.name, ctx.world, tuple(argv), checked.timeout_s, checked.stall_s,
+                    checked.repeat, run_dir, checked.cluster_profile)
+
+
+def taken_over_record(ctx: RunContext, taken: plugins.TakenOver, provenance: dict, scheduler: str) -> dict:
+    record = taken.record
+    if record is None:
+        world = ctx.world
+        if taken.hostnames:
+            world = World(tuple(Host(name, world.hosts[0].slots) for name in taken.hostnames), world.source)
+        record = build_record(replace(ctx, world=world), [], provenance, {}, taken.failure)
+    record["sweep_id"] = ctx.sweep_id
+    record["provenance"]["argv"] = ctx.argv
+    record["provenance"]["rerun_of"] = ctx.rerun_of
+    record["execution"][scheduler] = {**record["execution"].get(scheduler, {}), **taken.execution}
+    return record
+
+
 def run_repetition(index, plan, scheduler, rep_dir: Path, timeout_s: float, stall_s: float,
                    cluster: Cluster | None = None) -> Repetition:
     rep = Repetition(index=index, run_dir=str(rep_dir), command=plan.processes[0].argv,
-                     processes=[{"name": p.name, "host": p.host, "argv": p.argv, "env": masked_env(p.env)}
-                                for p in plan.processes])
+                     processes=[{"name": p.name, "host": p.host, "argv": p.argv, "env": masked_env(p.env),
+                                 "launch": scheduler.how_started(p, cluster)} for p in plan.processes if not p.daemon])
     rep.launched_at = time.time()
     results = scheduler.execute(plan, rep_dir / "logs", timeout_s, stall_s, cluster=cluster)
     rep.exit_codes = {r.name: r.returncode for r in results}
@@ -200,35 +273,45 @@ def run_repetition(index, plan, scheduler, rep_dir: Path, timeout_s: float, stal
 def run_context(req: RunRequest, checked: Checked, world: World, sweep_id: str | None) -> RunContext:
     case = checked.case
     return RunContext(req.run_id or new_run_id(case.name, world.nodes, world.devices), case, checked.options, world,
-                      plugin_name(checked.runtime), plugin_name(checked.scheduler), req.argv, utc_now(), sweep_id,
-                      checked.cluster)
+                      checked.runtime.name, checked.scheduler.name, req.argv, utc_now(), sweep_id, checked.cluster,
+                      req.rerun_of, checked.cpu_bind)
 
 
-def dry_run(req: RunRequest, checked: Checked, stack_env, failure: str | None) -> int:
+def dry_run(req: RunRequest, checked: Checked) -> int:
     """Prints every point's plan (each process with its host, argv and environment) and how the
-    scheduler would start it; starts nothing and writes no record."""
-    if failure:
-        print(f"error: {failure}", file=sys.stderr)
-        return 1
+    scheduler would start it; starts nothing and writes no record. What a real run would refuse on
+    this machine (no container tool or image, no data) is said in warning lines: a plan for a
+    cluster is often written elsewhere."""
+    try:
+        stack_env = prepare(req, checked)
+    except (UsageError, RuntimeError, OSError) as exc:
+        print(f"warning: on this machine: {exc}")
+        stack_env = StackEnv(checked.runtime.name, f"<{checked.runtime.name} stack {checked.stack.name}>/bin")
+    for warning in checked.warnings:
+        print(f"warning: on this machine: {warning}")
     for world in checked.worlds:
         ctx = run_context(req, checked, world, None)
         rep_dir = req.runs_dir / ctx.run_id / "rep-0"
-        plan = checked.launcher.plan(Launch(str(checked.case.script), req.case_args, world, stack_env, str(rep_dir),
-                                            str(checked.data_dir)))
+        plan = plan_point(req, checked, world, stack_env, rep_dir)
         print(f"== {ctx.run_id}: {checked.case.name} on {world.nodes} node(s), {world.devices} device(s) "
-              f"from {world.source}; runtime {ctx.runtime}, scheduler {ctx.scheduler}, launcher {checked.case.launcher}")
+              f"from {world.source}; runtime {ctx.runtime}, scheduler {ctx.scheduler}, launcher {checked.launcher.name}")
         for p in plan.processes:
             env = " ".join(f"{k}={shlex.quote(str(v))}" for k, v in masked_env(p.env).items())
             print(f"process {p.name} on {p.host}\n  argv: {shlex.join(p.argv)}\n  env: {env}\n  cwd: {p.cwd}")
-        if hasattr(checked.scheduler, "describe"):
-            print(checked.scheduler.describe(req, checked, ctx, plan))
+        if req.telemetry_interval:
+            print(f"beside them: a telemetry sampler on each host (suite/telemetry.py, every {req.telemetry_interval:g} s)")
+        if wanted(req.precheck, world.nodes):
+            print("before the timed run: the interconnect check (suite/allreduce.py) through the same launcher")
+        print(checked.scheduler.describe(plan, batch_job(req, checked, ctx)))
     print("dry run: nothing was started and no record was written")
     return 0
 
 
 def exit_description(returncode: int | None) -> str:
     if returncode is not None and returncode < 0:
-        return f"was killed by signal {-returncode} ({signal.Signals(-returncode).name})"
+        # Not sent by the suite (that sets a reason): most often the kernel's out-of-memory killer.
+        oom = " (out of memory? lower the batch or image size)" if -returncode == signal.SIGKILL else ""
+        return f"was killed by signal {-returncode} ({signal.Signals(-returncode).name}){oom}"
     return f"exited with {returncode}"
 
 

@@ -19,6 +19,7 @@ import numpy as np
 from scipy.optimize import nnls
 
 from suite.records import latest
+from suite.stats import fmt_number, speedup_efficiency
 
 EXCHANGES = ("ring", "parameter-server")
 
@@ -58,14 +59,15 @@ class Model:
         return n * self.batch_per_device / self.step_seconds(n)
 
     def efficiency(self, n: int) -> float:
-        """Against one device at the same per-device batch (weak scaling)."""
-        return self.throughput(n) / (n * self.throughput(1))
+        """Against one device at the same per-device batch (weak scaling), as a fraction."""
+        [(_, percent)] = speedup_efficiency([(n, self.throughput(n))], (1, self.throughput(1)))
+        return percent / 100
 
     def describe(self) -> str:
-        bw = f"{self.bandwidth_gbit_s:.2f} Gbit/s" if self.bandwidth_gbit_s else "not limiting"
-        return (f"{self.exchange.kind} exchange of {self.exchange.gradient_bytes / 1e6:.1f} MB gradients per step, "
-                f"batch {self.batch_per_device}/device; compute {self.compute_s * 1e3:.1f} ms/step, "
-                f"effective bandwidth {bw}, latency {self.latency_s * 1e6:.1f} us per hop; "
+        bw = f"{fmt_number(self.bandwidth_gbit_s, 2)} Gbit/s" if self.bandwidth_gbit_s else "not limiting"
+        return (f"{self.exchange.kind} exchange of {fmt_number(self.exchange.gradient_bytes / 1e6)} MB gradients per step, "
+                f"batch {self.batch_per_device}/device; compute {fmt_number(self.compute_s * 1e3)} ms/step, "
+                f"effective bandwidth {bw}, latency {fmt_number(self.latency_s * 1e6)} us per hop; "
                 f"fitted on devices {', '.join(map(str, self.fitted_on))}")
 
 

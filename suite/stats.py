@@ -11,3 +11,24 @@ def mean_ci95(values: list[float]) -> tuple[float, float | None]:
 
     sem = statistics.stdev(values) / math.sqrt(len(values))
     return mean, float(stats.t.ppf(0.975, len(values) - 1) * sem)
+
+
+def speedup_efficiency(points, baseline) -> list[tuple[float, float]]:
+    """(speedup, efficiency %) of each (devices, throughput) pair in `points` against the
+    (devices, throughput) pair `baseline`: speedup = throughput / baseline throughput, efficiency =
+    100 x speedup / (devices / baseline devices). The one definition that sweeps, reports, the
+    scaling model and its validation use."""
+    base_devices, base_throughput = baseline
+    rows = []
+    for devices, throughput in points:
+        speedup = throughput / base_throughput
+        rows.append((speedup, 100 * speedup / (devices / base_devices)))
+    return rows
+
+
+def fmt_number(value: float, digits: int = 1, sign: bool = False) -> str:
+    """`value` rounded to `digits` decimals, then formatted; with sign=True a non-zero result carries
+    its sign (`+1.8`, `-0.9`). Zero never does: a value that rounds to zero, or a -0.0 from a
+    floating-point fit (its sign depends on the BLAS kernel), prints `0.0`, the same on every machine."""
+    rounded = round(value, digits) + 0.0  # -0.0 + 0.0 is +0.0
+    return f"{rounded:{'+' if sign and rounded != 0 else ''}.{digits}f}"

@@ -8,6 +8,7 @@ from pathlib import Path
 from suite.errors import UsageError
 from suite.jsonfile import write_json_atomic
 from suite.records import Point, load_point
+from suite.stats import speedup_efficiency
 
 
 def new_sweep_id(case: str) -> str:
@@ -37,9 +38,8 @@ def summarize_sweep(sweep_id: str, written: list[tuple[dict, Path]], baseline: P
                "throughput": tp["mean"], "ci95": tp["ci95"], "per_device": tp["per_device"],
                "speedup": None, "efficiency_pct": None}
         if baseline and tp["mean"]:
-            base = baseline.throughput["mean"]
-            row["speedup"] = tp["mean"] / base
-            row["efficiency_pct"] = 100 * row["speedup"] / (row["devices"] / baseline.devices)
+            [(row["speedup"], row["efficiency_pct"])] = speedup_efficiency(
+                [(row["devices"], tp["mean"])], (baseline.devices, baseline.throughput["mean"]))
         rows.append(row)
     first = written[0][0]
     return {"sweep_id": sweep_id, "case": first["case"], "cluster": first["world"].get("cluster"),

@@ -15,7 +15,7 @@ def suite_cli(tmp_path):
 
     def run(*args: str, case_args: tuple[str, ...] = (), timeout: float = 900):
         command = [sys.executable, "-m", "suite", *args]
-        if args and args[0] == "run":
+        if args and args[0] in ("run", "rerun"):
             command += ["--results-dir", str(tmp_path / "results"), "--runs-dir", str(tmp_path / "runs")]
         if case_args:
             command += ["--", *case_args]
@@ -32,6 +32,34 @@ def pytorch_stack():
     from suite.stacks import ensure_installed, load_stack
 
     return ensure_installed(load_stack("pytorch-horovod"))
+
+
+def tiny(case_name: str, **overrides) -> tuple[str, ...]:
+    """The case's tiny sizes (the [tiny] table of its case.toml) as case argv; see Case.tiny_args."""
+    from suite.cases import load_case
+
+    return tuple(load_case(case_name).tiny_args(**overrides))
+
+
+# Real components the tests need (sshd, SLURM, Chromium ...) that were not there: component -> why.
+UNAVAILABLE: dict[str, str] = {}
+
+
+def component_unavailable(component: str, reason: str) -> None:
+    """Fails the test under CI=true (CI must not go green by skipping what it was meant to test),
+    skips it elsewhere; either way the component is named in the summary at the end of the session."""
+    in_ci = os.environ.get("CI") == "true"
+    UNAVAILABLE[component] = f"{reason} ({'failed: CI=true' if in_ci else 'skipped'})"
+    if in_ci:
+        pytest.fail(f"{component} is required under CI=true: {reason}", pytrace=False)
+    pytest.skip(f"{component} not available: {reason}")
+
+
+def pytest_terminal_summary(terminalreporter):
+    if UNAVAILABLE:
+        terminalreporter.write_sep("-", "components not available (their tests did not run)")
+        for component, why in sorted(UNAVAILABLE.items()):
+            terminalreporter.write_line(f"{component}: {why}")
 
 
 def records_in(folder: Path) -> list[dict]:

@@ -1,35 +1,105 @@
-"""`make bench` at tiny sizes: runs every measurement and writes well-formed output (the targets
-themselves are reported, not asserted: they are about the machine as much as the suite)."""
+"""`make bench` at tiny sizes: well-formed output, both sides of every ratio run with the same
+settings, start-up times that are times, missed targets said as missed (the targets themselves are
+reported, not asserted: they are about the machine as much as the suite)."""
 
 import json
 import math
+import os
 import re
 import subprocess
+import sys
 
 import pytest
 
 from conftest import ROOT
 from suite.containers import host_gpus
 
-LINE = re.compile(r"^(?P<name>[a-z_]+\.[a-z-]+): (?P<value>-?[0-9.]+) \((?P<op>>=|<) (?P<target>[0-9.]+)(, MISSED)?\)  \{")
+sys.path.insert(0, str(ROOT / "benchmarks"))
+import harness  # noqa: E402
+
+LINE = re.compile(r"^(?P<name>[a-z0-9_]+(?:\.[a-z-]+)?): (?P<value>-?[0-9.]+) \((?P<op>>=|<) (?P<target>[0-9.]+)"
+                  r"(?P<missed>, MISSED)?\)  \{")
+# The measurements the test runs: one of each kind of path (bare loop, direct script, bound scaling over
+# ranks and over ps-lite hosts, input pipeline, report); the others go through the same ratio() code.
+# Two rounds each, in about the time one round of all of them took.
+CHECKED = ["harness_overhead_pytorch", "startup_pytorch", "scaling_pytorch", "input_pipeline_tf", "scaling_mxnet",
+           "report_10k_records", "gpu_amp_pytorch"]
+NAMES = {"harness_overhead.pytorch-synthetic", "startup.pytorch-synthetic", "scaling.pytorch-synthetic",
+         "input_pipeline.tf-cifar", "scaling.mxnet-imagenet", "report_10k_records_s"}
+
+
+def met(value: float, op: str, target: float) -> bool:
+    return value >= target if op == ">=" else value < target
 
 
 @pytest.mark.integration
 def test_make_bench_tiny_writes_ratios(tmp_path, pytorch_stack):
     out = tmp_path / "bench"
-    result = subprocess.run(["make", "-s", "bench", f"BENCH_ARGS=--tiny --out {out}"], cwd=ROOT,
-                            capture_output=True, text=True, timeout=1200)
+    result = subprocess.run(["make", "-s", "bench", f"BENCH_ARGS=--tiny --rounds 1 --out {out} --only {' '.join(CHECKED)}"],
+                            cwd=ROOT, capture_output=True, text=True, timeout=1200)
     assert result.returncode == 0, result.stdout + result.stderr
-    printed = {m["name"]: float(m["value"]) for m in map(LINE.match, result.stdout.splitlines()) if m}
-    assert set(printed) == {"harness_overhead.pytorch-synthetic", "startup.pytorch-synthetic", "scaling.pytorch-synthetic",
-                            "input_pipeline.mxnet-imagenet", "input_pipeline.tf-cifar", "scaling.mxnet-imagenet"}
+    lines = {m["name"]: m for m in map(LINE.match, result.stdout.splitlines()) if m}
+    gpu_line = host_gpus() and "gpu_amp.pytorch-synthetic: skipped" not in result.stdout
+    assert set(lines) == NAMES | ({"gpu_amp.pytorch-synthetic"} if gpu_line else set()), result.stdout
+    assert "different settings" not in result.stdout, result.stdout
     [path] = out.glob("*-tiny.json")
     data = json.loads(path.read_text())
-    assert data["size"] == "tiny" and data["rounds"] == 1
+    assert data["size"] == "tiny" and data["rounds"] == 2  # --tiny runs at least 2 rounds (ABBA)
     for name, entry in data["results"].items():
-        assert math.isfinite(entry["value"]) and entry["value"] == pytest.approx(printed[name], abs=1e-3)
-        assert entry["target"].split()[0] in (">=", "<") and isinstance(entry["met"], bool) and entry["settings"]
+        line, value = lines[name], entry["value"]
+        assert math.isfinite(value) and value == pytest.approx(float(line["value"]), abs=1e-3)
+        op, target = entry["target"].split()
+        assert (op, float(target)) == (line["op"], float(line["target"]))
+        # a missed target is printed as missed, and a negative time is never met
+        expected = met(value, op, float(target)) and (value >= 0 or name not in harness.NON_NEGATIVE)
+        assert entry["met"] is expected and bool(line["missed"]) is not expected, (name, entry)
+        if entry["sides"]:  # both sides of a ratio ran with identical settings
+            a, b = entry["sides"].values()
+            assert a == b and a["threads_per_worker"] and a["cpus_per_worker"], (name, entry["sides"])
+            if name != "startup.pytorch-synthetic":
+                assert len(entry["settings"]["round_ratios"]) == 2
+    assert {k for k, e in data["results"].items() if not e["sides"]} - {"gpu_amp.pytorch-synthetic"} == {"report_10k_records_s"}
+    startup = data["results"]["startup.pytorch-synthetic"]
+    assert startup["value"] >= 0 and min(startup["settings"]["suite_s"] + startup["settings"]["direct_s"]) > 0
+    half = len(os.sched_getaffinity(0)) // 2
+    for name in ("scaling.pytorch-synthetic", "scaling.mxnet-imagenet"):  # each worker bound to its own cores
+        side = data["results"][name]["sides"]["one_worker_img_s"]
+        assert side["cpu_bind"] == ["cores"] and side["cpus_per_worker"] == [half], side
     if not host_gpus():
         assert "gpu_amp.pytorch-synthetic: skipped (no GPU on this machine)" in result.stdout
-    ratios = [v for k, v in printed.items() if not k.startswith("startup")]
-    assert all(r > 0 for r in ratios)
+
+
+def fake_record(per_device: float) -> dict:
+    return {"metrics": {"throughput": {"mean": per_device, "per_device": per_device}},
+            "config": {"reported_by_case": {"device_name": "NVIDIA A100-SXM4-80GB"}}, "provenance": {"image": "x.sif"}}
+
+
+def test_gpu_line_has_the_form_of_every_line_and_runs_the_cuda_image(monkeypatch, capsys, tmp_path):
+    """Without a GPU: the GPU line as a GPU machine prints it (the run itself faked)."""
+    started = []
+    monkeypatch.setattr(harness, "host_gpus", lambda: 1)
+    monkeypatch.setattr(harness, "gpu_runtime", lambda: "apptainer")
+    monkeypatch.setattr(harness.Bench, "suite_run", lambda self, *argv, **kw: started.append(argv) or (fake_record(2400.0), 0, 0))
+    bench = harness.Bench("tiny", 2, tmp_path)
+    bench.gpu_amp_pytorch()
+    line = LINE.match(capsys.readouterr().out)
+    assert line and line["name"] == "gpu_amp.pytorch-synthetic" and not line["missed"]
+    assert float(line["value"]) == pytest.approx(2400 / harness.A100_AMP_IMG_S, abs=1e-3)
+    assert started[0][-2:] == ("--runtime", "apptainer") and "--amp" in started[0][1]
+    monkeypatch.setattr(harness, "gpu_runtime", lambda: None)
+    bench.gpu_amp_pytorch()
+    assert capsys.readouterr().out.startswith("gpu_amp.pytorch-synthetic: skipped (no apptainer or docker")
+
+
+def test_missed_targets_and_negative_times_print_as_missed(capsys, tmp_path):
+    bench = harness.Bench("tiny", 2, tmp_path)
+    bench.record("startup.pytorch-synthetic", -0.4, suite_s=[1.0])
+    bench.record("scaling.pytorch-synthetic", 1.2, sides={"a": {"x": 1}, "b": {"x": 2}})
+    bench.record("scaling.pytorch-ddp", 1.9)
+    out = capsys.readouterr().out.splitlines()
+    assert [bool(LINE.match(line)["missed"]) for line in out if LINE.match(line)] == [True, True, False]
+    assert "the sides ran with different settings" in out[2]
+
+
+def test_rounds_alternate_which_side_runs_first():
+    assert list(harness.abba(["a", "b"], 4)) == [["a", "b"], ["b", "a"], ["a", "b"], ["b", "a"]]

@@ -33,6 +33,11 @@ CASES = [
     ([], ("--batch-size", "big"), "argument --batch-size: expected int, got 'big'"),
     ([], ("--no-such-option",), "case pytorch-synthetic: unrecognized arguments: --no-such-option"),
     ([], ("--model", "vgg16"), "argument --model: invalid choice: 'vgg16'"),
+    # A launcher's constraint on a later point of a sweep, and a case's rule between options.
+    (["--case", "mxnet-imagenet", "--nodes", "1,2", "--hostfile", "hostfiles/loopback"],
+     ("--kv-store", "local", "--benchmark"), "kv-store local works inside one process; for 2 nodes use dist_sync"),
+    (["--case", "mxnet-imagenet"], ("--benchmark", "--num-batches", "4"),
+     "case mxnet-imagenet: --num-batches must leave one timed interval after the warmup"),
 ]
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import tiny
 from suite import containers, paths
 from suite.cases import load_case
 from suite.errors import UsageError
@@ -176,16 +177,38 @@ def test_local_runtime_records_runtime_and_no_image(tmp_path, monkeypatch):
     assert "pip" in prov["stack_packages"]  # pip list of the environment
 
 
+def base_image_problem(fl) -> str | None:
+    """None when the Docker engine has the flavour's pinned base image or its registry answers within
+    seconds (an engine without a registry would stop the build at FROM), else why not."""
+    import docker
+
+    client = docker.from_env(timeout=20)
+    base = fl.base.removeprefix("docker://")
+    try:
+        client.images.get(base)
+        return None
+    except docker.errors.ImageNotFound:
+        pass
+    try:
+        client.api.inspect_distribution(base)  # asks the registry for the manifest, pulls nothing
+        return None
+    except Exception as exc:  # registry errors, DNS failures and timeouts all mean "cannot pull"
+        why = getattr(exc, "explanation", None) or str(exc)  # the engine's own words, where it gave them
+        return f"the engine cannot pull the base image {base} ({str(why).splitlines()[0][:200]})"
+
+
 @pytest.mark.integration
 def test_docker_runtime_runs_a_case(suite_cli, tmp_path):
     problem = containers.docker_engine_problem()
     if problem:
         pytest.skip(f"no Docker engine to run a container: {problem}")
+    if problem := base_image_problem(containers.load_flavour(STACK, "cpu")):
+        pytest.skip(f"a Docker engine answers but {problem}")
     [meta] = containers.build("tensorflow", "cpu", "docker")
     data = tmp_path / "data"
     assert suite_cli("data", "--case", "tf-cifar", "--data-dir", str(data), "--synthetic").returncode == 0
     result = suite_cli("run", "--case", "tf-cifar", "--runtime", "docker", "--data-dir", str(data),
-                       case_args=("--image-size", "32", "--batch-size", "8", "--epochs", "2"))
+                       case_args=tiny("tf-cifar"))
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     [record] = [json.loads(p.read_text()) for p in suite_cli.results.glob("*.json")]
     assert record["provenance"]["runtime"] == "docker"

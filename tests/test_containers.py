@@ -93,7 +93,7 @@ def test_base_is_pinned_by_digest_or_marked_as_placeholder(fl):
 def test_test_section_smoke_imports_the_framework(fl):
     text = fl.definition.read_text()
     tests = text.split("%test", 1)[1].split("%help", 1)[0]
-    framework = {"pytorch-horovod": "import torch", "tensorflow": "import tensorflow", "mxnet": "import mxnet"}
+    framework = {"pytorch-horovod": "import torch", "pytorch": "import torch", "tensorflow": "import tensorflow", "mxnet": "import mxnet"}
     assert framework[fl.stack.name] in tests
     assert ("horovodrun --check-build" in tests) == (fl.stack.name == "pytorch-horovod")
     assert f"CASE={fl.example_case} RUNTIME=apptainer" in text.split("%help", 1)[1]
@@ -152,14 +152,19 @@ def test_placeholder_base_is_refused_before_building():
         containers.build(fl.stack.name, fl.name, "auto", log=lambda m: None)
 
 
-@pytest.mark.skipif(bool(shutil.which("apptainer")) or containers.docker_engine_problem() is None,
-                    reason="a build tool is present here: `make containers` would really build")
 def test_make_containers_says_what_is_missing():
+    # What is missing depends on the machine: ask for a builder that is not here (auto when neither is).
+    apptainer, engine_problem = shutil.which("apptainer"), containers.docker_engine_problem()
+    if apptainer and engine_problem is None:
+        pytest.skip("apptainer and a Docker engine are both here: no builder is missing")
+    tool = "docker" if apptainer else "apptainer" if engine_problem is None else "auto"
     result = subprocess.run([sys.executable, "-m", "suite", "containers", "build", "--stack", "tensorflow",
-                             "--flavour", "cpu"], cwd=paths.ROOT, capture_output=True, text=True)
-    assert result.returncode == 2
+                             "--flavour", "cpu", "--tool", tool], cwd=paths.ROOT, capture_output=True, text=True)
+    assert result.returncode == 2, result.stdout + result.stderr
     [line] = result.stderr.strip().splitlines()
-    assert "needs apptainer or a Docker engine" in line and "apptainer: not on PATH" in line
+    asked = {"auto": "apptainer or a Docker engine", "apptainer": "apptainer", "docker": "a Docker engine"}[tool]
+    assert f"needs {asked};" in line and f"apptainer: {'on PATH' if apptainer else 'not on PATH'}" in line
+    assert f"docker: {'not asked for' if tool == 'apptainer' else engine_problem.split(' (')[0]}" in line
 
 
 @pytest.mark.parametrize("name", sorted(p.parent.name for p in paths.CONTAINERS.glob("*/requirements.lock")))

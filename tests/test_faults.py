@@ -12,12 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, records_in
+from conftest import ROOT, records_in, tiny
 from suite.results import validate
 
 pytestmark = pytest.mark.integration
-LONG = ("--image-size", "32", "--batch-size", "4", "--num-warmup-batches", "1",
-        "--num-batches-per-iter", "2", "--num-iters", "500")
+LONG = tiny("pytorch-synthetic", num_iters=500)
 BOUND_S = 60
 
 
@@ -97,8 +96,10 @@ def test_a_dying_worker_ends_the_job(tmp_path, pytorch_stack):
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_stopping_the_runner_cleans_up(tmp_path, pytorch_stack, sig):
     runner = start_run(tmp_path, "--gpus-per-node", "2")
-    wait_for_ranks(tmp_path, 2)
+    pids = wait_for_ranks(tmp_path, 2)
     family = descendants(runner.pid)
+    # Positive control: the ranks that must be gone afterwards are alive and part of the run now.
+    assert set(pids.values()) <= family and all(alive(pid) for pid in pids.values())
     runner.send_signal(sig)
     record = failed_record_after(runner, family, tmp_path)
     assert record["reason"].startswith("interrupted")
@@ -118,13 +119,15 @@ def test_a_dying_parameter_server_ends_the_job(tmp_path):
     ensure_installed(load_stack("mxnet"))
     command = [sys.executable, "-m", "suite", "run", "--case", "mxnet-imagenet", "--nodes", "2", "--hostfile",
                "hostfiles/loopback", "--results-dir", str(tmp_path / "results"), "--runs-dir", str(tmp_path / "runs"),
-               "--", "--benchmark", "--kv-store", "dist_sync", "--image-size", "32", "--batch-size", "4",
-               "--num-warmup-batches", "1", "--disp-batches", "2", "--num-batches", "100000"]
+               "--", *tiny("mxnet-imagenet", benchmark=True, kv_store="dist_sync", num_batches=100000)]
     runner = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     wait_for_ranks(tmp_path, 2)
     family = descendants(runner.pid)
-    servers = [pid for pid in family if environ_of(pid).get("DMLC_ROLE") == "server"]
+    servers = {pid: environ_of(pid) for pid in family if environ_of(pid).get("DMLC_ROLE") == "server"}
     assert len(servers) == 2
-    os.kill(servers[0], signal.SIGKILL)
+    # Process listings come in no set order: name the server killed from its own environment.
+    victim, env = min(servers.items(), key=lambda item: int(item[1]["DMLC_TASK_ID"]))
+    name = f"server-{int(env['DMLC_TASK_ID']) - int(env['DMLC_NUM_WORKER'])}"
+    os.kill(victim, signal.SIGKILL)
     record = failed_record_after(runner, family, tmp_path)
-    assert record["reason"].startswith("repetition 0: server-0 on 127.0.0.1 was killed by signal 9 (SIGKILL)")
+    assert record["reason"].startswith(f"repetition 0: {name} on {env['DMLC_NODE_HOST']} was killed by signal 9 (SIGKILL)")

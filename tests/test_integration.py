@@ -2,11 +2,10 @@
 
 import pytest
 
-from conftest import records_in, write
+from conftest import records_in, tiny, write
 from suite.results import validate
 
-TINY = ("--image-size", "32", "--batch-size", "4", "--num-warmup-batches", "1",
-        "--num-batches-per-iter", "2", "--num-iters", "3")
+TINY = tiny("pytorch-synthetic")
 
 pytestmark = pytest.mark.integration
 
@@ -49,9 +48,12 @@ def test_repetitions_are_separate_launches(suite_cli, pytorch_stack):
 
 
 def test_failed_launch_leaves_a_record_saying_why(suite_cli, pytorch_stack, tmp_path):
-    # The second host does not exist: horovodrun cannot reach it and the run must fail cleanly.
+    # The second host does not exist: horovodrun cannot reach it over ssh and the run must fail cleanly.
     hostfile = write(tmp_path / "hosts", "localhost slots=1\nno-such-host.invalid slots=1\n")
-    result = suite_cli("run", "--nodes", "2", "--hostfile", str(hostfile), "--timeout", "300", case_args=TINY)
+    refused = suite_cli("run", "--nodes", "2", "--hostfile", str(hostfile), case_args=TINY)
+    assert refused.returncode == 2 and "SCHEDULER=ssh" in refused.stderr  # the local scheduler cannot reach it
+    result = suite_cli("run", "--nodes", "2", "--hostfile", str(hostfile), "--scheduler", "ssh", "--timeout", "300",
+                       case_args=TINY)
     assert result.returncode == 1
     [record] = records_in(suite_cli.results)
     validate(record)

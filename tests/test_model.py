@@ -1,4 +1,4 @@
-"""The case's ResNet-50 v1.5 equals torchvision's resnet50(): parameter count, every state_dict shape,
+"""The PyTorch cases' ResNet-50 v1.5 (cases/_shared/torch_resnet.py) equals torchvision's resnet50(): parameter count, every state_dict shape,
 every layer's settings and the same outputs for the same weights (reference taken from torchvision
 0.28.0 by tools/torchvision_reference.py)."""
 
@@ -11,8 +11,8 @@ from conftest import ROOT
 
 CHECK = """
 import json, sys
-sys.path[:0] = ["cases/pytorch-synthetic", "tools"]
-from resnet import resnet50
+sys.path[:0] = [".", "tools"]
+from cases._shared.torch_resnet import resnet50
 from torchvision_reference import describe
 json.dump(describe(resnet50()), sys.stdout)
 """

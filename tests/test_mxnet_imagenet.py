@@ -11,8 +11,9 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, records_in
+from conftest import ROOT, records_in, tiny
 
+from suite.cases import load_case
 from suite.errors import UsageError
 from suite.hostfile import Host, World
 from suite.launchers import pslite
@@ -21,8 +22,7 @@ from suite.results import validate
 
 SCRIPT = str(ROOT / "cases" / "mxnet-imagenet" / "train.py")
 CLASSES, TRAIN_PER_CLASS, VAL_PER_CLASS = 3, 8, 2
-TINY = ("--image-size", "32", "--batch-size", "4", "--num-warmup-batches", "1", "--disp-batches", "2",
-        "--num-batches", "5", "--data-nthreads", "1")
+TINY = tiny("mxnet-imagenet")
 LOOPBACK = ("--nodes", "2", "--hostfile", "hostfiles/loopback")
 # gluon's resnet50_v1 (stride in the first 1x1 convolution of a block, which has a bias): trainable
 # parameters with 1000 classes; each class fewer drops 2048 weights and 1 bias.
@@ -36,7 +36,8 @@ def resnet50_v1_params(classes: int) -> int:
 def launch(hosts, case_argv=(), stack_env=None) -> Launch:
     world = World(tuple(Host(name, slots) for name, slots in hosts), "hf")
     stack_env = stack_env or StackEnv(runtime="local", bin_dir="/stack/bin", env={"PYTHONPATH": "/suite"})
-    return Launch(SCRIPT, list(case_argv), world, stack_env, "/runs/r1", "/data")
+    options = load_case("mxnet-imagenet").parse_options(list(case_argv))
+    return Launch(SCRIPT, list(case_argv), world, stack_env, "/runs/r1", "/data", options)
 
 
 def dmlc(process) -> dict:
@@ -86,7 +87,7 @@ def test_one_node_without_a_dist_kvstore_is_one_worker_and_no_ps_lite():
 
 def test_a_process_local_kvstore_cannot_span_nodes():
     with pytest.raises(UsageError, match="kv-store local works inside one process; for 2 nodes use dist_sync"):
-        pslite.plan(launch([("a", 1), ("b", 1)], ["--kv-store", "local"]))
+        pslite.check(launch([("a", 1), ("b", 1)], ["--kv-store", "local"]))
 
 
 def test_container_prefix_wraps_every_process():
@@ -300,8 +301,9 @@ def assert_pslite_run(record: dict, kvstore: str = "dist_sync") -> None:
     assert rep["exit_codes"] == {"worker-0": 0, "worker-1": 0, "server-0": 0, "server-1": 0, "scheduler": 0}
     assert rep["warmup"]["images"] == 2 * 4
     logs = Path(rep["run_dir"]) / "logs"
-    assert sorted(p.name for p in logs.iterdir()) == [
-        "scheduler.log", "server-0.log", "server-1.log", "worker-0.log", "worker-1.log"]
+    assert sorted(p.name for p in logs.iterdir()) == [  # and a telemetry sampler per host
+        "scheduler.log", "server-0.log", "server-1.log", "telemetry-0.log", "telemetry-1.log", "worker-0.log",
+        "worker-1.log"]
     assert record["provenance"]["versions"]["mxnet"] == "1.9.1"
     assert "DIST_KVSTORE" in record["provenance"]["versions"]["mxnet_features"]
 
@@ -331,7 +333,7 @@ def test_benchmark_mode_needs_no_data(suite_cli, mxnet_stack, tmp_path, no_overs
                                 case_args=(*TINY, "--benchmark"))
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr
     assert_pslite_run(record)
-    assert record["config"]["data"] == "benchmark (synthetic in memory)"
+    assert record["config"]["data"] == "synthetic"
     assert record["config"]["reported_by_case"]["parameters"] == resnet50_v1_params(1000)
 
 

@@ -7,8 +7,10 @@ import sys
 
 import pytest
 
-from conftest import ROOT
+from conftest import ROOT, component_unavailable, tiny
 from fixture_records import make_record
+from suite.cases import known_cases, load_case
+from suite.errors import UsageError
 
 CHROMIUM = shutil.which("chromium")
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -60,16 +62,23 @@ def test_csv_has_speedup_and_efficiency(report_dir):
     assert sorted(float(r["epoch_seconds"]) for r in tf) == [21.0, 40.0]
 
 
-@pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (make test installs it)")
+@pytest.fixture
+def chromium() -> str:
+    if CHROMIUM is None:
+        component_unavailable("Chromium", "chromium is not on PATH (tools/install-test-deps.sh, run by make test, "
+                              "installs it)")
+    return CHROMIUM
+
+
 @pytest.mark.parametrize("page, plots", [("case-pytorch-synthetic.html", 3), ("case-tf-cifar.html", 4),
                                          ("frameworks.html", 2), ("index.html", 0)])
-def test_pages_render_offline_in_chromium(report_dir, page, plots):
+def test_pages_render_offline_in_chromium(report_dir, page, plots, chromium):
     from playwright.sync_api import sync_playwright
 
     out, _ = report_dir
     errors, requests = [], []
     with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
+        browser = pw.chromium.launch(executable_path=chromium, args=FLAGS)
         tab = browser.new_page(viewport={"width": 1280, "height": 900})
         tab.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
         tab.on("pageerror", lambda e: errors.append(str(e)))
@@ -87,6 +96,66 @@ def test_pages_render_offline_in_chromium(report_dir, page, plots):
     assert shot.stat().st_size > 20_000
 
 
+def test_records_are_validated_without_rechecking_the_schema_each_time(tmp_path, monkeypatch):
+    """Issue 19: jsonschema.validate() checked the schema itself for every record (96% of `report`)."""
+    import jsonschema
+
+    import suite.results
+    from suite.records import load_points
+
+    record = make_record(tmp_path / "one", tmp_path / "runs", devices=2, per_device=(40.0,))
+    for i in range(200):
+        (tmp_path / "many").mkdir(exist_ok=True)
+        (tmp_path / "many" / f"{i:03d}.json").write_text(json.dumps({**record, "run_id": f"{record['run_id']}-{i}"}))
+    checks = []
+    cls = jsonschema.validators.validator_for(suite.results.SCHEMA)
+    original = cls.check_schema
+    monkeypatch.setattr(cls, "check_schema", classmethod(lambda c, schema, **kw: checks.append(1) or original(schema, **kw)))
+    monkeypatch.setattr(suite.results, "_VALIDATOR", None)
+    assert len(load_points(tmp_path / "many", warn=pytest.fail)) == 200
+    assert len(checks) == 1
+
+
+def plotly_layouts(page: str) -> list[dict]:
+    """The layout of every figure of a page, read from its Plotly.newPlot(id, data, layout, ...) call."""
+    import re
+
+    decoder, layouts = json.JSONDecoder(), []
+    for call in re.finditer(r'Plotly\.newPlot\(\s*"[^"]+",\s*', page):
+        _, end = decoder.raw_decode(page, call.end())
+        layouts.append(decoder.raw_decode(page, end + re.match(r"\s*,\s*", page[end:]).end())[0])
+    return layouts
+
+
+def test_throughput_y_axis_switches_between_linear_and_log(report_dir, chromium):
+    out, _ = report_dir
+    page = (out / "case-pytorch-synthetic.html").read_text()
+    layouts = plotly_layouts(page)
+    assert len(layouts) == 3
+    switched = [layout for layout in layouts if layout.get("updatemenus")]
+    assert len(switched) == 1 and "throughput" in switched[0]["title"]["text"]  # only the throughput figure
+    buttons = switched[0]["updatemenus"][0]["buttons"]
+    assert [(b["label"], b["method"], b["args"]) for b in buttons] == [
+        ("linear", "relayout", [{"yaxis.type": "linear"}]), ("log", "relayout", [{"yaxis.type": "log"}])]
+
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:  # and the buttons work in a browser
+        browser = pw.chromium.launch(executable_path=chromium, args=FLAGS)
+        tab = browser.new_page(viewport={"width": 1280, "height": 900})
+        tab.goto((out / "case-pytorch-synthetic.html").as_uri())
+        tab.wait_for_selector(".js-plotly-plot .updatemenu-button", timeout=30_000)
+        y_type = "el => el.layout.yaxis.type"
+        before = tab.eval_on_selector(".js-plotly-plot", y_type)
+        tab.locator(".js-plotly-plot").first.locator(".updatemenu-button", has_text="log").click()
+        tab.wait_for_function("() => document.querySelector('.js-plotly-plot').layout.yaxis.type === 'log'",
+                              timeout=10_000)
+        tab.locator(".js-plotly-plot").first.locator(".updatemenu-button", has_text="linear").click()
+        after = tab.eval_on_selector(".js-plotly-plot", y_type)
+        browser.close()
+    assert before == "linear" and after == "linear"
+
+
 @pytest.mark.integration
 def test_report_on_real_runs_of_every_case(tmp_path, pytorch_stack):
     import csv
@@ -97,17 +166,20 @@ def test_report_on_real_runs_of_every_case(tmp_path, pytorch_stack):
         done = subprocess.run([sys.executable, "-m", "suite", *args], cwd=ROOT, capture_output=True, text=True)
         assert done.returncode == 0, done.stdout + done.stderr
 
-    suite("data", "--case", "tf-cifar", "--synthetic", "--data-dir", str(data))
     common = ["--results-dir", str(results), "--runs-dir", str(runs), "--data-dir", str(data)]
-    suite("run", "--case", "pytorch-synthetic", *common, "--", "--image-size", "32", "--batch-size", "4",
-          "--num-warmup-batches", "1", "--num-batches-per-iter", "2", "--num-iters", "2")
-    suite("run", "--case", "mxnet-imagenet", *common, "--", "--benchmark", "--image-size", "32", "--batch-size", "4",
-          "--num-warmup-batches", "1", "--disp-batches", "2", "--num-batches", "5")
-    suite("run", "--case", "tf-cifar", *common, "--", "--image-size", "32", "--batch-size", "16", "--epochs", "2")
+    for name in known_cases():
+        case = load_case(name)
+        without_data = case.spec.get("data", {}).get("unless_option")  # e.g. mxnet's --benchmark
+        args = tiny(name, **({without_data: True} if without_data else {}))
+        try:
+            case.check_data(case.parse_options(list(args)), data)
+        except UsageError:  # the case reads data at these sizes: a small generated set
+            suite("data", "--case", name, "--synthetic", "--data-dir", str(data))
+        suite("run", "--case", name, *common, "--", *args)
     out = tmp_path / "site"
     suite("report", "--results-dir", str(results), "--out", str(out))
     rows = list(csv.DictReader(open(out / "summary.csv")))
-    assert sorted(r["case"] for r in rows) == ["mxnet-imagenet", "pytorch-synthetic", "tf-cifar"]
+    assert sorted(r["case"] for r in rows) == known_cases()
     assert all(float(r["throughput"]) > 0 for r in rows)
     assert float(next(r for r in rows if r["case"] == "tf-cifar")["epoch_seconds"]) > 0
     if CHROMIUM:
@@ -116,7 +188,8 @@ def test_report_on_real_runs_of_every_case(tmp_path, pytorch_stack):
         with sync_playwright() as pw:
             browser = pw.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
             tab = browser.new_page()
-            for page, plots in [("case-tf-cifar.html", 4), ("case-mxnet-imagenet.html", 3), ("frameworks.html", 2)]:
+            # Case pages: their charts and the telemetry of their latest run.
+            for page, plots in [("case-tf-cifar.html", 5), ("case-mxnet-imagenet.html", 4), ("frameworks.html", 2)]:
                 tab.goto((out / page).as_uri())
                 tab.wait_for_selector(".js-plotly-plot .main-svg", timeout=30_000)
                 assert len(tab.query_selector_all(".js-plotly-plot")) == plots, page

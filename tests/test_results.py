@@ -181,36 +181,105 @@ def test_no_secrets_in_records(tmp_path, monkeypatch):
     assert record["repetitions"][0]["processes"][0]["env"] == {"NCCL_DEBUG": "INFO", "WANDB_API_KEY": "***"}
 
 
-WRITER = """
-import sys, itertools
-sys.path.insert(0, {root!r})
+# Runs one write with every step the writer takes to the disk (each write call, fsync, replace, link)
+# patched to stop at the Nth of them: it prints the step's name and sleeps until the test kills it.
+# "naive" writes the destination in place, as a non-atomic writer would (the negative control).
+STOPPING_WRITER = """
+import builtins, json, os, sys, time
+sys.path.insert(0, sys.argv[1])
 from pathlib import Path
 from suite.jsonfile import write_json_atomic
-folder = Path(sys.argv[1])
-big = {{"payload": "x" * 200_000}}
-for i in itertools.count():
-    write_json_atomic(folder / "latest.json", {{**big, "i": i}})
-    write_json_atomic(folder / f"record-{{i}}.json", {{**big, "i": i}}, overwrite=False)
+stop_at, dest, overwrite, writer = int(sys.argv[2]), Path(sys.argv[3]), sys.argv[4] == "overwrite", sys.argv[5]
+steps = 0
+
+def step(name):
+    global steps
+    if steps == stop_at:
+        print(name, flush=True)
+        time.sleep(600)
+    steps += 1
+
+class Stopping:
+    def __init__(self, f):
+        self.f = f
+    def write(self, text):
+        half = len(text) // 2
+        self.f.write(text[:half])
+        self.f.flush()
+        step("write (half written)")
+        return half + self.f.write(text[half:])
+    def __getattr__(self, name):
+        return getattr(self.f, name)
+    def __enter__(self):
+        return self
+    def __exit__(self, *exc):
+        return self.f.__exit__(*exc)
+
+real_open, real_fsync, real_replace, real_link = builtins.open, os.fsync, os.replace, os.link
+builtins.open = lambda file, mode="r", *a, **k: (Stopping if "w" in mode else lambda f: f)(real_open(file, mode, *a, **k))
+
+def around(name, real):
+    def patched(*args):
+        step(f"before {name}")
+        real(*args)
+        step(f"after {name}")
+    return patched
+
+os.fsync, os.replace, os.link = around("fsync", real_fsync), around("replace", real_replace), around("link", real_link)
+
+def naive(path, data, overwrite=True):
+    with open(path, "w") as f:
+        f.write(json.dumps(data, indent=2, sort_keys=True) + "\\n")
+
+(naive if writer == "naive" else write_json_atomic)(dest, {"payload": "new " * 50_000}, overwrite=overwrite)
+print("done", flush=True)
 """
+OLD, NEW = {"payload": "old " * 50_000}, {"payload": "new " * 50_000}
 
 
-def test_killing_the_writer_never_leaves_half_a_file(tmp_path):
-    import random
-    import signal
+def kill_at_every_step(tmp_path, writer: str, overwrite: bool) -> list[tuple[str, bool]]:
+    """SIGKILLs the writer at each of its steps in turn, from a fresh folder each time (with the old
+    file where it overwrites); [(step, whether the destination was absent or the whole old or new file)]."""
     import subprocess
     import sys
-    import time
 
     from conftest import ROOT
 
-    script = WRITER.format(root=str(ROOT))
-    for _ in range(15):
-        writer = subprocess.Popen([sys.executable, "-c", script, str(tmp_path)])
-        time.sleep(random.uniform(0.3, 0.8))
-        writer.send_signal(signal.SIGKILL)
-        writer.wait()
-    files = list(tmp_path.glob("*.json"))
-    assert len(files) > 15
-    for path in files:
-        data = json.loads(path.read_text())  # every visible file is whole
-        assert len(data["payload"]) == 200_000
+    whole = []
+    for stop_at in range(100):
+        folder = tmp_path / f"{writer}-{overwrite}-{stop_at}"
+        folder.mkdir()
+        dest = folder / "record.json"
+        if overwrite:
+            dest.write_text(json.dumps(OLD))
+        writer_process = subprocess.Popen(
+            [sys.executable, "-c", STOPPING_WRITER, str(ROOT), str(stop_at), str(dest),
+             "overwrite" if overwrite else "new", writer], stdout=subprocess.PIPE, text=True)
+        name = writer_process.stdout.readline().strip()  # the step it stopped at
+        writer_process.kill()
+        writer_process.communicate(timeout=30)
+        try:
+            ok = json.loads(dest.read_text()) in ((OLD, NEW) if overwrite else (NEW,))
+        except FileNotFoundError:
+            ok = not overwrite
+        except ValueError:  # half a file
+            ok = False
+        whole.append((name, ok))
+        if name == "done":
+            return whole
+    raise AssertionError("the writer never finished")
+
+
+@pytest.mark.parametrize("overwrite", [True, False], ids=["replacing", "new-record"])
+def test_killing_the_writer_never_leaves_half_a_file(tmp_path, overwrite):
+    whole = kill_at_every_step(tmp_path, "atomic", overwrite)
+    # It was stopped inside the write of the data and just before and after the file became visible.
+    visible = "replace" if overwrite else "link"
+    assert {"write (half written)", "before fsync", f"before {visible}", f"after {visible}", "done"} <= dict(whole).keys()
+    assert all(ok for _, ok in whole), whole
+
+
+@pytest.mark.parametrize("overwrite", [True, False], ids=["replacing", "new-record"])
+def test_a_writer_that_writes_in_place_is_caught(tmp_path, overwrite):
+    whole = kill_at_every_step(tmp_path, "naive", overwrite)
+    assert ("write (half written)", False) in whole and whole[-1] == ("done", True)

@@ -4,6 +4,7 @@ limit ends every process group, and nothing is left running."""
 import os
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 from suite.plan import Plan, Process
 from suite.schedulers import local
@@ -48,10 +49,32 @@ def test_first_failure_ends_the_others_and_their_children(tmp_path):
     assert not alive(grandchild)
 
 
+def run_watched(plan: Plan, log_dir, **limits):
+    """Runs a one-process plan whose process prints its pid first; returns its result, the seconds the
+    run took and the pid, which was seen alive while the run went on (the positive control)."""
+    log = log_dir / f"{plan.processes[0].name}.log"
+    pid = None
+    started = time.monotonic()
+    with ThreadPoolExecutor(1) as pool:
+        running = pool.submit(local.execute, plan, log_dir, **limits)
+        while pid is None and not running.done():
+            first = log.read_text().split("\n", 1) if log.exists() else []
+            if len(first) == 2:  # a whole first line
+                pid = int(first[0])
+                assert alive(pid)
+            time.sleep(0.05)
+        [result] = running.result()
+    assert pid is not None, "the process was never seen running"
+    return result, time.monotonic() - started, pid
+
+
 def test_time_limit(tmp_path):
-    plan = Plan(ranks=1, processes=(proc("slow", "import time; time.sleep(600)", tmp_path),))
-    [result] = local.execute(plan, tmp_path / "logs", timeout_s=1)
+    slow = "import os, time; print(os.getpid(), flush=True); time.sleep(600)"
+    plan = Plan(ranks=1, processes=(proc("slow", slow, tmp_path),))
+    result, elapsed, pid = run_watched(plan, tmp_path / "logs", timeout_s=1)
     assert result.reason == "time limit of 1 s reached" and not result.ok
+    assert 1 <= elapsed < 1 + local.GRACE_S + 3
+    assert not alive(pid)
 
 
 def test_first_error_line_is_kept_behind_rank_prefixes(tmp_path):
@@ -62,8 +85,8 @@ def test_first_error_line_is_kept_behind_rank_prefixes(tmp_path):
 
 
 def test_stall_limit_ends_a_silent_job(tmp_path):
-    talker = proc("talker", "print('started', flush=True); import time; time.sleep(600)", tmp_path)
-    started = time.monotonic()
-    [result] = local.execute(Plan(ranks=1, processes=(talker,)), tmp_path / "logs", timeout_s=600, stall_s=2)
-    assert time.monotonic() - started < 20
+    talker = proc("talker", "import os, time; print(os.getpid(), flush=True); time.sleep(600)", tmp_path)
+    result, elapsed, pid = run_watched(Plan(ranks=1, processes=(talker,)), tmp_path / "logs", timeout_s=600, stall_s=2)
     assert result.reason == "stall limit: no output from any process for 2 s"
+    assert 2 <= elapsed < 2 + local.GRACE_S + 3
+    assert not alive(pid)

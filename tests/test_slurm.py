@@ -11,23 +11,23 @@ import sys
 import textwrap
 import time
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 from cluster_fixtures import alive, processes_with_env, slurm_cluster  # noqa: F401 (fixture)
-from conftest import ROOT, records_in
+from conftest import ROOT, records_in, tiny
 
 from suite import paths
+from suite.cli import point_argv
 from suite.clusters import Cluster, load_cluster
 from suite.errors import UsageError
 from suite.hostfile import Host, World
+from suite.plugins import BatchJob
 from suite.results import validate
 from suite.schedulers import slurm
 
 PY = sys.executable
-TORCH_TINY = ("--image-size", "32", "--batch-size", "4", "--num-warmup-batches", "1", "--num-batches-per-iter", "2",
-              "--num-iters", "3")
-TF_TINY = ("--image-size", "32", "--epochs", "2", "--batch-size", "8")
+TORCH_TINY = tiny("pytorch-synthetic")
+TF_TINY = tiny("tf-cifar")
 SLURM = ("--scheduler", "slurm", "--timeout", "300")
 
 
@@ -65,20 +65,19 @@ def test_allocation_hosts_take_gpus_or_tasks_per_node(monkeypatch):
     assert slurm.hosts(2)[:2] == ([Host("slurm-node-1", 1), Host("slurm-node-2", 1)], "sbatch")
 
 
-def fake_point(cluster: Cluster | None, nodes: int, per_node: int, case_args=(), timeout_s=600.0, repeat=1):
+def fake_point(cluster: Cluster | None, nodes: int, per_node: int, case_args=(), timeout_s=600.0, repeat=1) -> BatchJob:
     world = World(tuple(Host(f"slurm-node-{i + 1}", per_node) for i in range(nodes)), "sbatch")
-    case = SimpleNamespace(name="pytorch-synthetic")
-    req = SimpleNamespace(runs_dir=Path("/shared/runs"), case_args=list(case_args),
-                          cluster=cluster.name if cluster else None)
-    checked = SimpleNamespace(case=case, repeat=repeat, timeout_s=timeout_s, stall_s=1800.0,
-                              data_dir=Path("/shared/data"), cluster_profile=cluster)
-    ctx = SimpleNamespace(run_id="R1", world=world, runtime="apptainer", case=case)
-    return req, checked, ctx
+    runs = Path("/shared/runs")
+    argv = point_argv(case="pytorch-synthetic", world=world, repeat=repeat, timeout_s=timeout_s, stall_s=1800.0,
+                      runtime="apptainer", scheduler="slurm", data_dir=Path("/shared/data"), runs_dir=runs,
+                      results_dir=runs / "R1" / "record", run_id="R1", cluster=cluster.name if cluster else None,
+                      case_args=list(case_args))
+    return BatchJob("R1", "pytorch-synthetic", world, tuple(argv), timeout_s, 1800.0, repeat, runs / "R1", cluster)
 
 
 def test_job_script_from_a_cluster_profile():
     hostile = "x'; touch /tmp/pwned; echo $(id) `id`"
-    script = slurm.job_script(*fake_point(load_cluster("cte-power"), nodes=2, per_node=2,
+    script = slurm.job_script(fake_point(load_cluster("cte-power"), nodes=2, per_node=2,
                                           case_args=["--batch-size", "64", "--tag", hostile]))
     directives = re.findall(r"^#SBATCH (.*)$", script, re.M)
     assert directives == ["--job-name=hpcdl-pytorch-synthetic", "--nodes=2", "--ntasks-per-node=2", "--time=00:30:00",
@@ -95,7 +94,7 @@ def test_job_script_from_a_cluster_profile():
 
 
 def test_job_script_without_a_profile_asks_for_what_the_run_needs():
-    script = slurm.job_script(*fake_point(None, nodes=1, per_node=1, timeout_s=300, repeat=2))
+    script = slurm.job_script(fake_point(None, nodes=1, per_node=1, timeout_s=300, repeat=2))
     directives = re.findall(r"^#SBATCH (.*)$", script, re.M)
     assert "--time=00:20:00" in directives  # 2 x 300 s + 10 min margin
     assert not any(d.startswith(("--gres", "--partition", "--account")) for d in directives)
@@ -119,7 +118,7 @@ def test_gres_takes_the_runs_devices_per_node(gres, wanted):
 ])
 def test_profile_values_that_cannot_go_into_a_job_script_are_refused(table, message):
     with pytest.raises(UsageError, match=message):
-        slurm.settings(Cluster("c", Path("c.toml"), slurm=table))
+        slurm.settings(Cluster("c", Path("c.toml"), plugins={"slurm": table}))
 
 
 def test_bad_slurm_settings_are_refused_in_one_line_before_launch(tmp_path, monkeypatch, capsys):
@@ -138,7 +137,9 @@ def test_dry_run_prints_the_job_script(suite_cli, pytorch_stack):
     result = suite_cli("run", "--cluster", "cte-power", "--runtime", "local", "--nodes", "2", "--gpus-per-node", "2",
                        "--dry-run", case_args=TORCH_TINY)
     assert result.returncode == 0, result.stderr
-    assert "process horovodrun on slurm-node-1" in result.stdout
+    # Under SLURM, Horovod's ranks are srun tasks with their rendezvous server: no horovodrun, no ssh.
+    assert all(f"process rank-{r} on slurm-node-{r // 2 + 1}\n" in result.stdout for r in range(4))
+    assert "process rendezvous on slurm-node-1\n" in result.stdout and "horovodrun" not in result.stdout
     assert "#SBATCH --nodes=2" in result.stdout and "#SBATCH --gres=gpu:2" in result.stdout
     assert "submitted as: cd " in result.stdout and "sbatch --parsable job.sbatch" in result.stdout
     assert not suite_cli.runs.exists() and not suite_cli.results.exists()
@@ -281,13 +282,14 @@ def test_a_job_that_writes_no_record_leaves_a_failed_one(slurm_cluster, tmp_path
     from dataclasses import replace
 
     from suite.plan import StackEnv
-    from suite.run import RunRequest, check, run_context
+    from suite.run import RunRequest, batch_job, check, run_context, taken_over_record
 
     req = RunRequest("pytorch-synthetic", "1", None, None, None, "slurm", "1", "300", [], tmp_path / "results",
                      tmp_path / "runs", None, ["python", "-m", "suite", "run"])
-    checked = replace(check(req), cluster_profile=Cluster("site", Path("site.toml"), slurm={"modules": ["no-such/1.0"]}))
+    checked = replace(check(req), cluster_profile=Cluster("site", Path("site.toml"), plugins={"slurm": {"modules": ["no-such/1.0"]}}))
     stack_env = StackEnv("local", "/nowhere/bin", provenance={"stack": "pytorch-horovod", "stack_lock_sha256": "0" * 64})
-    record = slurm.run_point(req, checked, run_context(req, checked, checked.worlds[0], None), stack_env)
+    ctx = run_context(req, checked, checked.worlds[0], None)
+    record = taken_over_record(ctx, slurm.take_over(batch_job(req, checked, ctx)), stack_env.provenance, "slurm")
     validate(record)
     job = record["execution"]["slurm"]
     assert job["state"] == "FAILED" and job["exit_code"] == "1:0" and job["nodelist"] == slurm_cluster.node

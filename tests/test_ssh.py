@@ -8,26 +8,25 @@ import signal
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 from cluster_fixtures import LOOPBACK_HOSTS, alive, loopback_sshd, processes_with_env  # noqa: F401 (fixture)
-from conftest import ROOT, records_in
+from conftest import ROOT, records_in, tiny
 
 from suite import cli, paths
 from suite.clusters import Cluster
 from suite.errors import UsageError
 from suite.plan import Plan, Process
+from suite.net import is_local
 from suite.results import validate
 from suite.schedulers import ssh
+from suite.schedulers.local import GRACE_S
 
 PY = sys.executable
-FORCED = Cluster("forced", Path("forced.toml"), ssh={"force": True})
-TORCH_TINY = ("--image-size", "32", "--batch-size", "4", "--num-warmup-batches", "1", "--num-batches-per-iter", "2",
-              "--num-iters", "3")
-MXNET_TINY = ("--image-size", "32", "--batch-size", "4", "--num-warmup-batches", "1", "--disp-batches", "2",
-              "--num-batches", "5", "--data-nthreads", "1")
-TF_TINY = ("--image-size", "32", "--epochs", "2", "--batch-size", "8")
+FORCED = Cluster("forced", Path("forced.toml"), plugins={"ssh": {"force": True}})
+TORCH_TINY, MXNET_TINY, TF_TINY = tiny("pytorch-synthetic"), tiny("mxnet-imagenet"), tiny("tf-cifar")
 LOOPBACK_SSH = ("--cluster", "loopback-ssh", "--nodes", "2", "--timeout", "300")
 ECHO = "import json, os, sys; print(json.dumps([os.environ.get('V'), sys.argv[1:], os.getcwd()]), flush=True)"
 
@@ -59,14 +58,14 @@ def test_environment_names_that_are_no_shell_names_are_refused(tmp_path):
 
 
 def test_which_hosts_are_this_machine():
-    assert all(ssh.is_local(h) for h in ("localhost", os.uname().nodename, "127.0.0.1", "127.0.0.3"))
-    assert not ssh.is_local("192.0.2.7")  # TEST-NET-1: not an address of this machine
-    assert not ssh.is_local("no-such-host.invalid")
+    assert all(is_local(h) for h in ("localhost", os.uname().nodename, "127.0.0.1", "127.0.0.3"))
+    assert not is_local("192.0.2.7")  # TEST-NET-1: not an address of this machine
+    assert not is_local("no-such-host.invalid")
 
 
 def test_settings_from_profile_and_environment(monkeypatch):
     monkeypatch.setenv("SUITE_SSH_OPTIONS", "-F '/tmp/a b/config' -o ConnectTimeout=5")
-    cluster = Cluster("c", Path("c.toml"), ssh={"options": ["-p", "2222"], "user": "bench", "force": True})
+    cluster = Cluster("c", Path("c.toml"), plugins={"ssh": {"options": ["-p", "2222"], "user": "bench", "force": True}})
     settings = ssh.settings(cluster)
     assert settings.argv("node1") == ["ssh", "-o", "BatchMode=yes", "-l", "bench", "-p", "2222", "-F", "/tmp/a b/config",
                                       "-o", "ConnectTimeout=5", "node1"]
@@ -75,7 +74,7 @@ def test_settings_from_profile_and_environment(monkeypatch):
                          ({"user": "-oProxyCommand=x"}, "user must be a user name"),
                          ({"force": "yes"}, "force must be true or false")):
         with pytest.raises(UsageError, match=message):
-            ssh.settings(Cluster("c", Path("c.toml"), ssh=bad))
+            ssh.settings(Cluster("c", Path("c.toml"), plugins={"ssh": bad}))
     monkeypatch.setenv("SUITE_SSH_OPTIONS", "-F 'unclosed")
     with pytest.raises(UsageError, match=r"\$SUITE_SSH_OPTIONS cannot be split"):
         ssh.settings(None)
@@ -125,13 +124,22 @@ def test_a_failure_on_one_host_ends_the_job_on_every_host(loopback_sshd, tmp_pat
 
 
 def test_time_limit_ends_remote_processes(loopback_sshd, tmp_path):
-    plan = Plan(ranks=1, processes=(Process("slow", "127.0.0.2", [PY, "-c", "import time; time.sleep(600)"], {},
-                                            str(tmp_path)),))
+    slow = "import os, time; print(os.getpid(), flush=True); time.sleep(600)"
+    plan = Plan(ranks=1, processes=(Process("slow", "127.0.0.2", [PY, "-c", slow], {}, str(tmp_path)),))
+    limit, seen = 5, set()
     started = time.monotonic()
-    [result] = ssh.execute(plan, tmp_path / "logs", timeout_s=3, cluster=FORCED)
-    assert result.reason == "time limit of 3 s reached" and time.monotonic() - started < 20
+    with ThreadPoolExecutor(1) as pool:
+        running = pool.submit(ssh.execute, plan, tmp_path / "logs", timeout_s=limit, cluster=FORCED)
+        while not running.done() and not seen:  # positive control: the job's remote process, seen by its marker
+            seen = set(job_processes(tmp_path / "logs"))
+            time.sleep(0.1)
+        [result] = running.result()
+    elapsed = time.monotonic() - started
+    assert result.reason == f"time limit of {limit} s reached"
+    assert limit <= elapsed < limit + GRACE_S + 5
+    assert int(result.tail[0]) in seen  # the sleeper itself carried the marker while it ran
     time.sleep(0.5)
-    assert job_processes(tmp_path / "logs") == []
+    assert job_processes(tmp_path / "logs") == [] and not [pid for pid in seen if alive(pid)]
 
 
 def test_launchers_that_ssh_themselves_get_the_profiles_options(loopback_sshd, tmp_path):
@@ -140,7 +148,7 @@ def test_launchers_that_ssh_themselves_get_the_profiles_options(loopback_sshd, t
     plan = Plan(ranks=1, processes=(Process("launcher", "localhost", ["ssh", "127.0.0.3", "echo", "reached"], {},
                                             str(tmp_path)),))
     [result] = ssh.execute(plan, tmp_path / "logs", timeout_s=60,
-                           cluster=Cluster("c", Path("c.toml"), ssh={"options": ["-o", "ConnectTimeout=10"]}))
+                           cluster=Cluster("c", Path("c.toml"), plugins={"ssh": {"options": ["-o", "ConnectTimeout=10"]}}))
     assert result.ok and result.tail == ["reached"], result
 
 

@@ -4,12 +4,11 @@ import json
 
 import pytest
 
-from conftest import records_in, write
+from conftest import records_in, tiny, write
 from fixture_records import make_record
 from suite.sweeps import summarize_sweep
 
-TINY = ("--image-size", "32", "--batch-size", "4", "--num-warmup-batches", "1",
-        "--num-batches-per-iter", "2", "--num-iters", "2")
+TINY = tiny("pytorch-synthetic", num_iters=2)
 
 
 @pytest.mark.integration

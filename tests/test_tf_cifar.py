@@ -11,16 +11,17 @@ import tarfile
 
 import numpy as np
 import pytest
-from conftest import ROOT, records_in
+from conftest import ROOT, records_in, tiny
 
 from suite.cases import load_case
 from suite.hostfile import Host, World
 from suite.launchers import tfdist
+from suite.net import is_local
 from suite.plan import Launch, StackEnv
 from suite.results import validate
 
 CASE_DIR = ROOT / "cases" / "tf-cifar"
-TINY = ("--image-size", "32", "--epochs", "2", "--batch-size", "8")
+TINY = tiny("tf-cifar")
 TRAIN_PER_BATCH, TEST_IMAGES = 32, 32  # 160 training images: 20 steps of 8, or 10 of 2 x 8
 
 
@@ -125,7 +126,7 @@ def test_remote_hosts_each_run_one_process(tmp_path):
     assert [p.host for p in plan.processes] == ["node1.cluster", "node2.cluster"]
     assert {p.env["SUITE_PROCESSES_ON_HOST"] for p in plan.processes} == {"1"}
     assert {p.env["SUITE_DEVICES_PER_NODE"] for p in plan.processes} == {"4"}
-    assert not tfdist.runs_here("node1.cluster") and tfdist.runs_here("127.0.0.2") and tfdist.runs_here("localhost")
+    assert not is_local("node1.cluster") and is_local("127.0.0.2") and is_local("localhost")
 
 
 # --- data preparation (the case's data.py in its stack) ---------------------------------------------
@@ -245,7 +246,9 @@ def check_common(record: dict, devices: int) -> dict:
     assert cfg["data"] == "synthetic-cifar-format" and cfg["model"] == "resnet50v2"
     assert (cfg["batch_per_device"], cfg["global_batch"], cfg["image_size"]) == (8, 8 * devices, 32)
     reported = cfg["reported_by_case"]
-    assert reported["parameters"] == 23_585_290 and reported["replicas"] == devices
+    # As PyTorch counts (trainable); with BatchNormalization's moving statistics 23,585,290.
+    assert reported["parameters"] == 23_539_850 and reported["parameters_non_trainable"] == 45_440
+    assert reported["replicas"] == devices
     assert reported["lr"] == pytest.approx(0.01 * devices)
     assert set(reported["data_files_sha256"]) == set(cifar.FILES)
     epochs = record["metrics"]["epochs"]

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # System packages the tests use (Debian): Chromium for rendering the reports headless (required),
 # OpenSSH server and client for the ssh scheduler's tests, SLURM and munge for the slurm scheduler's
-# tests (their fixtures skip, saying why, when these cannot be installed).
+# tests (their fixtures skip, saying why, when these cannot be installed). Under CI=true every one of
+# them is required: the script exits 1 saying what it could not install and why, so that CI cannot
+# go green by skipping the tests of a component (the fixtures fail there too).
 # Installs only what is missing; needs root or passwordless sudo. Services are not started by the
 # installation (a policy-rc.d denies it while apt runs): the tests start their own daemons.
 set -euo pipefail
@@ -14,28 +16,43 @@ command -v ssh >/dev/null 2>&1 || optional+=(openssh-client)
 [ -x /usr/sbin/slurmd ] || optional+=(slurmd)
 command -v sbatch >/dev/null 2>&1 || optional+=(slurm-client)
 [ -x /usr/sbin/munged ] || optional+=(munge)
+command -v ip >/dev/null 2>&1 || optional+=(iproute2)  # network namespaces: the two-node SLURM cluster
+daemons=${#optional[@]}
+if [ "${CI:-}" = true ]; then
+    required+=("${optional[@]}")
+    optional=()
+fi
 [ ${#required[@]} -eq 0 ] && [ ${#optional[@]} -eq 0 ] && exit 0
 
+cannot() {  # $1: why. Fatal when something required is missing; else the ssh/slurm tests skip.
+    if [ ${#required[@]} -gt 0 ]; then
+        echo "cannot install ${required[*]}${optional[*]:+ ${optional[*]}}: $1${CI:+ (CI=$CI)}" >&2
+        exit 1
+    fi
+    echo "cannot install ${optional[*]}: $1; the ssh/slurm tests will be skipped" >&2
+    exit 0
+}
 sudo=""
 if [ "$(id -u)" -ne 0 ]; then
     if sudo -n true 2>/dev/null; then
         sudo="sudo -n"
-    elif [ ${#required[@]} -eq 0 ]; then
-        echo "cannot install ${optional[*]} (not root, no passwordless sudo): the ssh/slurm tests will be skipped" >&2
-        exit 0
+    else
+        cannot "not root and no passwordless sudo (sudo -n)"
     fi
 fi
 apt_install() {
     DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "$@" >/dev/null
 }
 policy=/usr/sbin/policy-rc.d
-if [ ${#optional[@]} -gt 0 ] && [ ! -e "$policy" ]; then
+if [ "$daemons" -gt 0 ] && [ ! -e "$policy" ]; then
     printf '#!/bin/sh\nexit 101\n' | $sudo tee "$policy" >/dev/null
     $sudo chmod 755 "$policy"
     trap '$sudo rm -f "$policy"' EXIT
 fi
 echo "installing for the tests: ${required[*]} ${optional[*]}"
-$sudo apt-get update -qq
-[ ${#required[@]} -eq 0 ] || apt_install "${required[@]}"
-[ ${#optional[@]} -eq 0 ] || apt_install "${optional[@]}" ||
-    echo "could not install ${optional[*]}: the ssh/slurm tests will be skipped" >&2
+$sudo apt-get update -qq || cannot "apt-get update failed"
+if [ ${#required[@]} -gt 0 ] && ! apt_install "${required[@]}"; then
+    cannot "apt-get install failed"
+fi
+required=()
+[ ${#optional[@]} -eq 0 ] || apt_install "${optional[@]}" || cannot "apt-get install failed"

@@ -1,4 +1,4 @@
-"""The pytorch-synthetic training loop without the suite: same model, batch, image size, threads,
+"""The pytorch-synthetic training loop without the suite: same model, batch, image size, threads and binding,
 Horovod optimizer (one process), no probe, no launcher. Prints one JSON line with its timings.
 
     <stack python> benchmarks/bare/pytorch_synthetic.py --batch-size 32 --image-size 224 ...
@@ -16,8 +16,10 @@ import horovod.torch as hvd  # noqa: E402
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "cases", "pytorch-synthetic"))
-from resnet import resnet50  # noqa: E402
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
+from cases._shared.torch_resnet import resnet50  # noqa: E402
+from suite.binding import bind_cpus  # noqa: E402
+from suite.probe import cpus_allowed  # noqa: E402
 
 
 def main() -> None:
@@ -27,7 +29,7 @@ def main() -> None:
         parser.add_argument(f"--{name}", type=int, default=default)
     args = parser.parse_args()
     hvd.init()
-    torch.set_num_threads(max(1, len(os.sched_getaffinity(0)) // hvd.local_size()))
+    torch.set_num_threads(bind_cpus(hvd.local_rank(), hvd.local_size()))
     model = resnet50()
     optimizer = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.01 * hvd.size(), momentum=0.9),
                                          named_parameters=model.named_parameters())
@@ -49,8 +51,12 @@ def main() -> None:
         for _ in range(args.num_batches_per_iter):
             step()
         samples.append(args.batch_size * args.num_batches_per_iter / (time.perf_counter() - begin))
-    print(json.dumps({"samples": samples, "throughput": sum(samples) / len(samples),
-                      "started": STARTED, "first_timed_step_at": first_step_at}))
+    # config and binding as the case's probe reports them, for the bench to compare the two sides
+    config = {"model": "resnet50", "dtype": "float32", "parameters": sum(p.numel() for p in model.parameters()),
+              "threads_per_worker": torch.get_num_threads()}
+    binding = {"policy": os.environ.get("SUITE_CPU_BIND", "none"), "cpus": cpus_allowed()}
+    print(json.dumps({"samples": samples, "throughput": sum(samples) / len(samples), "config": config,
+                      "binding": binding, "started": STARTED, "first_timed_step_at": first_step_at}))
 
 
 if __name__ == "__main__":

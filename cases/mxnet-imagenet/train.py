@@ -1,4 +1,5 @@
-"""mxnet-imagenet: ResNet-50 v1 (gluon model zoo) on ImageNet RecordIO, data-parallel over a kvstore.
+"""mxnet-imagenet: ResNet-50 v1 (gluon model zoo), or v1.5 (gluon_resnet.py), on ImageNet RecordIO,
+data-parallel over a kvstore.
 
 The pslite launcher starts this script in every process of a job. In a ps-lite server or scheduler
 (DMLC_ROLE=server/scheduler) `import mxnet` runs that role until the workers are done and exits;
@@ -9,18 +10,31 @@ Options come from case.toml.
 import hashlib
 import json
 import os
+import socket
 import time
 from pathlib import Path
 
-import mxnet as mx  # a ps-lite server or scheduler serves inside this import and exits
+# ps-lite binds these as addresses (dmlc_tracker sets addresses); the pslite launcher may name hosts
+# (SLURM node names), resolved here, on the node, before the import below starts a server or scheduler.
+for _name in ("DMLC_NODE_HOST", "DMLC_PS_ROOT_URI"):
+    if os.environ.get(_name):
+        os.environ[_name] = socket.gethostbyname(os.environ[_name])
+
+from suite.binding import bind_cpus  # noqa: E402
+
+# Before the import below starts MXNet's OpenMP pool: this process's share of the cores (bound to it
+# with --cpu-bind), so that workers and servers of one machine do not each use all of them.
+os.environ.setdefault("OMP_NUM_THREADS", str(bind_cpus()))
+
+import mxnet as mx  # noqa: E402  (a ps-lite server or scheduler serves inside this import and exits)
 import numpy
 from mxnet import autograd, gluon
+from gluon_resnet import ResNet50V15
 from mxnet.gluon.model_zoo import vision
 
 from suite.options import parse_case_args
 from suite.probe import Probe
 
-MODEL = "resnet50-v1"
 REC = Path("imagenet-rec")
 MEAN_RGB, STD_RGB = (123.68, 116.779, 103.939), (58.393, 57.12, 57.375)
 
@@ -72,8 +86,8 @@ def record_count(idx: Path) -> int:
 
 
 class Data:
-    """The batches of one worker, endlessly: its part of the record file, or one random batch kept
-    in memory (--benchmark). `images` is one epoch of the whole job."""
+    """The batches of one worker, endlessly, each as (data, label) per device: its part of the record
+    file, or one random batch kept in device memory (--benchmark). `images` is one epoch of the whole job."""
 
     def __init__(self, args, batch: int, kv, on_gpu: bool, data_dir: Path):
         self.manifest = read_manifest(data_dir)
@@ -81,7 +95,7 @@ class Data:
         shape = (batch, 3, args.image_size, args.image_size)
         if args.benchmark:
             self.images, self.classes = args.num_examples, args.num_classes or 1000
-            self.describe = "benchmark (synthetic in memory)"
+            self.describe = "synthetic"
             label = mx.nd.array(numpy.random.randint(0, self.classes, batch))
             self.fixed = mx.io.DataBatch([mx.nd.random.uniform(-1, 1, shape=shape)], [label])
             return
@@ -96,17 +110,22 @@ class Data:
             mean_r=MEAN_RGB[0], mean_g=MEAN_RGB[1], mean_b=MEAN_RGB[2],
             std_r=STD_RGB[0], std_g=STD_RGB[1], std_b=STD_RGB[2])
 
-    def batches(self):
+    def batches(self, devices: list):
+        def split(batch):
+            return list(zip(gluon.utils.split_and_load(batch.data[0], devices),
+                            gluon.utils.split_and_load(batch.label[0], devices)))
+
+        if self.fixed is not None:
+            parts = split(self.fixed)
+            while True:
+                yield parts
         while True:
-            if self.fixed is not None:
-                yield self.fixed
-                continue
             self.iter.reset()
-            yield from self.iter
+            yield from map(split, self.iter)
 
 
 def build_net(args, classes: int, devices: list):
-    net = vision.resnet50_v1(classes=classes)
+    net = ResNet50V15(classes) if args.model == "resnet50-v1.5" else vision.resnet50_v1(classes=classes)
     net.initialize(mx.init.Xavier(rnd_type="gaussian", factor_type="in", magnitude=2), ctx=devices)
     net(mx.nd.zeros((1, 3, args.image_size, args.image_size), ctx=devices[0]))  # finish deferred init
     if args.dtype == "float16":
@@ -130,16 +149,13 @@ def make_trainer(args, net, kv, lr: float, steps: list[int]):
     return gluon.Trainer(net.collect_params(), "sgd", params, kvstore=kv)
 
 
-def make_step(args, net, trainer, devices, gradient_batch: int):
+def make_step(args, net, trainer, gradient_batch: int):
     loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
     dtype = args.dtype
 
-    def step(batch) -> None:
-        data = gluon.utils.split_and_load(batch.data[0], devices)
-        label = gluon.utils.split_and_load(batch.label[0], devices)
+    def step(parts) -> None:
         with autograd.record():
-            losses = [loss_fn(net(x.astype(dtype, copy=False)), y.astype(dtype, copy=False))
-                      for x, y in zip(data, label)]
+            losses = [loss_fn(net(x.astype(dtype, copy=False)), y.astype(dtype, copy=False)) for x, y in parts]
         autograd.backward(losses)
         # Gradients are summed over the workers' pushes: normalise by the global batch.
         trainer.step(gradient_batch)
@@ -189,7 +205,7 @@ def main() -> None:
     on_gpu = devices[0].device_type == "gpu"
     if args.dtype == "float16" and not on_gpu:
         fail("--dtype float16 needs GPUs (MXNet has no float16 matrix products on CPUs)")
-    batch = args.batch_size or 64 * len(devices)
+    batch = args.batch_size or args.batch_per_device * len(devices)
     if batch % len(devices):
         fail(f"--batch-size {batch} does not split evenly over {len(devices)} devices")
     kv = mx.kv.create(kvstore_type(args.kv_store, on_gpu))
@@ -199,12 +215,12 @@ def main() -> None:
     net = build_net(args, data.classes, devices)
     lr = args.lr * kv.num_workers
     trainer = make_trainer(args, net, kv, lr, lr_steps(args, epoch_batches))
-    step = make_step(args, net, trainer, devices, batch * kv.num_workers if "dist" in kv.type else batch)
+    step = make_step(args, net, trainer, batch * kv.num_workers if "dist" in kv.type else batch)
 
     probe = Probe(kv.rank, kv.num_workers)
     probe.start(config=run_config(args, kv, devices, batch, data, net, lr, epoch_batches, total),
                 versions=versions(on_gpu))
-    rates = train(args, probe, step, data.batches(), batch, epoch_batches, total, intervals)
+    rates = train(args, probe, step, data.batches(devices), batch, epoch_batches, total, intervals)
     probe.result(batches=total, epochs=round(total / epoch_batches, 3),
                  **{f"worker_{kv.rank}_samples_per_sec": sum(rates) / len(rates)})
     probe.end()
@@ -215,7 +231,7 @@ def main() -> None:
 def run_config(args, kv, devices, batch, data, net, lr, epoch_batches, total) -> dict:
     trainable = [p for p in net.collect_params().values() if p.grad_req != "null"]
     return {
-        "model_name": MODEL,
+        "model_name": args.model,
         "data": data.describe,
         "data_manifest": data.manifest or None,
         "train_images": data.images,
@@ -232,7 +248,7 @@ def run_config(args, kv, devices, batch, data, net, lr, epoch_batches, total) ->
         "kvstore": kv.type,
         "servers": int(os.environ.get("DMLC_NUM_SERVER", "0")),
         "workers": kv.num_workers,
-        "parameters": sum(p.data(devices[0]).size for p in trainable),
+        "parameters": sum(p.data(devices[0]).size for p in trainable),  # as PyTorch counts: no running stats
         "lr": lr,
         "epoch_batches": epoch_batches,
         "run_batches": total,

@@ -3,27 +3,26 @@
 Started once per device by horovodrun (or srun/mpirun); options come from case.toml.
 """
 
-import os
-
 import horovod
 import horovod.torch as hvd
 import numpy
 import torch
 import torch.nn.functional as F
 
-from resnet import MODELS
+from cases._shared.torch_resnet import MODELS
+from suite.binding import bind_cpus
 from suite.options import parse_case_args
 from suite.probe import Probe
 
 
 def pick_device(args) -> torch.device:
+    # This worker's share of the node's cores (bound to it with --cpu-bind): its threads.
+    threads = bind_cpus(hvd.local_rank(), hvd.local_size())
     if torch.cuda.is_available() and not args.no_cuda:
         torch.cuda.set_device(hvd.local_rank())
         torch.backends.cudnn.benchmark = True
         return torch.device("cuda", hvd.local_rank())
-    # Share the cores of the node between the workers started on it.
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    torch.set_num_threads(max(1, cores // hvd.local_size()))
+    torch.set_num_threads(threads)
     return torch.device("cpu")
 
 

@@ -1,4 +1,4 @@
-"""tf-cifar: ResNet50V2 (or ResNet152V2) on CIFAR-10 with tf.distribute.
+"""tf-cifar: ResNet50V2 (or ResNet152V2, or the PyTorch cases' ResNet-50 v1.5) on CIFAR-10 with tf.distribute.
 
 One process with MirroredStrategy over the node's devices (logical CPU devices on a CPU-only node),
 or one process per node with MultiWorkerMirroredStrategy when TF_CONFIG is set (suite/launchers/tfdist.py).
@@ -13,16 +13,19 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import cifar
+import keras_resnet
 import numpy
 import pipeline
 import tensorflow as tf
 import tf_keras as keras
 from cluster import worker_rank
 
+from suite.binding import bind_cpus
 from suite.options import parse_case_args
 from suite.probe import Probe
 
-MODELS = {"resnet50v2": keras.applications.ResNet50V2, "resnet152v2": keras.applications.ResNet152V2}
+MODELS = {"resnet50v2": keras.applications.ResNet50V2, "resnet152v2": keras.applications.ResNet152V2,
+          "resnet50-v1.5": keras_resnet.resnet50_v15}
 
 
 def fail(message: str) -> None:
@@ -52,10 +55,11 @@ class Place:
         return self.replicas // self.workers
 
 
-def configure_threads(processes_on_host: int) -> dict:
-    """Split this machine's cores between the case processes it runs, so they do not oversubscribe."""
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    intra = max(1, cores // processes_on_host)
+def configure_threads() -> dict:
+    """This process's share of the machine's cores (bound to it with --cpu-bind), so that the case
+    processes of one machine do not oversubscribe it."""
+    intra = bind_cpus()
+    cores = len(os.sched_getaffinity(0))
     # Collectives and the replicas of one process run side by side in the inter-op pool: at least 2.
     inter = max(2, intra // 2)
     tf.config.threading.set_intra_op_parallelism_threads(intra)
@@ -91,7 +95,7 @@ def place_this_process() -> Place:
     tf_config = json.loads(os.environ["TF_CONFIG"]) if os.environ.get("TF_CONFIG") else None
     rank, workers = worker_rank(tf_config)
     processes_on_host = int(os.environ.get("SUITE_PROCESSES_ON_HOST", "1"))
-    threads = configure_threads(processes_on_host)
+    threads = configure_threads()
     per_node = int(os.environ.get("SUITE_DEVICES_PER_NODE", "1"))
     strategy, name, device_type, device_name = make_strategy(tf_config is not None, per_node)
     return Place(strategy, name, rank, workers, device_type, device_name, processes_on_host, threads)
@@ -114,7 +118,7 @@ class EpochProbe(keras.callbacks.Callback):
 
 
 def build_model(args, replicas: int) -> tuple[keras.Model, float]:
-    model = MODELS[args.model](weights=None, include_top=True, classes=len(cifar.LABEL_NAMES),
+    model = MODELS[args.model](weights=None, include_top=True, classes=args.num_classes,
                                input_shape=(args.image_size, args.image_size, 3))
     lr = args.base_lr * replicas
     model.compile(optimizer=keras.optimizers.SGD(learning_rate=lr), loss="sparse_categorical_crossentropy",
@@ -142,32 +146,36 @@ def main() -> None:
     print(f"worker {place.rank} of {workers}: {place.strategy_name}, {replicas} replica(s) in sync, "
           f"{place.local_replicas} in this process, {place.threads['intra_op_threads']} thread(s) per op", flush=True)
 
-    data, folder = load_data(global_batch, args.batch_size)
-    steps = len(data.train.labels) // global_batch  # full batches only: every replica does the same work
-    eval_steps = max(1, len(data.test.labels) // global_batch)
-    cache = pipeline.cache_fits(len(data.train.labels) // workers, args.image_size, place.processes_on_host)
+    data, folder = (None, None) if args.synthetic_input and args.steps_per_epoch else \
+        load_data(global_batch, args.batch_size)
+    # Full batches only: every replica does the same work.
+    steps = args.steps_per_epoch or len(data.train.labels) // global_batch
+    cache = data is not None and pipeline.cache_fits(len(data.train.labels) // workers, args.image_size,
+                                                     place.processes_on_host)
     if args.synthetic_input:
         train = strategy.distribute_datasets_from_function(lambda ctx: pipeline.synthetic(
-            args.image_size, args.batch_size, len(cifar.LABEL_NAMES)))
+            args.image_size, args.batch_size, args.num_classes))
     else:
         train = strategy.distribute_datasets_from_function(lambda ctx: pipeline.training(
             data.train, args.image_size, args.batch_size, cache, args.shuffle_buffer, context=ctx))
-    test = strategy.distribute_datasets_from_function(lambda ctx: pipeline.evaluation(
-        data.test, args.image_size, args.batch_size, context=ctx))
     with strategy.scope():
         model, lr = build_model(args, replicas)
 
     probe = Probe(place.rank, workers)
     probe.start(
         config={
-            "model_name": args.model, "data": "synthetic-in-memory" if args.synthetic_input else data.source,
-            "data_path": str(folder),
-            "data_files_sha256": cifar.fingerprints(folder) if place.rank == 0 else None,
-            "train_images": len(data.train.labels), "test_images": len(data.test.labels),
+            "model_name": args.model, "data": "synthetic" if args.synthetic_input else data.source,
+            "data_path": str(folder) if data else None,
+            "data_files_sha256": cifar.fingerprints(folder) if data and place.rank == 0 else None,
+            "train_images": len(data.train.labels) if data else None,
+            "test_images": len(data.test.labels) if data else None,
             "batch_per_device": args.batch_size, "global_batch": global_batch, "image_size": args.image_size,
             "dtype": "float32", "device_type": place.device_type, "device_name": place.device_name,
             "strategy": place.strategy_name, "workers": workers, "replicas": replicas,
-            "parameters": model.count_params(), "lr": lr, "steps_per_epoch": steps,
+            # As PyTorch counts: batch normalisation's moving statistics are not parameters there.
+            "parameters": keras_resnet.parameter_count(model),
+            "parameters_non_trainable": model.count_params() - keras_resnet.parameter_count(model),
+            "classes": args.num_classes, "lr": lr, "steps_per_epoch": steps,
             "images_per_epoch": steps * global_batch, "cache_resized": cache, **place.threads,
         },
         versions={"tensorflow": tf.__version__, "tf_keras": keras.__version__, "numpy": numpy.__version__,
@@ -176,12 +184,20 @@ def main() -> None:
     callback = EpochProbe(probe, steps * args.batch_size * place.local_replicas, args.epochs)
     model.fit(train, epochs=args.epochs, steps_per_epoch=steps, callbacks=[callback],
               verbose=2 if place.rank == 0 else 0)
+    if data:
+        test_model(model, data, strategy, args, probe, global_batch)
+    probe.end()
+
+
+def test_model(model, data: cifar.Cifar, strategy, args, probe: Probe, global_batch: int) -> None:
+    test = strategy.distribute_datasets_from_function(lambda ctx: pipeline.evaluation(
+        data.test, args.image_size, args.batch_size, context=ctx))
+    eval_steps = max(1, len(data.test.labels) // global_batch)
     scores = model.evaluate(test, steps=eval_steps, return_dict=True, verbose=0)
     evaluated = eval_steps * global_batch
     probe.result(test_accuracy=float(scores["accuracy"]), test_loss=float(scores["loss"]),
                  test_images_evaluated=evaluated)
     print(f"test accuracy {scores['accuracy']:.4f} on {evaluated} images", flush=True)
-    probe.end()
 
 
 if __name__ == "__main__":

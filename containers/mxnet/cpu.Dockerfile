@@ -13,8 +13,8 @@ FROM python:3.11-slim-bookworm@sha256:2e32f7d302adc1c37428355c1e646897c0c53f4fd6
 LABEL org.hpc-dl-bench.stack="mxnet"
 LABEL org.hpc-dl-bench.flavour="cpu"
 LABEL org.hpc-dl-bench.lock="requirements.lock"
-LABEL org.hpc-dl-bench.lock_sha256="eb81229c3e8bce976bb063138fbe648a248a5e5b1da55f4e48f36d2b647a0545"
-LABEL org.hpc-dl-bench.recipe_sha256="44fcd8e4cf135f4ebf44820dea2870bd32f519450e656d21b9e22f2b41f311e6"
+LABEL org.hpc-dl-bench.lock_sha256="f225cac04d9a9a0345846b8d5eb6cbd3e11bd999e2dbdfadbad9f00bf10dae06"
+LABEL org.hpc-dl-bench.recipe_sha256="ac15c9b9d6ba3035565914b3bc0154ee803a7c6f63b8d499169cb44e32a91d97"
 LABEL org.hpc-dl-bench.suite_version="0.1.0"
 COPY containers/mxnet /opt/recipe
 RUN export DEBIAN_FRONTEND=noninteractive && \

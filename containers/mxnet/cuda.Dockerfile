@@ -13,8 +13,8 @@ FROM nvcr.io/nvidia/mxnet:23.09-py3@sha256:placeholder
 LABEL org.hpc-dl-bench.stack="mxnet"
 LABEL org.hpc-dl-bench.flavour="cuda"
 LABEL org.hpc-dl-bench.lock="cuda/requirements.lock"
-LABEL org.hpc-dl-bench.lock_sha256="761946f07c616e03f890482eb9ce8e3ca94e2cbb26778ee581fb9dc45a0b3192"
-LABEL org.hpc-dl-bench.recipe_sha256="44fcd8e4cf135f4ebf44820dea2870bd32f519450e656d21b9e22f2b41f311e6"
+LABEL org.hpc-dl-bench.lock_sha256="acd3b19b8b5fde20b33ed1522a170302df6f5dc9c8f5c9d60907bdeaa6973eb9"
+LABEL org.hpc-dl-bench.recipe_sha256="ac15c9b9d6ba3035565914b3bc0154ee803a7c6f63b8d499169cb44e32a91d97"
 LABEL org.hpc-dl-bench.suite_version="0.1.0"
 COPY containers/mxnet /opt/recipe
 RUN export DEBIAN_FRONTEND=noninteractive && \

@@ -13,8 +13,8 @@ FROM python:3.11-slim-bookworm@sha256:2e32f7d302adc1c37428355c1e646897c0c53f4fd6
 LABEL org.hpc-dl-bench.stack="pytorch-horovod"
 LABEL org.hpc-dl-bench.flavour="cpu"
 LABEL org.hpc-dl-bench.lock="requirements.lock"
-LABEL org.hpc-dl-bench.lock_sha256="549ef6f66d510278083c6a04071ce80521ddc2c3b0d516886360e3c4860d676a"
-LABEL org.hpc-dl-bench.recipe_sha256="904aa83a40c1d9186c3775147f68fa86e4d460120280843ea4342a2ddc1b0f8d"
+LABEL org.hpc-dl-bench.lock_sha256="309d8da6da12be6ff2ea679a12ebe50a34b47b095c5232b49fa512fb9ee23057"
+LABEL org.hpc-dl-bench.recipe_sha256="52fb1c20ab5c8dd0f25a3cb9aef1fdeabc3e2aee9801d00daa6e9fbe1fa9f984"
 LABEL org.hpc-dl-bench.suite_version="0.1.0"
 COPY containers/pytorch-horovod /opt/recipe
 RUN export DEBIAN_FRONTEND=noninteractive && \

@@ -13,8 +13,8 @@ FROM nvidia/cuda:13.0.1-devel-ubuntu22.04@sha256:bb3de902bc1b522231cffea98a4d25a
 LABEL org.hpc-dl-bench.stack="pytorch-horovod"
 LABEL org.hpc-dl-bench.flavour="cuda"
 LABEL org.hpc-dl-bench.lock="cuda/requirements.lock"
-LABEL org.hpc-dl-bench.lock_sha256="fde99a920701f61d2fbf61bf489997c81a3d2b6dad60a906c025ca86176dcec5"
-LABEL org.hpc-dl-bench.recipe_sha256="904aa83a40c1d9186c3775147f68fa86e4d460120280843ea4342a2ddc1b0f8d"
+LABEL org.hpc-dl-bench.lock_sha256="bc7a70db9431de5ed7959df19ad7bab704979ac33867b268ddb387563e14f411"
+LABEL org.hpc-dl-bench.recipe_sha256="52fb1c20ab5c8dd0f25a3cb9aef1fdeabc3e2aee9801d00daa6e9fbe1fa9f984"
 LABEL org.hpc-dl-bench.suite_version="0.1.0"
 COPY containers/pytorch-horovod /opt/recipe
 RUN export DEBIAN_FRONTEND=noninteractive && \

@@ -13,8 +13,8 @@ FROM python:3.11-slim-bookworm@sha256:2e32f7d302adc1c37428355c1e646897c0c53f4fd6
 LABEL org.hpc-dl-bench.stack="tensorflow"
 LABEL org.hpc-dl-bench.flavour="cpu"
 LABEL org.hpc-dl-bench.lock="requirements.lock"
-LABEL org.hpc-dl-bench.lock_sha256="22c7c7f71efe706e0dda2212901b286bc2c3b1ea0b9df96e326abba853091b7f"
-LABEL org.hpc-dl-bench.recipe_sha256="813e2ec3338edb483815355a0a70cb8739c2ab61fb9366272ec749ce035debfd"
+LABEL org.hpc-dl-bench.lock_sha256="b5324550d135b7bb20ee60ebe9f154bd77faaeada9294fe40e90b55327a3fc5e"
+LABEL org.hpc-dl-bench.recipe_sha256="4976837a61fef82da0971e9cfa2752241681e209874c175dda94456213bd1222"
 LABEL org.hpc-dl-bench.suite_version="0.1.0"
 COPY containers/tensorflow /opt/recipe
 RUN python3.11 -m venv /opt/stack && \

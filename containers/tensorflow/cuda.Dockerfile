@@ -13,8 +13,8 @@ FROM nvidia/cuda:13.0.1-devel-ubuntu22.04@sha256:bb3de902bc1b522231cffea98a4d25a
 LABEL org.hpc-dl-bench.stack="tensorflow"
 LABEL org.hpc-dl-bench.flavour="cuda"
 LABEL org.hpc-dl-bench.lock="cuda/requirements.lock"
-LABEL org.hpc-dl-bench.lock_sha256="4a528dc51b887dc76bdd9d18fbd7b5a77513b726d938ed83023b9f16e1f54197"
-LABEL org.hpc-dl-bench.recipe_sha256="813e2ec3338edb483815355a0a70cb8739c2ab61fb9366272ec749ce035debfd"
+LABEL org.hpc-dl-bench.lock_sha256="fca4d7bd5b75e96323222cca453d32ea67fdac28180e53ae9c60a899fa4b11bd"
+LABEL org.hpc-dl-bench.recipe_sha256="4976837a61fef82da0971e9cfa2752241681e209874c175dda94456213bd1222"
 LABEL org.hpc-dl-bench.suite_version="0.1.0"
 COPY containers/tensorflow /opt/recipe
 RUN export DEBIAN_FRONTEND=noninteractive && \

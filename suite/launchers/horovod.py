@@ -1,11 +1,22 @@
-"""Horovod: one horovodrun on the launch host starts a worker per device on every host of the world
-(MPI where the stack's Horovod has it and mpirun is on PATH, otherwise Gloo). With a container
-runtime horovodrun runs in the image and so do the workers it starts on this host; workers on other
-hosts need the host's own launcher (srun/mpirun starting one container per rank)."""
+"""Horovod. On one node, and over ssh, one horovodrun on the first host starts a worker per device on
+every host (MPI where the stack's Horovod has it and mpirun is on PATH, otherwise Gloo; other hosts
+through ssh, with the ssh scheduler's settings). With a container runtime horovodrun runs in the
+image and so do the workers it starts on its host.
+
+Where the scheduler places processes without ssh (`srun` steps inside a SLURM allocation, or local
+processes when the hosts are loopback addresses of this machine) the scheduler starts every rank
+itself. With MPI under srun: one step of all ranks, `srun --mpi=<[slurm] mpi>` (MPI gives the
+ranks). Otherwise Gloo: one process per rank with the environment horovodrun's gloo_run gives each
+worker (create_slot_env_vars, create_run_env_vars; the interface is left to Gloo, which binds the
+address of HOROVOD_HOSTNAME's host name: set HOROVOD_GLOO_IFACE to pick one), and Horovod's own
+RendezvousServer on the first host, a daemon process of the plan (suite/launchers/_horovod_rendezvous.py)."""
 
 import shutil
 from dataclasses import replace
 
+from suite.errors import UsageError
+from suite.launchers.torchrun import processes_on_machine
+from suite.net import free_port, is_local
 from suite.plan import Launch, Plan, Process, StackEnv
 
 
@@ -13,7 +24,26 @@ def controller(stack_env: StackEnv) -> str:
     return "mpi" if stack_env.facts.get("horovod_mpi") and shutil.which("mpirun") else "gloo"
 
 
+def check(launch: Launch) -> None:
+    """The local scheduler starts everything here: a host elsewhere would need horovodrun's ssh."""
+    if launch.placement != "local":
+        return
+    if away := [h.name for h in launch.world.hosts if not is_local(h.name)]:
+        raise UsageError(f"host {away[0]} is not this machine: the local scheduler starts every process here, and "
+                         "horovodrun would need ssh to reach it; use SCHEDULER=ssh (a hostfile of reachable hosts), "
+                         "SCHEDULER=slurm inside an allocation, or try several nodes on this machine with "
+                         "HOSTFILE=hostfiles/loopback4")
+
+
 def plan(launch: Launch) -> Plan:
+    if launch.world.nodes == 1 or launch.placement == "ssh":
+        return horovodrun_plan(launch)
+    if launch.placement == "srun" and launch.stack_env.facts.get("horovod_mpi"):
+        return mpi_step_plan(launch)
+    return gloo_ranks_plan(launch)
+
+
+def horovodrun_plan(launch: Launch) -> Plan:
     world, stack_env = launch.world, launch.stack_env
     ctl = controller(stack_env)
     hosts = ",".join(f"{h.name}:{h.slots}" for h in world.hosts)
@@ -22,3 +52,40 @@ def plan(launch: Launch) -> Plan:
     argv = stack_env.argv("horovodrun", "-np", str(world.devices), "-H", hosts, f"--{ctl}", *worker)
     launcher = Process(name="horovodrun", host=world.hosts[0].name, argv=argv, env=launch.env(), cwd=launch.run_dir)
     return Plan((launcher,), ranks=world.devices, details={"launcher": "horovod", "controller": ctl})
+
+
+def mpi_step_plan(launch: Launch) -> Plan:
+    world, first = launch.world, launch.world.hosts[0]
+    argv = launch.stack_env.argv("python", launch.script, *launch.case_argv)
+    ranks = Process("ranks", first.name, argv, launch.env(first), launch.run_dir,
+                    mpi_tasks={h.name: h.slots for h in world.hosts})
+    return Plan((ranks,), ranks=world.devices, details={"launcher": "horovod", "controller": "mpi"})
+
+
+def slot_env(hosts, index: int, local_rank: int, rank: int, size: int) -> dict:
+    """What horovodrun's create_slot_env_vars gives a rank (get_host_assignments' slots)."""
+    host = hosts[index]
+    cross = [h for h in hosts if h.slots > local_rank]  # the hosts that have this local rank
+    return {"HOROVOD_HOSTNAME": host.name, "HOROVOD_RANK": str(rank), "HOROVOD_SIZE": str(size),
+            "HOROVOD_LOCAL_RANK": str(local_rank), "HOROVOD_LOCAL_SIZE": str(host.slots),
+            "HOROVOD_CROSS_RANK": str(cross.index(host)), "HOROVOD_CROSS_SIZE": str(len(cross))}
+
+
+def gloo_ranks_plan(launch: Launch) -> Plan:
+    world, first = launch.world, launch.world.hosts[0]
+    port = str(free_port())
+    run_env = {"HOROVOD_GLOO_RENDEZVOUS_ADDR": first.name, "HOROVOD_GLOO_RENDEZVOUS_PORT": port,
+               "HOROVOD_CONTROLLER": "gloo", "HOROVOD_CPU_OPERATIONS": "gloo", "PYTHONUNBUFFERED": "1"}
+    argv = launch.stack_env.argv("python", launch.script, *launch.case_argv)
+    ranks = []
+    for index, host in enumerate(world.hosts):
+        sharing = str(processes_on_machine(world, host))
+        for local_rank in range(host.slots):
+            env = launch.env(host, **run_env, **slot_env(world.hosts, index, local_rank, len(ranks), world.devices),
+                             SUITE_PROCESSES_ON_HOST=sharing)
+            ranks.append(Process(f"rank-{len(ranks)}", host.name, argv, env, launch.run_dir))
+    spec = ",".join(f"{h.name}:{h.slots}" for h in world.hosts)
+    server = launch.stack_env.argv("python", "-m", "suite.launchers._horovod_rendezvous", spec, port)
+    rendezvous = Process("rendezvous", first.name, server, launch.env(first), launch.run_dir, daemon=True)
+    details = {"launcher": "horovod", "controller": "gloo", "rendezvous": f"{first.name}:{port}"}
+    return Plan((*ranks, rendezvous), ranks=world.devices, details=details)

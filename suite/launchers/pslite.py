@@ -8,45 +8,37 @@ The tracker itself is not used to start them: it is importable only inside the s
 everything from one process (local) or over ssh itself, where the suite's schedulers must place each
 process (here, over ssh or under SLURM), and as shipped with mxnet 1.9.1 it fails on Python >= 3.9
 (Thread.isAlive). tests/test_mxnet_imagenet.py checks the environment against the tracker's.
+Hosts are named as the world names them (SLURM node names included): ps-lite binds DMLC_NODE_HOST and
+the scheduler's DMLC_PS_ROOT_URI as addresses, so the case resolves them on its node first.
 
 Cases launched this way may declare the options `kv-store` (a kvstore type, or "auto": distributed
 over several nodes) and `num-servers` (0 = one per node). A single node with a non-distributed
 kvstore gets one worker and no ps-lite processes.
 """
 
-import socket
-from pathlib import Path
-
 from suite.errors import UsageError
 from suite.hostfile import Host
-from suite.options import load_case_toml, parse_options
+from suite.net import free_port
 from suite.plan import Launch, Plan, Process
 
 
-def case_options(launch: Launch) -> dict:
-    case = load_case_toml(Path(launch.script).parent)
-    return parse_options(case, launch.case_argv)
+def distributed(kvstore: str, nodes: int) -> bool:
+    return kvstore.startswith("dist") or (kvstore == "auto" and nodes > 1)
 
 
-def free_port() -> int:
-    """A port free on this machine for the scheduler. The scheduler runs on the first host, which is
-    this machine for local and loopback runs; elsewhere an ephemeral port is free there with high
-    probability (dmlc_tracker makes the same bet, probing 9091 upwards on the submitting host)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("", 0))
-        return sock.getsockname()[1]
+def check(launch: Launch) -> None:
+    kvstore, nodes = launch.options.get("kv-store", "auto"), launch.world.nodes
+    if nodes > 1 and not distributed(kvstore, nodes):
+        raise UsageError(f"kv-store {kvstore} works inside one process; for {nodes} nodes use "
+                         "dist_sync, dist_device_sync or auto")
 
 
 def plan(launch: Launch) -> Plan:
-    options = case_options(launch)
-    kvstore = options.get("kv-store", "auto")
+    kvstore = launch.options.get("kv-store", "auto")
     world = launch.world
-    if not (kvstore.startswith("dist") or (kvstore == "auto" and world.nodes > 1)):
-        if world.nodes > 1:
-            raise UsageError(f"kv-store {kvstore} works inside one process; for {world.nodes} nodes use "
-                             "dist_sync, dist_device_sync or auto")
+    if not distributed(kvstore, world.nodes):
         return single_worker(launch, kvstore)
-    servers = options.get("num-servers") or world.nodes
+    servers = launch.options.get("num-servers") or world.nodes
     return pslite_plan(launch, kvstore, servers)
 
 

@@ -2,39 +2,13 @@
 several nodes one process per node with MultiWorkerMirroredStrategy, told its place by TF_CONFIG
 (the first host is the chief)."""
 
-import ipaddress
 import json
-import socket
 
 from suite.hostfile import Host
+from suite.net import free_port, is_local
 from suite.plan import Launch, Plan, Process
 
 QUIET_TF = {"TF_CPP_MIN_LOG_LEVEL": "1"}  # TensorFlow's C++ INFO lines drown the progress
-
-
-def runs_here(host: str) -> bool:
-    """Hosts the local scheduler runs on this machine: localhost, its own name and all of 127.0.0.0/8."""
-    if host in ("localhost", socket.gethostname()):
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
-def free_port(taken: set[int]) -> int:
-    """A TCP port free on every address of this machine, not in `taken`.
-
-    TensorFlow's server listens on all addresses, so the port is tested on all of them (two workers
-    on 127.0.0.1 and 127.0.0.2 share them). A remote host's ports cannot be tested from here; the
-    launch host's free port is the best guess for it.
-    """
-    while True:
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-            s.bind(("", 0))
-            port = s.getsockname()[1]
-        if port not in taken:
-            return port
 
 
 def cluster_spec(hosts: list[str]) -> dict:
@@ -56,8 +30,8 @@ def tf_config(cluster: dict, index: int) -> dict:
 
 def processes_on_machine(hosts: tuple[Host, ...], host: str) -> int:
     """How many case processes share `host`'s machine (all local hosts are this one machine)."""
-    if runs_here(host):
-        return sum(runs_here(h.name) for h in hosts)
+    if is_local(host):
+        return sum(is_local(h.name) for h in hosts)
     return 1
 
 

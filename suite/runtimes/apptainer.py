@@ -7,12 +7,15 @@ The image is <image dir>/<stack>-<flavour>.sif (image dir: the cluster's contain
 $SUITE_IMAGE_DIR, else containers/build/; $SUITE_IMAGE names one file). The flavour is cuda when this
 host has NVIDIA GPUs, else cpu ($SUITE_CONTAINER_FLAVOUR overrides)."""
 
+import json
 import os
 import shutil
+import subprocess
 from collections.abc import Iterable
 from pathlib import Path
 
 from suite import containers, paths
+from suite.containers import bind_list
 from suite.errors import UsageError
 from suite.plan import StackEnv
 from suite.stacks import Stack
@@ -46,18 +49,6 @@ def image_path(stack: str, flavour: str, image_dir: Path | None = None) -> Path:
     if image_dir and not os.environ.get("SUITE_IMAGE"):
         return Path(image_dir) / f"{stack}-{flavour}.sif"
     return containers.sif_path(stack, flavour)
-
-
-def bind_list(extra: Iterable[Path | str]) -> list[str]:
-    """The checkout (case scripts, suite.probe), run directories and data, each at its own path;
-    folders inside another bound one and folders that do not exist are left out."""
-    wanted = [paths.ROOT, paths.RUNS, paths.data_dir(), *map(Path, extra)]
-    existing = sorted({p.resolve() for p in wanted if p.exists()}, key=lambda p: len(p.parts))
-    kept: list[Path] = []
-    for path in existing:
-        if not any(path.is_relative_to(k) for k in kept):
-            kept.append(path)
-    return [str(p) for p in kept]
 
 
 def stack_env(tool: str, image: Path, meta: dict, gpus: bool, binds: list[str]) -> StackEnv:
@@ -96,3 +87,34 @@ def refuse_stale_image(stack: Stack, flavour: str, meta: dict, log) -> None:
     log(f"warning: {message}")
 
 
+def build_image(fl, log=print) -> dict:
+    """`apptainer build` of a flavour's definition into the image folder, with its sha256 and metadata."""
+    image = containers.build_dir() / f"{fl.stack.name}-{fl.name}.sif"
+    image.parent.mkdir(parents=True, exist_ok=True)
+    partial = image.with_suffix(".sif.partial")
+    log(f"containers: apptainer build {image} from {fl.definition.relative_to(paths.ROOT)}")
+    subprocess.run(["apptainer", "build", "--force", str(partial), str(fl.definition.relative_to(paths.ROOT))],
+                   cwd=paths.ROOT, check=True)
+    os.replace(partial, image)
+    digest = containers.sha256_file(image)
+    Path(f"{image}.sha256").write_text(f"{digest}  {image.name}\n")
+
+    def cat(path):
+        return subprocess.run(["apptainer", "exec", str(image), "cat", path], capture_output=True, text=True).stdout
+
+    meta = containers.write_image_meta(containers.meta_path(image), fl, str(image), digest, "apptainer",
+                                       json.loads(cat(containers.FACTS) or "{}"),
+                                       containers.packages_from_pip_list(cat(containers.PACKAGES)))
+    log(f"containers: {image} sha256:{digest}")
+    return meta
+
+
+def doctor_lines(cluster, stacks: list[str]) -> list[str]:
+    tool = os.environ.get("SUITE_APPTAINER") or shutil.which("apptainer") or shutil.which("singularity")
+    lines = [f"ok: apptainer ({tool})" if tool else "missing: apptainer (or singularity) on PATH (runtime apptainer)"]
+    flavour = containers.pick_flavour(containers.host_gpus())
+    for stack in stacks:
+        image = image_path(stack, flavour, cluster.container_dir if cluster else None)
+        lines.append(f"ok: image {image}" if image.exists() else
+                     f"missing: image {image} (make containers STACK={stack} FLAVOUR={flavour})")
+    return lines

@@ -17,15 +17,11 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from suite import containers, paths
+from suite.containers import bind_list
 from suite.errors import UsageError
 from suite.plan import StackEnv
-from suite.runtimes.apptainer import bind_list
+from suite.procenv import forwarded_env
 from suite.stacks import Stack
-
-# Environment passed into the container: what launchers and cases set, not the host's whole one.
-FORWARD_PREFIXES = ("SUITE_", "HOROVOD_", "DMLC_", "PS_", "TF_", "MXNET_", "NCCL_", "GLOO_", "OMP_", "OMPI_",
-                    "PMI_", "PMIX_", "SLURM_", "CUDA_", "KMP_", "MKL_", "PYTHON")
-FORWARD_NAMES = ("PYTHONPATH", "TF_CONFIG")
 
 
 def prepare(stack: Stack, log=print, binds: Iterable[Path | str] = (), image_dir: Path | None = None) -> StackEnv:
@@ -93,9 +89,14 @@ def stack_env(ref: str, image_id: str, labels: dict, facts: dict, packages: dict
 
 # ---- the program the prefix runs on each host ---------------------------------------------------
 
-def forwarded_env(environ: dict) -> dict:
-    env = {k: v for k, v in environ.items() if k.startswith(FORWARD_PREFIXES) or k in FORWARD_NAMES}
-    return {**env, "HOME": "/tmp"}  # the caller's uid has no home in the image
+def doctor_lines(cluster, stacks: list[str]) -> list[str]:
+    problem = containers.docker_engine_problem()
+    return [f"missing: Docker engine ({problem})" if problem else "ok: Docker engine"]
+
+
+def container_env(environ: dict) -> dict:
+    """What launchers and cases set (suite.procenv's policy), not the host's whole environment."""
+    return {**forwarded_env(environ), "HOME": "/tmp"}  # the caller's uid has no home in the image
 
 
 def run_options(image: str, argv: list[str], binds: list[str], gpus: bool, environ: dict, cwd: str) -> dict:
@@ -106,7 +107,7 @@ def run_options(image: str, argv: list[str], binds: list[str], gpus: bool, envir
         "image": image,
         "command": argv,
         "detach": True,
-        "environment": forwarded_env(environ),
+        "environment": container_env(environ),
         "working_dir": cwd,
         "volumes": {b: {"bind": b, "mode": "rw"} for b in binds if b},
         "network_mode": "host",  # ranks on several hosts reach each other as on the host
@@ -145,6 +146,33 @@ def main(argv: list[str] | None = None) -> int:
         return container.wait()["StatusCode"]
     finally:
         container.remove(force=True)
+
+
+def build_image(fl, log=print) -> dict:
+    """`docker build` of a flavour's Dockerfile through the SDK, tagged by its lock, with its metadata."""
+    import io
+    import tarfile
+
+    import docker
+
+    context = io.BytesIO()
+    with tarfile.open(fileobj=context, mode="w") as tar:  # only what the Dockerfile copies
+        tar.add(fl.stack.dir, arcname=f"containers/{fl.stack.name}")
+    context.seek(0)
+    client = docker.from_env()
+    tag = containers.docker_tag(fl)
+    log(f"containers: docker build {tag} from {fl.dockerfile.relative_to(paths.ROOT)}")
+    image, _ = client.images.build(fileobj=context, custom_context=True, tag=tag, rm=True,
+                                   dockerfile=f"containers/{fl.stack.name}/{fl.dockerfile.name}")
+
+    def cat(path):
+        return client.containers.run(tag, ["cat", path], remove=True).decode()
+
+    meta = containers.write_image_meta(containers.meta_path(tag, fl.stack.name, fl.name), fl, tag,
+                                       image.id.removeprefix("sha256:"), "docker", json.loads(cat(containers.FACTS) or "{}"),
+                                       containers.packages_from_pip_list(cat(containers.PACKAGES)))
+    log(f"containers: {tag} {image.id}")
+    return meta
 
 
 if __name__ == "__main__":

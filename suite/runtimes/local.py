@@ -5,7 +5,7 @@ from pathlib import Path
 
 from suite import paths
 from suite.plan import StackEnv
-from suite.stacks import Stack, ensure_installed
+from suite.stacks import Stack, ensure_installed, find_installed, load_stack, local_prefix
 
 
 def prepare(stack: Stack, log=print, binds: Iterable[Path | str] = (), image_dir: Path | None = None) -> StackEnv:
@@ -27,3 +27,13 @@ def prepare(stack: Stack, log=print, binds: Iterable[Path | str] = (), image_dir
             "image_sha256": None,
         },
     )
+
+
+def doctor_lines(cluster, stacks: list[str]) -> list[str]:
+    lines = []
+    for name in stacks:
+        stack = load_stack(name)
+        lines.append(f"ok: stack {name} built at {local_prefix(stack)}" if find_installed(stack) else
+                     f"missing: stack {name} at {local_prefix(stack)} (built on first use, or now: make install "
+                     f"CASE=<a case of it>)")
+    return lines

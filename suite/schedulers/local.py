@@ -14,9 +14,12 @@ import time
 from collections import deque
 from pathlib import Path
 
+from suite.errors import UsageError
+from suite.hostfile import profile_hostfile, read_hostfile
 from suite.plan import Plan, Process, ProcessResult
 
 GRACE_S = 10
+DAEMON_GRACE_S = 3
 TAIL_LINES = 20
 # A Python exception line, also behind a launcher's rank prefix such as "[1]<stderr>:".
 ERROR_LINE = re.compile(r"(?:^|>:)\s*([A-Za-z_.]*(?:Error|Exception|Interrupt)\b:?.*)$")
@@ -89,27 +92,38 @@ def execute(plan: Plan, log_dir: Path, timeout_s: float, stall_s: float | None =
 def run_plan(plan: Plan, log_dir: Path, timeout_s: float, stall_s: float | None,
              placement: Placement) -> list[ProcessResult]:
     log_dir.mkdir(parents=True, exist_ok=True)
-    several = len(plan.processes) > 1
+    several = sum(not p.daemon for p in plan.processes) > 1
     running: list[_Running] = []
     try:
         for p in plan.processes:
             running.append(_Running(p, log_dir, f"[{p.name}] " if several else "", placement))
         deadline = time.monotonic() + timeout_s
-        while any(r.popen.poll() is None for r in running):
+        while any(r.popen.poll() is None for r in running if not r.spec.daemon):
             reason = _reason_to_stop(running, deadline, timeout_s, stall_s)
             if reason:
                 _stop_all(running, reason, placement)
                 break
             time.sleep(0.2)
+        _end_daemons(running, placement)
     except BaseException:
         _stop_all(running, "interrupted", placement)
         raise
     finally:
         _reap(running, placement)
-    return [r.result() for r in running]
+    return [r.result() for r in running if not r.spec.daemon]
+
+
+def _end_daemons(running: list[_Running], placement: Placement) -> None:
+    """The job's own processes have ended: its helpers (Process.daemon) get SIGTERM and a moment."""
+    daemons = [r for r in running if r.spec.daemon and r.popen.poll() is None]
+    placement.signal(daemons, signal.SIGTERM)
+    end = time.monotonic() + DAEMON_GRACE_S
+    while time.monotonic() < end and any(r.popen.poll() is None for r in daemons):
+        time.sleep(0.05)
 
 
 def _reason_to_stop(running: list[_Running], deadline: float, timeout_s: float, stall_s: float | None) -> str | None:
+    running = [r for r in running if not r.spec.daemon]  # a helper's exit or silence never ends the job
     failed = [r for r in running if r.popen.poll() not in (None, 0)]
     if failed:
         return f"ended because {failed[0].spec.name} failed"
@@ -137,3 +151,12 @@ def _reap(running: list[_Running], placement: Placement) -> None:
     placement.signal(running, signal.SIGKILL)
     for r in running:
         r.popen.wait()
+
+
+def doctor_lines(cluster) -> list[str]:
+    hostfile = profile_hostfile(cluster)
+    try:
+        hosts = read_hostfile(hostfile)
+    except UsageError as exc:
+        return [f"missing: hostfile: {exc}"]
+    return [f"ok: hostfile {hostfile} ({len(hosts)} host(s); scheduler local runs on this machine)"]

@@ -8,7 +8,9 @@ job itself runs `python -m suite run` again with the same case and options.
 Inside an allocation (SLURM_JOB_NODELIST set: that batch job, or `salloc`), the hosts are the
 allocation's nodes (expanded with python-hostlist) and every process of the plan starts as a job
 step, `srun --overlap --nodes=1 --ntasks=1 --nodelist=HOST ... ARGV`: an argv list, environment
-passed by srun. No hostfile is needed. Ending a job: srun passes SIGTERM on to its step; the steps
+passed by srun. No hostfile is needed, and no ssh: launchers plan one process per rank, per agent or
+per ps-lite role (Launch.placement is "srun"), or one MPI step of all ranks (Process.mpi_tasks:
+`srun --mpi=<[slurm] mpi>` over the nodes). Ending a job: srun passes SIGTERM on to its step; the steps
 of this launch (named hpcdl-<token>-<process>) are then cancelled with scancel, which also ends
 what their processes started."""
 
@@ -23,15 +25,15 @@ import signal
 import subprocess
 import sys
 import time
-from dataclasses import replace
 from pathlib import Path
 
 import hostlist
 
 from suite import paths
-from suite.errors import UsageError
-from suite.hostfile import Host, World
+from suite.errors import INTERRUPTED, UsageError, log
+from suite.hostfile import Host
 from suite.plan import Plan, Process, ProcessResult
+from suite.plugins import BatchJob, Setting, TakenOver, command_line
 from suite.schedulers.local import Placement, run_plan
 
 POLL_S = 2.0  # the job's output; its state every POLL_S for the first minute, then every STATE_POLL_S
@@ -40,9 +42,25 @@ GIVE_UP_S = 600  # scontrol failing (not "no such job") this long: stop followin
 MARGIN_S = 600  # job time limit beyond TIMEOUT x REPEAT: stack check, start-up, record
 TERMINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED",
             "BOOT_FAIL", "DEADLINE", "SPECIAL_EXIT", "REVOKED"}
-TEXT_KEYS = ("partition", "account", "reservation", "qos", "constraint", "gres", "time_limit")
+TEXT_KEYS = ("partition", "account", "reservation", "qos", "constraint", "gres", "time_limit", "mpi")
 TIME_LIMIT = re.compile(r"^(\d+-)?\d+(:\d{1,2}){0,2}$|^\d+-\d+$")
 WORD = re.compile(r"^[^\s'\"\\#]+$")  # one word sbatch reads as it is
+COMMANDS = ("sbatch", "squeue", "scontrol", "scancel", "srun")
+REACH_TIMEOUT_S = 15
+PROFILE = {
+    "partition": Setting(str, None, "partition (queue) of the jobs"),
+    "account": Setting(str, None, "account charged"),
+    "reservation": Setting(str, None, "reservation to run in"),
+    "qos": Setting(str, None, "quality of service"),
+    "constraint": Setting(str, None, "node features, e.g. a GPU model"),
+    "gres": Setting(str, None, "generic resources per node, e.g. gpu:4 (the count follows GPUS_PER_NODE)"),
+    "time_limit": Setting(str, None, "job time limit (default: TIMEOUT x REPEAT + 10 min)"),
+    "cpus_per_task": Setting(int, None, "CPUs per task"),
+    "modules": Setting(list, [], "environment modules loaded in the job"),
+    "extra_directives": Setting(list, [], "further sbatch options, e.g. [\"--exclusive\"]"),
+    "mpi": Setting(str, "pmix", "srun's MPI plugin for MPI programs (Horovod built with MPI): one that "
+                   "`srun --mpi=list` shows here, e.g. pmix or pmi2"),
+}
 
 
 # --- the allocation -------------------------------------------------------------------------------
@@ -95,7 +113,7 @@ def hosts(nodes: int) -> tuple[list[Host], str, str | None]:
 
 def settings(cluster) -> dict:
     """The profile's [slurm] table, checked: every value must go into the job script as it is."""
-    spec = dict(cluster.slurm) if cluster else {}
+    spec = dict(cluster.section("slurm")) if cluster else {}
     where = f"cluster profile {cluster.path}: [slurm]" if cluster else "[slurm]"
     for key in TEXT_KEYS:
         if key in spec and not (isinstance(spec[key], str) and WORD.match(spec[key])):
@@ -125,20 +143,30 @@ def check(cluster, dry_run: bool = False) -> None:
 
 # --- inside an allocation: job steps --------------------------------------------------------------
 
-def srun_argv(spec: Process, step: str) -> list[str]:
-    return ["srun", "--overlap", "--nodes=1", "--ntasks=1", "--ntasks-per-node=1", f"--nodelist={spec.host}",
-            f"--job-name={step}", f"--chdir={spec.cwd}", "--kill-on-bad-exit=1", "--quiet", *spec.argv]
+def srun_argv(spec: Process, step: str, mpi: str = PROFILE["mpi"].default) -> list[str]:
+    if spec.mpi_tasks:
+        tasks = spec.mpi_tasks
+        where = [f"--nodes={len(tasks)}", f"--ntasks={sum(tasks.values())}", f"--ntasks-per-node={max(tasks.values())}",
+                 f"--nodelist={','.join(tasks)}", f"--mpi={mpi}"]
+    else:
+        where = ["--nodes=1", "--ntasks=1", "--ntasks-per-node=1", f"--nodelist={spec.host}"]
+    # With --cpu-bind the ranks bind themselves to their share of the node (suite/binding.py): SLURM's
+    # own binding of a step would narrow what they split.
+    bind = ["--cpu-bind=none"] if spec.env.get("SUITE_CPU_BIND", "none") != "none" else []
+    return ["srun", "--overlap", *where, *bind, f"--job-name={step}", f"--chdir={spec.cwd}", "--kill-on-bad-exit=1",
+            "--quiet", *spec.argv]
 
 
 class SrunPlacement(Placement):
-    def __init__(self):
+    def __init__(self, mpi: str | None = None):
         self.token = f"hpcdl-{secrets.token_hex(3)}"
+        self.mpi = mpi or PROFILE["mpi"].default
 
     def step(self, spec: Process) -> str:
         return f"{self.token}-{spec.name}"
 
     def popen_args(self, spec: Process) -> tuple[list[str], dict, str | None]:
-        return srun_argv(spec, self.step(spec)), {**os.environ, **spec.env}, spec.cwd
+        return srun_argv(spec, self.step(spec), self.mpi), {**os.environ, **spec.env}, spec.cwd
 
     def signal(self, running: list, sig: int) -> None:
         if sig == signal.SIGKILL:
@@ -159,7 +187,19 @@ def execute(plan: Plan, log_dir: Path, timeout_s: float, stall_s: float | None =
             cluster=None) -> list[ProcessResult]:
     if not inside_allocation():
         raise RuntimeError("the slurm scheduler starts processes inside an allocation only (SLURM_JOB_NODELIST unset)")
-    return run_plan(plan, log_dir, timeout_s, stall_s, SrunPlacement())
+    return run_plan(plan, log_dir, timeout_s, stall_s, SrunPlacement(settings(cluster).get("mpi")))
+
+
+def placement(cluster) -> str:
+    return "srun"
+
+
+def execution_facts(cluster) -> dict | None:
+    """A point run inside an allocation: the allocation (a batch job adds its own facts on top)."""
+    if not inside_allocation():
+        return None
+    return {"job_id": os.environ["SLURM_JOB_ID"], "nodelist": os.environ["SLURM_JOB_NODELIST"],
+            "inside_allocation": True}
 
 
 # --- outside an allocation: a batch job per run point ---------------------------------------------
@@ -181,27 +221,13 @@ def gres(spec: dict, devices_per_node: int) -> str | None:
     return f"gpu{match.group(1) or ''}:{devices_per_node}" if match else value
 
 
-def inner_argv(req, checked, ctx) -> list[str]:
-    """The `suite run` the job runs: this point only, with this run id, its record into the run folder."""
-    run_dir = Path(req.runs_dir).resolve() / ctx.run_id
-    argv = [sys.executable, "-m", "suite", "run", "--case", checked.case.name,
-            "--nodes", str(ctx.world.nodes), "--gpus-per-node", str(ctx.world.hosts[0].slots),
-            "--repeat", str(checked.repeat), "--timeout", str(math.ceil(checked.timeout_s)),
-            "--stall", str(math.ceil(checked.stall_s)), "--runtime", ctx.runtime, "--scheduler", "slurm",
-            "--data-dir", str(Path(checked.data_dir).resolve()), "--runs-dir", str(Path(req.runs_dir).resolve()),
-            "--results-dir", str(run_dir / "record"), "--run-id", ctx.run_id]
-    if req.cluster:
-        argv += ["--cluster", req.cluster]
-    return [*argv, "--", *req.case_args]
-
-
-def job_script(req, checked, ctx) -> str:
-    spec = settings(checked.cluster_profile)
-    world = ctx.world
+def job_script(job: BatchJob) -> str:
+    spec = settings(job.profile)
+    world = job.world
     per_node = world.hosts[0].slots
-    name = re.sub(r"[^A-Za-z0-9_.-]", "-", checked.case.name)
+    name = re.sub(r"[^A-Za-z0-9_.-]", "-", job.case)
     directives = [f"--job-name=hpcdl-{name}", f"--nodes={world.nodes}", f"--ntasks-per-node={per_node}",
-                  f"--time={time_limit(spec, checked.timeout_s, checked.repeat)}", "--output=job-%j.out"]
+                  f"--time={time_limit(spec, job.timeout_s, job.repeat)}", "--output=job-%j.out"]
     if spec.get("cpus_per_task"):
         directives.append(f"--cpus-per-task={spec['cpus_per_task']}")
     if gpus := gres(spec, per_node):
@@ -209,72 +235,63 @@ def job_script(req, checked, ctx) -> str:
     directives += [f"--{key}={spec[key]}" for key in ("partition", "account", "reservation", "qos", "constraint")
                    if spec.get(key)]
     directives += spec.get("extra_directives", [])
-    lines = ["#!/bin/bash", f"# {ctx.case.name} run {ctx.run_id}, written by hpc-dl-bench (suite/schedulers/slurm.py)"]
+    lines = ["#!/bin/bash", f"# {job.case} run {job.run_id}, written by hpc-dl-bench (suite/schedulers/slurm.py)"]
     lines += [f"#SBATCH {d}" for d in directives]
     if spec.get("modules"):
         modules = shlex.join(spec["modules"])
         lines.append(f"module load {modules} || {{ echo {shlex.quote('module load ' + modules + ' failed')} >&2; exit 1; }}")
-    lines += [f"cd {shlex.quote(str(paths.ROOT))}", f"exec {shlex.join(inner_argv(req, checked, ctx))}", ""]
+    lines += [f"cd {shlex.quote(str(paths.ROOT))}", f"exec {shlex.join(job.inner_argv)}", ""]
     return "\n".join(lines)
 
 
-def describe(req, checked, ctx, plan: Plan) -> str:
+def describe(plan: Plan, job: BatchJob) -> str:
     """For --dry-run: the srun command of each process, or the batch job that will run the point."""
     if inside_allocation():
-        placement = SrunPlacement()
-        return "started as:\n" + "\n".join(f"  {p.name}: {shlex.join(placement.popen_args(p)[0])}"
+        srun = SrunPlacement(settings(job.profile).get("mpi"))
+        return "started as:\n" + "\n".join(f"  {p.name}: {shlex.join(srun.popen_args(p)[0])}"
                                             for p in plan.processes)
-    run_dir = Path(req.runs_dir).resolve() / ctx.run_id
-    return (f"submitted as: cd {shlex.quote(str(run_dir))} && sbatch --parsable job.sbatch\n"
-            f"(the hosts above stand for the job's nodes)\n--- {run_dir / 'job.sbatch'} ---\n"
-            f"{job_script(req, checked, ctx)}--- end ---")
+    return (f"submitted as: cd {shlex.quote(str(job.run_dir))} && sbatch --parsable job.sbatch\n"
+            f"(the hosts above stand for the job's nodes)\n--- {job.run_dir / 'job.sbatch'} ---\n"
+            f"{job_script(job)}--- end ---")
 
 
-def run_point(req, checked, ctx, stack_env) -> dict | None:
-    """Hook for `suite run`: outside an allocation, run the point as a batch job and return its
-    record; inside one, None (the point runs here, its processes as job steps)."""
+def take_over(job: BatchJob) -> TakenOver | None:
+    """Outside an allocation, run the point as a batch job and hand back the record it wrote; inside
+    one, None (the point runs here, its processes as job steps)."""
     if inside_allocation():
         return None
-    from suite.results import build_record
-    from suite.run import INTERRUPTED, log
-
-    run_dir = Path(req.runs_dir).resolve() / ctx.run_id
-    run_dir.mkdir(parents=True)
-    (run_dir / "job.sbatch").write_text(job_script(req, checked, ctx))
+    job.run_dir.mkdir(parents=True)
+    (job.run_dir / "job.sbatch").write_text(job_script(job))
     try:
-        submitted = subprocess.run(["sbatch", "--parsable", "job.sbatch"], cwd=run_dir, capture_output=True,
+        submitted = subprocess.run(["sbatch", "--parsable", "job.sbatch"], cwd=job.run_dir, capture_output=True,
                                    text=True, check=False, timeout=300)
     except subprocess.TimeoutExpired:
-        return build_record(ctx, [], stack_env.provenance, {}, "sbatch did not answer within 300 s")
+        return TakenOver(None, "sbatch did not answer within 300 s", {"script": str(job.run_dir / "job.sbatch")})
     if submitted.returncode != 0:
         said = ((submitted.stderr or submitted.stdout).strip().splitlines() or [f"exit {submitted.returncode}"])[-1]
-        return build_record(ctx, [], stack_env.provenance, {}, f"sbatch refused the job: {said}")
+        return TakenOver(None, f"sbatch refused the job: {said}", {"script": str(job.run_dir / "job.sbatch")})
     job_id = submitted.stdout.strip().split(";")[0]
-    log(f"slurm job {job_id} submitted: {run_dir / 'job.sbatch'}")
+    log(f"slurm job {job_id} submitted: {job.run_dir / 'job.sbatch'}")
     interrupted = False
     try:
-        info = follow(job_id, run_dir, log)
+        info = follow(job_id, job.run_dir, log)
     except KeyboardInterrupt:
         interrupted = True
         subprocess.run(["scancel", job_id], capture_output=True, check=False)
         try:
-            info = follow(job_id, run_dir, log, quiet=True, limit_s=60)
+            info = follow(job_id, job.run_dir, log, quiet=True, limit_s=60)
         except KeyboardInterrupt:
             info = job_info(job_id) or {}
     slurm = {"job_id": job_id, "nodelist": info.get("NodeList"), "state": info.get("JobState"),
-             "elapsed": info.get("RunTime"), "exit_code": info.get("ExitCode"), "script": str(run_dir / "job.sbatch")}
-    record = inner_record(run_dir)
-    if record is None or interrupted:
-        output = run_dir / f"job-{job_id}.out"
-        why = INTERRUPTED if interrupted else (f"slurm job {job_id} ended {slurm['state']} (exit code "
-                                               f"{slurm['exit_code']}) without a record; last output: "
-                                               f"{last_line(output)!r}; output: {output}")
-        record = build_record(replace(ctx, world=job_world(ctx.world, slurm["nodelist"])), [],
-                              stack_env.provenance, {}, why)
-    record["sweep_id"] = ctx.sweep_id
-    record["provenance"]["argv"] = ctx.argv
-    record["execution"]["slurm"] = slurm
-    return record
+             "elapsed": info.get("RunTime"), "exit_code": info.get("ExitCode"), "script": str(job.run_dir / "job.sbatch")}
+    record = None if interrupted else inner_record(job.run_dir)
+    if record is not None:
+        return TakenOver(record, None, slurm)
+    output = job.run_dir / f"job-{job_id}.out"
+    why = INTERRUPTED if interrupted else (f"slurm job {job_id} ended {slurm['state']} (exit code "
+                                           f"{slurm['exit_code']}) without a record; last output: "
+                                           f"{last_line(output)!r}; output: {output}")
+    return TakenOver(None, why, slurm, job_nodes(slurm["nodelist"]))
 
 
 def job_info(job_id: str) -> dict | None:
@@ -350,13 +367,11 @@ def inner_record(run_dir: Path) -> dict | None:
     return json.loads(found[0].read_text()) if found else None
 
 
-def job_world(world: World, nodelist: str | None) -> World:
-    """The world of a job that wrote no record: its nodes where SLURM named them."""
+def job_nodes(nodelist: str | None) -> list[str] | None:
+    """The nodes of a job that wrote no record, where SLURM named them."""
     if not nodelist or nodelist in ("(null)", "None"):
-        return world
-    names = expand_nodelist(nodelist)
-    slots = world.hosts[0].slots
-    return World(tuple(Host(n, slots) for n in names), world.source)
+        return None
+    return expand_nodelist(nodelist)
 
 
 def last_line(path: Path) -> str:
@@ -365,3 +380,46 @@ def last_line(path: Path) -> str:
     except FileNotFoundError:
         return ""
     return lines[-1] if lines else ""
+
+
+def doctor_lines(cluster) -> list[str]:
+    """SLURM's commands, whether the controller answers for the partition, environment modules."""
+    lines = [command_line(c, "scheduler slurm") for c in COMMANDS]
+    spec = cluster.section("slurm") if cluster else {}
+    if shutil.which("sinfo"):
+        lines.append(controller_line(spec.get("partition")))
+    if shutil.which("srun"):
+        lines.append(mpi_line(spec.get("mpi") or PROFILE["mpi"].default))
+    if spec.get("modules"):
+        lines.append("ok: environment modules (`module`)" if os.environ.get("MODULESHOME") or os.environ.get("LMOD_CMD")
+                     else "missing: environment modules (`module`, for the profile's [slurm] modules): "
+                          "MODULESHOME/LMOD_CMD unset")
+    return [*lines, "ok: hosts come from the SLURM allocation (no hostfile needed)"]
+
+
+def mpi_line(mpi: str) -> str:
+    """Whether srun has the MPI plugin the profile names (for Horovod built with MPI)."""
+    try:
+        shown = subprocess.run(["srun", "--mpi=list"], capture_output=True, text=True, timeout=REACH_TIMEOUT_S,
+                               check=False)
+    except subprocess.TimeoutExpired:
+        return "missing: srun --mpi=list did not answer"
+    if shown.returncode != 0:
+        return f"missing: srun --mpi=list failed: {(shown.stderr.strip().splitlines() or ['no output'])[-1]}"
+    types = [line.strip().removeprefix("srun: ") for line in (shown.stdout + shown.stderr).splitlines()]
+    if mpi in types:
+        return f"ok: srun --mpi={mpi} (for MPI programs; [slurm] mpi)"
+    listed = ", ".join(t for t in types if t.isidentifier()) or "nothing"
+    return f"missing: srun --mpi={mpi} ([slurm] mpi): srun --mpi=list shows {listed}"
+
+
+def controller_line(partition: str | None) -> str:
+    argv = ["sinfo", "--noheader", "--format=%P %a %D %t"] + ([f"--partition={partition}"] if partition else [])
+    try:
+        shown = subprocess.run(argv, capture_output=True, text=True, timeout=REACH_TIMEOUT_S, check=False)
+    except subprocess.TimeoutExpired:
+        return "missing: SLURM controller (sinfo did not answer)"
+    if shown.returncode != 0 or not shown.stdout.strip():
+        detail = (shown.stderr.strip().splitlines() or ["no such partition"])[-1]
+        return f"missing: SLURM partition {partition or '(default)'}: {detail}"
+    return f"ok: SLURM answers: {'; '.join(shown.stdout.split(chr(10))[:3]).strip()}"

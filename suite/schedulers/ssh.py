@@ -25,23 +25,30 @@ import os
 import shlex
 import shutil
 import signal
-import socket
 import subprocess
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from functools import lru_cache
 from pathlib import Path
 
 from suite.errors import UsageError
+from suite.hostfile import profile_hostfile, read_hostfile
+from suite.net import is_local
 from suite.plan import Plan, Process, ProcessResult
-from suite.results import RECORDED_ENV, SECRET_NAME, masked_env
+from suite.plugins import BatchJob, Setting, command_line
+from suite.procenv import forwarded_env, masked_env
 from suite.schedulers.local import Placement, run_plan
+
+PROFILE = {
+    "options": Setting(list, [], "ssh arguments, e.g. [\"-p\", \"2222\"]"),
+    "user": Setting(str, None, "user name on the hosts"),
+    "force": Setting(bool, False, "use ssh even for hosts that are this machine"),
+}
 
 OPTIONS_ENV = "SUITE_SSH_OPTIONS"
 JOB_MARKER = "SUITE_JOB"
 SWEEP_TIMEOUT_S = 15  # per host and signal: TERM + KILL stay well inside the 60 s bound
-# Runner variables that describe the launch host, not the remote one.
-NOT_FORWARDED = ("SLURM_", "CUDA_VISIBLE_DEVICES")
+REACH_TIMEOUT_S = 15
 # Signals every process of this user whose environment holds the line "$1" (e.g. SUITE_JOB=...).
 SWEEP = ('for f in $(grep -lzxF -- "$1" /proc/[0-9]*/environ 2>/dev/null); do '
          'p=${f#/proc/}; kill -s "$2" "${p%/environ}" 2>/dev/null; done; true')
@@ -60,7 +67,7 @@ class SshSettings:
 
 def settings(cluster=None) -> SshSettings:
     """The cluster profile's [ssh] table and $SUITE_SSH_OPTIONS, checked (UsageError when malformed)."""
-    spec = cluster.ssh if cluster else {}
+    spec = cluster.section("ssh") if cluster else {}
     where = f"cluster profile {cluster.path}: [ssh]" if cluster else "[ssh]"
     options = spec.get("options", [])
     if not isinstance(options, list) or not all(isinstance(o, str) for o in options):
@@ -83,35 +90,6 @@ def check(cluster, dry_run: bool = False) -> None:
     settings(cluster)
     if not dry_run and not shutil.which("ssh"):
         raise UsageError("SCHEDULER=ssh needs the `ssh` client on PATH (Debian: apt-get install openssh-client)")
-
-
-@lru_cache(maxsize=None)
-def is_local(host: str) -> bool:
-    """This machine: localhost, its host name, or a name/address that resolves to an address this
-    machine can bind (all of 127.0.0.0/8 included, as Linux routes it to the loopback device)."""
-    if host in ("localhost", socket.gethostname()):
-        return True
-    try:
-        infos = socket.getaddrinfo(host, None, proto=socket.IPPROTO_TCP)
-    except (socket.gaierror, UnicodeError):
-        return False
-    return any(_bindable(family, address[0]) for family, _, _, _, address in infos)
-
-
-def _bindable(family: int, address: str) -> bool:
-    try:
-        with socket.socket(family, socket.SOCK_STREAM) as sock:
-            sock.bind((address, 0))
-        return True
-    except OSError:
-        return False
-
-
-def forwarded_env() -> dict:
-    """Runner variables that tune frameworks, as a record keeps them; never credential-like ones,
-    which would show on the ssh command line."""
-    return {k: v for k, v in os.environ.items()
-            if RECORDED_ENV.match(k) and not k.startswith(NOT_FORWARDED) and not SECRET_NAME.search(k)}
 
 
 def remote_command(spec: Process, env: dict, path_prefix: str | None = None) -> str:
@@ -149,7 +127,7 @@ class SshPlacement(Placement):
             if self.shim_dir:
                 env["PATH"] = f"{self.shim_dir}{os.pathsep}{env.get('PATH', '')}"
             return spec.argv, env, spec.cwd
-        command = remote_command(spec, {**forwarded_env(), **self.env(spec)},
+        command = remote_command(spec, {**forwarded_env(os.environ, remote=True), **self.env(spec)},
                                  str(self.shim_dir) if self.shim_dir else None)
         return [*self.ssh.argv(spec.host), "--", command], dict(os.environ), None
 
@@ -197,12 +175,47 @@ def execute(plan: Plan, log_dir: Path, timeout_s: float, stall_s: float | None =
     return run_plan(plan, log_dir, timeout_s, stall_s, SshPlacement(settings(cluster), log_dir))
 
 
-def describe(req, checked, ctx, plan: Plan) -> str:
+def placement(cluster) -> str:
+    return "ssh"
+
+
+def how_started(process: Process, cluster) -> str:
+    return "ssh" if settings(cluster).force or not is_local(process.host) else "local"
+
+
+def describe(plan: Plan, job: BatchJob) -> str:
     """For --dry-run: the command that starts each process (ssh for remote hosts)."""
-    placement = SshPlacement(settings(checked.cluster_profile), Path(plan.processes[0].cwd) / "logs", write_shim=False)
+    placement = SshPlacement(settings(job.profile), Path(plan.processes[0].cwd) / "logs", write_shim=False)
     lines = []
     for spec in plan.processes:
         where = "over ssh" if placement.remote(spec) else "here"
         shown = Process(spec.name, spec.host, spec.argv, masked_env(spec.env), spec.cwd)
         lines.append(f"  {spec.name} ({where}): {shlex.join(placement.popen_args(shown)[0])}")
     return "started as:\n" + "\n".join(lines)
+
+
+def doctor_lines(cluster) -> list[str]:
+    """The ssh client, and each host of the hostfile reachable without a password."""
+    lines = [command_line("ssh", "scheduler ssh")]
+    try:
+        hosts = [h.name for h in read_hostfile(profile_hostfile(cluster))]
+        ssh = settings(cluster)
+    except UsageError as exc:
+        return [*lines, f"missing: {exc}"]
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        return [*lines, *pool.map(lambda host: reach_line(ssh, host), hosts)]
+
+
+def reach_line(ssh: SshSettings, host: str) -> str:
+    if not ssh.force and is_local(host):
+        return f"ok: host {host} is this machine (started directly)"
+    argv = ssh.argv(host, "-o", "ConnectTimeout=10") + ["--", "true"]
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, stdin=subprocess.DEVNULL,
+                              timeout=REACH_TIMEOUT_S, check=False)
+    except (subprocess.TimeoutExpired, FileNotFoundError) as exc:
+        return f"missing: host {host} over ssh ({type(exc).__name__})"
+    if done.returncode != 0:
+        detail = (done.stderr.strip().splitlines() or [f"exit {done.returncode}"])[-1]
+        return f"missing: host {host} over ssh without a password: {detail}"
+    return f"ok: host {host} reachable over ssh"

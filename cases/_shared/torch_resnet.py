@@ -1,4 +1,5 @@
-"""ResNet-50 v1.5 in plain PyTorch, so the case runs where torchvision cannot be imported.
+"""ResNet-50 v1.5 in plain PyTorch, shared by the PyTorch cases (pytorch-synthetic, pytorch-ddp) so
+that they train the same model, and usable where torchvision cannot be imported.
 
 v1.5 puts the stride of a downsampling bottleneck on its 3x3 convolution (v1 has it on the first
 1x1). Module names, shapes and layer settings equal torchvision's `resnet50()`; tests/test_model.py

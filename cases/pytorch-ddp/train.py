@@ -1,0 +1,195 @@
+"""pytorch-ddp: ResNet-50 v1.5 (the model of pytorch-synthetic) with DistributedDataParallel.
+
+One process per device, started by torchrun (--launcher torchrun) or directly by the suite
+(--launcher ranks); either way RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT are set,
+and under a bare `srun python train.py` they are taken from SLURM's variables. Options come from
+case.toml. --data synthetic trains on a fixed batch on the device (Horovod's benchmark method, timed
+in iterations); --data imagefolder on class folders of JPEGs (timed in epochs, the first not counted).
+"""
+
+import json
+import os
+import subprocess
+import time
+from pathlib import Path
+
+import numpy
+import PIL
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch.nn.parallel import DistributedDataParallel
+
+from cases._shared.torch_resnet import MODELS
+from pipeline import Normalise, make_loader
+from suite.binding import bind_cpus
+from suite.options import parse_case_args
+from suite.probe import Probe
+
+DEFAULTS = {"synthetic": (32, 224), "imagefolder": (64, 160)}  # batch per device, image size
+
+
+def place() -> dict[str, int]:
+    """rank, local_rank, world, local_world from the environment; a bare srun's SLURM_* stand in for
+    torchrun's variables (as NERSC documents), and one process alone is a world of one."""
+    env = os.environ
+    if "RANK" not in env and "SLURM_PROCID" in env:
+        env.update(RANK=env["SLURM_PROCID"], LOCAL_RANK=env["SLURM_LOCALID"], WORLD_SIZE=env["SLURM_NTASKS"],
+                   LOCAL_WORLD_SIZE=str(int(env["SLURM_NTASKS"]) // int(env.get("SLURM_NNODES", "1"))))
+        env.setdefault("MASTER_ADDR", first_slurm_node())
+    for name, default in (("RANK", "0"), ("LOCAL_RANK", "0"), ("WORLD_SIZE", "1"), ("MASTER_ADDR", "127.0.0.1"),
+                          ("MASTER_PORT", "29500")):
+        env.setdefault(name, default)
+    env.setdefault("LOCAL_WORLD_SIZE", env["WORLD_SIZE"])
+    return {k: int(env[v]) for k, v in (("rank", "RANK"), ("local_rank", "LOCAL_RANK"), ("world", "WORLD_SIZE"),
+                                        ("local_world", "LOCAL_WORLD_SIZE"))}
+
+
+def first_slurm_node() -> str:
+    nodes = subprocess.run(["scontrol", "show", "hostnames", os.environ["SLURM_JOB_NODELIST"]],
+                           capture_output=True, text=True, check=True).stdout.split()
+    return nodes[0]
+
+
+def pick_device(args, where: dict) -> torch.device:
+    # This worker's share of the node's cores (bound to it with --cpu-bind): its threads.
+    threads = bind_cpus(where["local_rank"], where["local_world"])
+    if torch.cuda.is_available() and not args.no_cuda:
+        torch.cuda.set_device(where["local_rank"])
+        torch.backends.cudnn.benchmark = True
+        return torch.device("cuda", where["local_rank"])
+    torch.set_num_threads(threads)
+    return torch.device("cpu")
+
+
+def pick_backend(requested: str, device: torch.device) -> str:
+    backend = requested if requested != "auto" else ("nccl" if device.type == "cuda" else "gloo")
+    available = {"nccl": dist.is_nccl_available() and device.type == "cuda", "gloo": dist.is_gloo_available(),
+                 "mpi": dist.is_mpi_available()}
+    if not available[backend]:
+        raise SystemExit(f"pytorch-ddp: backend {backend} is not available with this torch build on {device.type}")
+    return backend
+
+
+def amp_dtype(device: torch.device) -> torch.dtype:
+    return torch.float16 if device.type == "cuda" else torch.bfloat16
+
+
+def make_step(args, model, optimizer, device):
+    scaler = torch.amp.GradScaler("cuda", enabled=args.amp and device.type == "cuda")
+
+    def step(images, labels):
+        optimizer.zero_grad()
+        with torch.autocast(device.type, dtype=amp_dtype(device), enabled=args.amp):
+            loss = F.cross_entropy(model(images), labels)
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
+        return loss.detach()
+
+    return step
+
+
+def random_batch(batch: int, size: int, classes: int, device, memory_format, seed: int):
+    generator = torch.Generator().manual_seed(seed)
+    images = torch.randn(batch, 3, size, size, generator=generator).to(device).contiguous(memory_format=memory_format)
+    return images, torch.randint(0, classes, (batch,), generator=generator).to(device)
+
+
+def data_facts(args) -> dict:
+    """What data runs, for the record: synthetic, or the image folder and its manifest."""
+    if args.data == "synthetic":
+        return {"data": "synthetic"}
+    folder = Path(os.environ.get("SUITE_DATA_DIR", "data")) / "imagefolder"
+    try:
+        manifest = json.loads((folder / "manifest.json").read_text())
+    except (OSError, ValueError):
+        manifest = {}
+    label = "imagefolder-synthetic" if manifest.get("synthetic") else "imagefolder"
+    return {"data": label, "data_path": str((folder / "train").resolve()), "data_source": manifest.get("source")}
+
+
+def train_synthetic(args, probe, step, batch, sync, fixed) -> None:
+    with probe.warmup(images=batch * args.num_warmup_batches, sync=sync):
+        for _ in range(args.num_warmup_batches):
+            step(*fixed)
+    for _ in range(args.num_iters):
+        with probe.iteration(images=batch * args.num_batches_per_iter, sync=sync, total=args.num_iters):
+            for _ in range(args.num_batches_per_iter):
+                step(*fixed)
+
+
+def train_epochs(args, probe, step, loader, sampler, normalise, sync) -> None:
+    for epoch in range(args.epochs):
+        sampler.set_epoch(epoch)
+        probe.epoch_begin(sync)
+        images, losses = 0, []
+        for batch in loader:
+            losses.append(step(*normalise(*batch)))
+            images += len(batch[1])
+        probe.epoch_end(images=images, sync=sync, total=args.epochs, loss=float(torch.stack(losses).mean()))
+
+
+def main() -> None:
+    args = parse_case_args(__file__)
+    where = place()
+    device = pick_device(args, where)
+    backend = pick_backend(args.backend, device)
+    dist.init_process_group(backend)
+    batch = args.batch_size or DEFAULTS[args.data][0]
+    size = args.image_size or DEFAULTS[args.data][1]
+    memory_format = torch.channels_last if args.channels_last else torch.contiguous_format
+    loader = sampler = None
+    classes = args.num_classes
+    if args.data == "imagefolder":
+        root = os.path.join(os.environ.get("SUITE_DATA_DIR", "data"), "imagefolder", "train")
+        loader, sampler = make_loader(root, size, batch, where["rank"], where["world"], args.workers,
+                                      pin=device.type == "cuda")
+        classes = len(loader.dataset.classes)
+        if len(loader) == 0:
+            raise SystemExit(f"pytorch-ddp: {len(sampler)} images per rank in {root}: less than one batch of {batch}")
+
+    model = MODELS[args.model](num_classes=classes).to(device, memory_format=memory_format)
+    ddp_settings = {"bucket_cap_mb": args.bucket_cap_mb, "static_graph": args.static_graph,
+                    "gradient_as_bucket_view": args.gradient_as_bucket_view}
+    model = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None, **ddp_settings)
+    parameters = sum(p.numel() for p in model.parameters())
+    if args.compile:
+        model = torch.compile(model)
+    lr = 0.01 * where["world"]
+    step = make_step(args, model, torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9), device)
+    sync = torch.cuda.synchronize if device.type == "cuda" else None
+    fixed = random_batch(batch, size, classes, device, memory_format, seed=42 + where["rank"])
+
+    probe = Probe(where["rank"], where["world"], where["local_rank"], where["local_world"])
+    probe.start(
+        config={
+            "model": args.model, "parameters": parameters, "device_type": device.type,
+            "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+            "dtype": f"amp-{str(amp_dtype(device)).removeprefix('torch.')}" if args.amp else "float32",
+            **data_facts(args), "batch_per_device": batch, "global_batch": batch * where["world"],
+            "image_size": size, "classes": classes, "lr": lr, "threads_per_worker": torch.get_num_threads(),
+            "backend": backend, "launcher": args.launcher, "ddp": ddp_settings, "compile": args.compile,
+            "channels_last": args.channels_last, "loader_workers": args.workers if loader else None,
+            "images_per_rank_per_epoch": len(loader) * batch if loader else None,
+        },
+        versions={"torch": torch.__version__, "numpy": numpy.__version__, "pillow": PIL.__version__,
+                  "cuda": torch.version.cuda, "cudnn": torch.backends.cudnn.version() if device.type == "cuda" else None,
+                  "nccl": ".".join(map(str, torch.cuda.nccl.version())) if backend == "nccl" else None},
+    )
+    if args.compile:  # compilation happens at the first step: before the warmup, measured apart
+        started = time.perf_counter()
+        step(*fixed)
+        if sync:
+            sync()
+        probe.result(compile_seconds=time.perf_counter() - started)
+    if loader:
+        train_epochs(args, probe, step, loader, sampler, Normalise(device, memory_format), sync)
+    else:
+        train_synthetic(args, probe, step, batch, sync, fixed)
+    probe.end()
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

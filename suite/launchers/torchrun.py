@@ -1,0 +1,56 @@
+"""torchrun (torch.distributed.run): one elastic agent per node, started on its host by the
+scheduler (here, over ssh, as a SLURM step), each starting that node's workers itself. The agents
+meet in a c10d rendezvous hosted by the first host's agent (`is_host` says which one hosts it:
+torchrun's own guess takes every loopback address for the host); workers then connect to the
+first node's agent address.
+
+When a worker dies the agent of its node stops the node's other workers and exits non-zero (no
+restarts); the scheduler then ends the agents of the other nodes, which stop their workers within
+--shutdown-timeout. Workers run in process groups of their own, so ending a job relies on the agent
+(or, over ssh, on the job marker every process inherits)."""
+
+from pathlib import Path
+
+from suite.hostfile import Host, World
+from suite.net import free_port, is_local
+from suite.plan import Launch, Plan, Process
+
+SHUTDOWN_S = 5  # agent's wait for its workers after SIGTERM before SIGKILL; within the scheduler's grace
+
+
+def processes_on_machine(world: World, host: Host) -> int:
+    """Workers sharing `host`'s machine: all local hosts are this one machine."""
+    if is_local(host.name):
+        return sum(h.slots for h in world.hosts if is_local(h.name))
+    return host.slots
+
+
+def rendezvous_id(run_dir: str) -> str:
+    """Unique per launch: the run id and the repetition (runs/<run_id>/rep-N)."""
+    path = Path(run_dir)
+    return f"{path.parent.name}-{path.name}"
+
+
+def plan(launch: Launch) -> Plan:
+    world = launch.world
+    endpoint = f"{world.hosts[0].name}:{free_port()}"
+    processes = []
+    for index, host in enumerate(world.hosts):
+        argv = launch.stack_env.argv(
+            "torchrun", "--nnodes", str(world.nodes), "--nproc-per-node", str(host.slots),
+            "--rdzv-backend", "c10d", "--rdzv-endpoint", endpoint, "--rdzv-id", rendezvous_id(launch.run_dir),
+            "--rdzv-conf", f"is_host={int(index == 0)}", "--local-addr", host.name, "--max-restarts", "0",
+            "--shutdown-timeout", str(SHUTDOWN_S), launch.script, *launch.case_argv)
+        env = launch.env(host, SUITE_PROCESSES_ON_HOST=str(processes_on_machine(world, host)))
+        processes.append(Process(f"torchrun-{index}", host.name, argv, env, launch.run_dir))
+    details = {"launcher": "torchrun", "rdzv_endpoint": endpoint, "nproc_per_node": [h.slots for h in world.hosts],
+               **ddp_details(launch.options)}
+    return Plan(tuple(processes), ranks=world.devices, details=details)
+
+
+def ddp_details(options: dict) -> dict:
+    """The case's distributed settings as the record's execution shows them (the case reports what
+    it resolved, e.g. the backend `auto` chose, in config.reported_by_case)."""
+    keys = ("bucket-cap-mb", "static-graph", "gradient-as-bucket-view")
+    details = {"ddp": {k.replace("-", "_"): options[k] for k in keys if k in options}}
+    return {**details, "backend_requested": options["backend"]} if "backend" in options else details

@@ -1,0 +1,262 @@
+"""`suite rerun RECORD.json`: the record's run point again, on the hosts at hand, and how it compares.
+
+Same case and case arguments, nodes x devices per node, runtime, stack and repetitions. Before launch,
+every difference that could change the result (stack lock and recipe, image digest, the suite's
+checkout, case option values the same arguments now resolve to, devices per node, device type) is one
+`drift:` line, and the rerun is refused (exit 2) unless --allow-drift. What cannot be rerun (unknown
+case, too few hosts, missing data or image, a record newer than this suite) is one `error:` line.
+"""
+
+import json
+import os
+import sys
+from collections import Counter
+from pathlib import Path
+
+import jsonschema
+
+from suite import cli, paths
+from suite.compare import Row, format_rows, judge
+from suite.errors import UsageError, log
+from suite.probe import host_info
+from suite.procenv import MASK, recorded_env
+from suite.records import load_point
+from suite.results import SCHEMA_VERSION, git_state, new_run_id, validate
+from suite.run import Checked, RunRequest, check, run
+
+
+def rerun(args) -> int:
+    path = Path(args.record)
+    record = load_record(path)
+    req = request(record, args)
+    checked = possible(path, lambda: check(req))
+    drift = possible(path, lambda: differences(record, req, checked))
+    for line in notes(record, checked):
+        print(f"note: {line}")
+    if drift and not args.allow_drift:
+        for line in drift:
+            print(f"drift: {line}", file=sys.stderr)
+        raise UsageError(f"rerun of {record['run_id']} refused: {len(drift)} difference(s) from the record, one "
+                         "per 'drift:' line above; remove them or rerun with --allow-drift (Make: ALLOW_DRIFT=1)")
+    for line in drift:
+        print(f"drift (allowed): {line}")
+    if world_drift(record["world"], checked):
+        req.gpus_per_node = str(devices_per_node(record["world"]))  # the record's world shape, as asked
+    req.rerun_of = {"run_id": record["run_id"], "record": str(path.resolve()),
+                    "argv": ["python", "-m", "suite", *args.argv], "drift": drift}
+    req.argv = run_argv(req)
+    status = run(req)
+    if not req.dry_run:
+        print(comparison(path, req.results_dir / f"{req.run_id}.json", args.tolerance))
+    return status
+
+
+def load_record(path: Path) -> dict:
+    try:
+        record = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise UsageError(f"cannot rerun {path}: {exc}") from None
+    version = record.get("schema_version") if isinstance(record, dict) else None
+    if version not in range(1, SCHEMA_VERSION + 1):
+        raise UsageError(f"cannot rerun {path}: record schema version {version!r}; this suite reads versions "
+                         f"1 to {SCHEMA_VERSION} (update the checkout to read newer records)")
+    try:
+        validate(record)
+    except jsonschema.ValidationError as exc:
+        where = "/".join(str(p) for p in exc.absolute_path) or "the record"
+        raise UsageError(f"cannot rerun {path}: not a valid record ({where}: {exc.message[:200]})") from None
+    return record
+
+
+def possible(path: Path, step):
+    """A step that may find the rerun impossible here (UsageError): says so naming the record."""
+    try:
+        return step()
+    except UsageError as exc:
+        raise UsageError(f"cannot rerun {path.name}: {exc}") from None
+
+
+def original_run(record: dict):
+    """The record's `suite run` options and case arguments, read back from its command line."""
+    own, case_args = cli.split_case_args(record["provenance"]["argv"])
+    if "run" not in own:
+        raise UsageError(f"cannot rerun {record['run_id']}: provenance.argv is not a `suite run` command line: "
+                         f"{' '.join(own)[:120]}")
+    options, _unknown = cli.build_cli().parse_known_args(own[own.index("run"):])
+    return options, case_args
+
+
+def devices_per_node(world: dict) -> int:
+    counts = set(world["slots"].values())
+    if len(counts) != 1:
+        raise UsageError(f"cannot rerun: the record's hosts had different device counts ({world['slots']}); a "
+                         "rerun asks for one count per node (run it with a hostfile that gives those counts)")
+    return counts.pop()
+
+
+def request(record: dict, args) -> RunRequest:
+    world = record["world"]
+    original, case_args = original_run(record)
+    # Devices per node as the original chose them: given (GPUS_PER_NODE), else from the hosts, now the
+    # current ones; a count that then differs from the record's is drift.
+    per_node = devices_per_node(world)
+    gpus = str(per_node) if original.gpus_per_node else None
+    cluster, hostfile = host_source(world, args)
+    scheduler = None if args.cluster or args.hostfile else original.scheduler
+    return RunRequest(record["case"], str(world["nodes"]), gpus, hostfile, record["execution"]["runtime"],
+                      scheduler, original.repeat, original.timeout, case_args, args.results_dir, args.runs_dir,
+                      args.data_dir, [], cluster=cluster, stall=original.stall, dry_run=args.dry_run,
+                      run_id=new_run_id(record["case"], world["nodes"], world["devices"]),
+                      cpu_bind=world.get("binding", {}).get("policy"))
+
+
+def host_source(world: dict, args) -> tuple[str | None, str | None]:
+    """(cluster, hostfile): as given; else the record's cluster profile or hostfile where this checkout
+    has it; else neither (hostfiles/localhost). Host names rarely survive, so only the hosts are new."""
+    if args.cluster or args.hostfile:
+        return args.cluster, args.hostfile
+    name = world.get("cluster") or Path(world["hostfile"]).stem
+    if (paths.HOSTFILES / f"{name}.toml").is_file():
+        return name, None
+    hostfile = paths.ROOT / world["hostfile"]
+    return None, (str(hostfile) if hostfile.is_file() else None)
+
+
+def run_argv(req: RunRequest) -> list[str]:
+    """The `suite run` command line that runs what this rerun runs (the new record's provenance.argv)."""
+    argv = ["python", "-m", "suite", "run", "--case", req.case, "--nodes", req.nodes]
+    for flag, value in (("--gpus-per-node", req.gpus_per_node), ("--cluster", req.cluster),
+                        ("--hostfile", req.hostfile), ("--runtime", req.runtime), ("--scheduler", req.scheduler),
+                        ("--repeat", req.repeat), ("--timeout", req.timeout), ("--stall", req.stall),
+                        ("--data-dir", req.data_dir and str(req.data_dir))):
+        argv += [flag, value] if value else []
+    return [*argv, "--", *req.case_args]
+
+
+# --- what differs -----------------------------------------------------------------------------------
+
+def differences(record: dict, req: RunRequest, checked: Checked) -> list[str]:
+    return [*stack_drift(record, checked), *image_drift(record, req, checked),
+            *git_drift(record["provenance"], git_state()),
+            *option_drift(record["config"]["options"], checked.options, checked.case.name),
+            *world_drift(record["world"], checked), *device_drift(record, checked)]
+
+
+def short(digest: str | None) -> str:
+    return digest[:12] if digest else "none"
+
+
+def stack_drift(record: dict, checked: Checked) -> list[str]:
+    stack, prov, was = checked.stack, record["provenance"], record["execution"]["stack"]
+    if was != stack.name:
+        return [f"stack: {was} in the record, {stack.name} in cases/{checked.case.name}/case.toml now"]
+    if prov.get("stack_lock_sha256") != stack.lock_sha256:
+        return [f"stack {stack.name}: requirements.lock sha256 {short(prov.get('stack_lock_sha256'))} in the "
+                f"record, {short(stack.lock_sha256)} in {stack.lock.relative_to(paths.ROOT)}"]
+    if prov.get("stack_recipe_sha256") not in (None, stack.recipe_sha256):
+        return [f"stack {stack.name}: build recipe (locks, post-install.sh, patches) sha256 "
+                f"{short(prov['stack_recipe_sha256'])} in the record, {short(stack.recipe_sha256)} here"]
+    return []
+
+
+def image_drift(record: dict, req: RunRequest, checked: Checked) -> list[str]:
+    was = record["provenance"].get("image_sha256")
+    if checked.runtime.name == "local" and not was:
+        return []  # no image on either side
+    env = checked.runtime.prepare(checked.stack, log, binds=(req.runs_dir, checked.data_dir),
+                                  image_dir=checked.image_dir)
+    now = env.provenance.get("image_sha256")
+    if now == was:
+        return []
+    return [f"image: sha256 {short(was)} in the record, {short(now)} here ({env.provenance.get('image')}, "
+            f"runtime {checked.runtime.name})"]
+
+
+def git_drift(prov: dict, now: dict) -> list[str]:
+    was_commit, commit = prov.get("git_commit"), now["git_commit"]
+    if was_commit != commit:
+        return [f"suite checkout: commit {short(was_commit)} in the record, {short(commit)} here"]
+    if commit is None:
+        return ["suite checkout: neither the record's suite nor this one is a git checkout; the code cannot be compared"]
+    if prov.get("git_dirty") and "git_diff_sha256" not in prov:
+        return ["suite checkout: the record's had uncommitted changes that it does not identify (schema 1); "
+                "this checkout cannot be checked against them"]
+    was, diff = prov.get("git_diff_sha256"), now["git_diff_sha256"]
+    if was == diff:
+        return []
+    if not was:
+        return ["suite checkout: uncommitted changes here (git diff HEAD), none in the record's"]
+    if not diff:
+        return [f"suite checkout: the record's had uncommitted changes (diff sha256 {short(was)}), none here"]
+    return [f"suite checkout: uncommitted changes differ (diff sha256 {short(was)} in the record, {short(diff)} here)"]
+
+
+def option_drift(was: dict, now: dict, case: str) -> list[str]:
+    """The record's resolved case options against what its arguments resolve to now: a difference is
+    a default changed (or an option added or removed) in the case's case.toml."""
+    where = f"cases/{case}/case.toml"
+    lines = []
+    for name in sorted(set(was) | set(now)):
+        if name not in now:
+            lines.append(f"case option --{name}: {was[name]!r} in the record, no longer an option in {where}")
+        elif name not in was:
+            lines.append(f"case option --{name}: not in the record, new in {where} (default {now[name]!r})")
+        elif was[name] != now[name]:
+            lines.append(f"case option --{name}: {was[name]!r} in the record, {now[name]!r} now from the same "
+                         f"arguments (its default in {where} changed)")
+    return lines
+
+
+def world_drift(was: dict, checked: Checked) -> list[str]:
+    world = checked.worlds[0]
+    before, now = sorted(was["slots"].values()), sorted(h.slots for h in world.hosts)
+    if before == now:
+        return []
+    show = lambda counts: str(counts[0]) if len(set(counts)) == 1 else "/".join(map(str, counts))  # noqa: E731
+    return [f"devices per node: {show(before)} in the record, {show(now)} from {world.source}"]
+
+
+def device_kind(gpus: list[dict]) -> str:
+    if not gpus:
+        return "cpu (no GPU)"
+    return "cuda (" + ", ".join(f"{n} x {name}" for name, n in Counter(g.get("name") for g in gpus).items()) + ")"
+
+
+def device_drift(record: dict, checked: Checked) -> list[str]:
+    """Device type and GPUs per node of the record's first host against this host's: only where the
+    processes run here (local scheduler); remote hosts show theirs in the new record."""
+    first = next(iter(record["provenance"]["host_info"].values()))
+    if checked.scheduler.name != "local" or "gpus" not in first:
+        return []
+    was, now = device_kind(first["gpus"]), device_kind(host_info()["gpus"])
+    return [] if was == now else [f"device type: {was} per node in the record, {now} here"]
+
+
+def notes(record: dict, checked: Checked) -> list[str]:
+    """Differences that do not change what is measured, or that a rerun does not restore."""
+    world, execution, lines = checked.worlds[0], record["execution"], []
+    if world.hostnames != record["world"]["hosts"]:
+        lines.append(f"hosts {', '.join(world.hostnames)} from {world.source} (the record's: "
+                     f"{', '.join(record['world']['hosts'])})")
+    if checked.scheduler.name != execution["scheduler"]:
+        lines.append(f"scheduler {checked.scheduler.name} (the record's: {execution['scheduler']})")
+    was, now = record["provenance"].get("environment", {}), recorded_env(os.environ)
+    changed = [f"{k}={was.get(k, '(unset)')} in the record, {now.get(k, '(unset)')} here"
+               for k in sorted(set(was) | set(now)) if was.get(k) != now.get(k) and MASK not in (was.get(k), now.get(k))]
+    if changed:
+        lines.append("environment not restored: " + "; ".join(changed)[:600])
+    return lines
+
+
+# --- after the run ----------------------------------------------------------------------------------
+
+def comparison(old_path: Path, new_path: Path, tolerance: float) -> str:
+    """The `compare` verdict of the new record (B) against the original (A)."""
+    warn = lambda m: print(m, file=sys.stderr)  # noqa: E731
+    old, new = load_point(old_path, warn), load_point(new_path, warn)
+    if old is None or new is None:
+        which = "the original record" if old is None else "the rerun"
+        return f"no comparison with the original: {which} has no throughput (failed)"
+    row = judge(Row((new.case, new.cluster, new.stack, new.devices), old, new), tolerance)
+    return (f"\n== rerun {new.record['run_id']} (B) against the original {old.record['run_id']} (A):\n"
+            + format_rows([row]))
