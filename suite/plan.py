@@ -51,6 +51,12 @@ class Launch:
             env.update(self.machine_slots(host))
         return {**env, **extra}
 
+    def processes_on_machine(self, host: Host, per_host: int | None = None) -> int:
+        """Case processes sharing `host`'s machine (all local hosts are this one machine): `per_host`
+        on each host, or one per slot."""
+        hosts = [h for h in self.world.hosts if is_local(h.name)] if is_local(host.name) else [host]
+        return sum(per_host or h.slots for h in hosts)
+
     def machine_slots(self, host: Host) -> dict:
         """Where several hosts of the world are this machine (loopback hostfiles): the first slot of
         `host` among all of the machine's, so that their processes take distinct cores."""

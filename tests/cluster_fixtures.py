@@ -459,7 +459,7 @@ def require_node_net(folder: Path) -> NodeNet:
         component_unavailable(NODE_NET_NEEDS, f"this machine cannot make them: {exc}")
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")  # its bridge and namespaces go before other modules' tests run
 def slurm_two_nodes(tmp_path_factory):
     """A SLURM cluster of two compute nodes with their own addresses and host names (NODE_NAMES, in
     network namespaces, a slurmd each); slurmctld and munged here; SLURM_CONF points the commands at

@@ -22,6 +22,13 @@ def test_plan_runs_one_horovodrun_over_all_hosts(tmp_path):
     assert plan.details == {"launcher": "horovod", "controller": "gloo"}
 
 
+def test_loopback_hosts_over_ssh_talk_over_the_loopback_interface(tmp_path):
+    world = World((Host("127.0.0.2", 1), Host("127.0.0.3", 1)), "hf")
+    env = StackEnv(runtime="local", bin_dir="/stack/bin")
+    argv = horovod.plan(Launch("train.py", [], world, env, str(tmp_path), "/data", placement="ssh")).processes[0].argv
+    assert argv[argv.index("--gloo") + 1:argv.index("--gloo") + 3] == ["--network-interfaces", "lo"]
+
+
 def test_container_runs_horovodrun_and_its_workers_inside_the_image():
     world = World((Host("localhost", 1),), "hf")
     env = StackEnv(runtime="apptainer", bin_dir="/opt/stack/bin", prefix=("apptainer", "exec", "img.sif"))

@@ -15,7 +15,6 @@ import shutil
 from dataclasses import replace
 
 from suite.errors import UsageError
-from suite.launchers.torchrun import processes_on_machine
 from suite.net import free_port, is_local
 from suite.plan import Launch, Plan, Process, StackEnv
 
@@ -49,7 +48,10 @@ def horovodrun_plan(launch: Launch) -> Plan:
     hosts = ",".join(f"{h.name}:{h.slots}" for h in world.hosts)
     # horovodrun starts the workers of a host itself: inside a container they are already in it.
     worker = replace(stack_env, prefix=()).argv("python", launch.script, *launch.case_argv)
-    argv = stack_env.argv("horovodrun", "-np", str(world.devices), "-H", hosts, f"--{ctl}", *worker)
+    # Hosts that are all this machine reach each other over the loopback interface only: without this,
+    # horovodrun picks among every interface the machine has (bridges of containers or test nodes too).
+    loopback = ["--network-interfaces", "lo"] if world.nodes > 1 and all(is_local(h.name) for h in world.hosts) else []
+    argv = stack_env.argv("horovodrun", "-np", str(world.devices), "-H", hosts, f"--{ctl}", *loopback, *worker)
     launcher = Process(name="horovodrun", host=world.hosts[0].name, argv=argv, env=launch.env(), cwd=launch.run_dir)
     return Plan((launcher,), ranks=world.devices, details={"launcher": "horovod", "controller": ctl})
 
@@ -79,7 +81,7 @@ def gloo_ranks_plan(launch: Launch) -> Plan:
     argv = launch.stack_env.argv("python", launch.script, *launch.case_argv)
     ranks = []
     for index, host in enumerate(world.hosts):
-        sharing = str(processes_on_machine(world, host))
+        sharing = str(launch.processes_on_machine(host))
         for local_rank in range(host.slots):
             env = launch.env(host, **run_env, **slot_env(world.hosts, index, local_rank, len(ranks), world.devices),
                              SUITE_PROCESSES_ON_HOST=sharing)

@@ -5,7 +5,7 @@ first host) and MASTER_PORT. A failing rank is a failing process of the plan, so
 the job itself. (A case started by a bare `srun` reads SLURM_PROCID, SLURM_LOCALID and SLURM_NTASKS
 instead; pytorch-ddp does.)"""
 
-from suite.launchers.torchrun import ddp_details, processes_on_machine
+from suite.launchers.torchrun import ddp_details
 from suite.net import free_port
 from suite.plan import Launch, Plan, Process
 
@@ -16,7 +16,7 @@ def plan(launch: Launch) -> Plan:
     argv = launch.stack_env.argv("python", launch.script, *launch.case_argv)
     processes, rank = [], 0
     for node, host in enumerate(world.hosts):
-        sharing = str(processes_on_machine(world, host))
+        sharing = str(launch.processes_on_machine(host))
         for local_rank in range(host.slots):
             env = launch.env(host, **master, RANK=str(rank), LOCAL_RANK=str(local_rank), WORLD_SIZE=str(world.devices),
                              LOCAL_WORLD_SIZE=str(host.slots), GROUP_RANK=str(node), SUITE_PROCESSES_ON_HOST=sharing)

@@ -4,8 +4,7 @@ several nodes one process per node with MultiWorkerMirroredStrategy, told its pl
 
 import json
 
-from suite.hostfile import Host
-from suite.net import free_port, is_local
+from suite.net import free_port
 from suite.plan import Launch, Plan, Process
 
 QUIET_TF = {"TF_CPP_MIN_LOG_LEVEL": "1"}  # TensorFlow's C++ INFO lines drown the progress
@@ -28,13 +27,6 @@ def tf_config(cluster: dict, index: int) -> dict:
     return {"cluster": cluster, "task": task}
 
 
-def processes_on_machine(hosts: tuple[Host, ...], host: str) -> int:
-    """How many case processes share `host`'s machine (all local hosts are this one machine)."""
-    if is_local(host):
-        return sum(is_local(h.name) for h in hosts)
-    return 1
-
-
 def plan(launch: Launch) -> Plan:
     world = launch.world
     argv = launch.stack_env.argv("python", launch.script, *launch.case_argv)
@@ -47,7 +39,7 @@ def plan(launch: Launch) -> Plan:
     processes = []
     for index, host in enumerate(world.hosts):
         env = launch.env(host, TF_CONFIG=json.dumps(tf_config(cluster, index)),
-                         SUITE_PROCESSES_ON_HOST=str(processes_on_machine(world.hosts, host.name)), **QUIET_TF)
+                         SUITE_PROCESSES_ON_HOST=str(launch.processes_on_machine(host, per_host=1)), **QUIET_TF)
         processes.append(Process(f"worker-{index}", host.name, argv, env, launch.run_dir))
     details = {"launcher": "tfdist", "strategy": "MultiWorkerMirroredStrategy", "tf_cluster": cluster}
     return Plan(tuple(processes), ranks=world.nodes, details=details)

@@ -11,18 +11,10 @@ restarts); the scheduler then ends the agents of the other nodes, which stop the
 
 from pathlib import Path
 
-from suite.hostfile import Host, World
-from suite.net import free_port, is_local
+from suite.net import free_port
 from suite.plan import Launch, Plan, Process
 
 SHUTDOWN_S = 5  # agent's wait for its workers after SIGTERM before SIGKILL; within the scheduler's grace
-
-
-def processes_on_machine(world: World, host: Host) -> int:
-    """Workers sharing `host`'s machine: all local hosts are this one machine."""
-    if is_local(host.name):
-        return sum(h.slots for h in world.hosts if is_local(h.name))
-    return host.slots
 
 
 def rendezvous_id(run_dir: str) -> str:
@@ -41,7 +33,7 @@ def plan(launch: Launch) -> Plan:
             "--rdzv-backend", "c10d", "--rdzv-endpoint", endpoint, "--rdzv-id", rendezvous_id(launch.run_dir),
             "--rdzv-conf", f"is_host={int(index == 0)}", "--local-addr", host.name, "--max-restarts", "0",
             "--shutdown-timeout", str(SHUTDOWN_S), launch.script, *launch.case_argv)
-        env = launch.env(host, SUITE_PROCESSES_ON_HOST=str(processes_on_machine(world, host)))
+        env = launch.env(host, SUITE_PROCESSES_ON_HOST=str(launch.processes_on_machine(host)))
         processes.append(Process(f"torchrun-{index}", host.name, argv, env, launch.run_dir))
     details = {"launcher": "torchrun", "rdzv_endpoint": endpoint, "nproc_per_node": [h.slots for h in world.hosts],
                **ddp_details(launch.options)}
