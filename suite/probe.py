@@ -164,10 +164,15 @@ def host_info() -> dict:
 
 def cpus_allowed() -> str | None:
     """The cpus this process may run on, as the kernel says (/proc/self/status), e.g. "0-3,8"."""
+    return _proc_field("/proc/self/status", "Cpus_allowed_list:")
+
+
+def _proc_field(path: str, prefix: str) -> str | None:
+    """The value of the first line of a /proc file that starts with `prefix` (`name: value`)."""
     try:
-        with open("/proc/self/status") as f:
+        with open(path) as f:
             for line in f:
-                if line.startswith("Cpus_allowed_list:"):
+                if line.startswith(prefix):
                     return line.split(":", 1)[1].strip()
     except OSError:
         pass
@@ -175,14 +180,7 @@ def cpus_allowed() -> str | None:
 
 
 def _cpu_model() -> str | None:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or None
+    return _proc_field("/proc/cpuinfo", "model name") or platform.processor() or None
 
 
 def _memory_gib() -> float | None:

@@ -13,7 +13,7 @@ from pathlib import Path
 from suite import __version__, paths
 from suite.errors import RunFailed
 from suite.jsonfile import write_json_atomic
-from suite.procenv import masked_env, recorded_env  # noqa: F401 (masked_env: used by records' readers)
+from suite.procenv import recorded_env
 from suite.stats import mean_ci95
 
 SCHEMA_VERSION = 2  # 2: provenance.git_diff_sha256 and rerun_of; version 1 records still validate

@@ -168,7 +168,7 @@ def test_no_secrets_in_records(tmp_path, monkeypatch):
     monkeypatch.setenv("SLURM_API_PASSWORD", "hunter3")
     monkeypatch.setenv("MY_PASSWORD", "hunter4")
     monkeypatch.setenv("OMP_NUM_THREADS", "2")
-    from suite.results import masked_env
+    from suite.procenv import masked_env
 
     world = World((Host("localhost", 1),), "hostfiles/localhost")
     rep = Repetition(0, str(tmp_path), status="failed", reason="x",
