@@ -93,8 +93,10 @@ test: $(VENV)/.installed
 clean-runs:
 	rm -rf runs
 
-# make containers [STACK=tensorflow] [FLAVOUR=cpu|cuda] [TOOL=apptainer|docker]: images into containers/build/
+# make containers [STACK=tensorflow] [FLAVOUR=cpu|cuda] [TOOL=apptainer|docker] [BASE=pinned|debian] [BASE_REFRESH=1]
+# (README, "Containers"): images into containers/build/ or the Docker engine
 .PHONY: containers
 containers: $(VENV)/.installed
 	$(SUITE) containers build $(if $(strip $(STACK)),--stack "$(STACK)") \
-		$(if $(strip $(FLAVOUR)),--flavour "$(FLAVOUR)") $(if $(strip $(TOOL)),--tool "$(TOOL)")
+		$(if $(strip $(FLAVOUR)),--flavour "$(FLAVOUR)") $(if $(strip $(TOOL)),--tool "$(TOOL)") \
+		$(if $(strip $(BASE)),--base "$(BASE)") $(if $(filter 1 yes true,$(BASE_REFRESH)),--refresh-base)

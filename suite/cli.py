@@ -132,6 +132,10 @@ def build_cli() -> argparse.ArgumentParser:
     containers.add_argument("--stack", help="only this stack (Make: STACK)")
     containers.add_argument("--flavour", help="only cpu or cuda (Make: FLAVOUR)")
     containers.add_argument("--tool", default="auto", help="auto, apptainer or docker (Make: TOOL)")
+    containers.add_argument("--base", default="pinned", help="pinned: the upstream base pinned by digest in "
+                            "container.toml; debian: a Debian base made here from Debian's packages (Make: BASE)")
+    containers.add_argument("--refresh-base", action="store_true",
+                            help="make the Debian base again rather than reuse the one made before (Make: BASE_REFRESH=1)")
 
     validate = sub.add_parser("validate", help="check result records against the record schema")
     validate.add_argument("records", nargs="+", type=Path)
@@ -317,7 +321,7 @@ def cmd_containers(args, case_args, argv) -> int:
     from suite import containers
 
     if args.action == "build":
-        containers.build(args.stack, args.flavour, args.tool)
+        containers.build(args.stack, args.flavour, args.tool, args.base, args.refresh_base)
         return 0
     stale = containers.render(check=args.action == "check")
     for path in stale:

@@ -19,7 +19,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from suite import __version__, paths, plugins
+from suite import __version__, container_base, paths, plugins
+from suite.container_base import sha256_file  # noqa: F401 (the runtimes' digest of a file)
 from suite.errors import UsageError
 from suite.jsonfile import write_json_atomic
 from suite.stacks import Stack, load_stack
@@ -30,6 +31,10 @@ PREFIX = "/opt/stack"  # the stack's environment in the image: bin/python, bin/h
 RECIPE = "/opt/recipe"  # the stack folder copied in: locks, post-install.sh, patches
 FACTS = f"{PREFIX}/suite-facts.json"
 PACKAGES = f"{PREFIX}/suite-packages.json"
+SYSTEM_PACKAGES = f"{PREFIX}/suite-system-packages.txt"  # dpkg's name=version of everything in the image
+# With WHEELS (a build argument; for apptainer build, the environment) pip installs only from that
+# wheel folder (suite.container_base); without it, from the index as pip is configured.
+USE_WHEELS = 'if [ -n "${WHEELS:-}" ]; then export PIP_NO_INDEX=1 PIP_FIND_LINKS="$WHEELS"; fi'
 LABEL = "org.hpc-dl-bench"
 DIGEST = re.compile(r"@sha256:[0-9a-f]{64}$")
 KEYS = {"base", "base_source", "python", "lock", "pip_extra_index", "apt", "build_env", "build_path", "prepare",
@@ -116,15 +121,16 @@ def build_steps(fl: Flavour) -> list[list[str]]:
                       "rm -rf /var/lib/apt/lists/*"])
     venv = "--system-site-packages " if fl.system_site_packages else ""
     index = f"--extra-index-url {fl.pip_extra_index} " if fl.pip_extra_index else ""
-    steps.append([f"{fl.python} -m venv {venv}{PREFIX}",
+    steps.append([USE_WHEELS, f"{fl.python} -m venv {venv}{PREFIX}",
                   f"{PREFIX}/bin/python -m pip install --no-cache-dir --require-hashes --no-deps {index}-r {RECIPE}/{fl.lock}"])
     if fl.stack.post_install:
         path = ":".join([f"{PREFIX}/bin", *fl.build_path, "$PATH"])
         env = " ".join(f"{k}={v}" for k, v in {"STACK_DIR": RECIPE, "STACK_PREFIX": PREFIX,
                                                  "SUITE_FACTS_FILE": FACTS, **fl.build_env}.items())
-        steps.append(["mkdir -p /tmp/stack-build", "cd /tmp/stack-build", *fl.prepare,
+        steps.append([USE_WHEELS, "mkdir -p /tmp/stack-build", "cd /tmp/stack-build", *fl.prepare,
                       f'env {env} PATH="{path}" bash {RECIPE}/post-install.sh', "cd /", "rm -rf /tmp/stack-build"])
     steps.append([f"{PREFIX}/bin/python -m pip list --format=json > {PACKAGES}",
+                  f"dpkg-query -W -f '${{Package}}=${{Version}}\\n' > {SYSTEM_PACKAGES}",
                   f"if [ ! -e {FACTS} ]; then echo '{{}}' > {FACTS}; fi"])
     return steps
 
@@ -136,10 +142,11 @@ def test_commands(fl: Flavour) -> list[str]:
     return commands
 
 
-def labels(fl: Flavour) -> dict[str, str]:
+def labels(fl: Flavour, base: str = "") -> dict[str, str]:
+    """The image's labels; base: what the Dockerfile's LABEL writes for the base it was built on."""
     return {f"{LABEL}.stack": fl.stack.name, f"{LABEL}.flavour": fl.name, f"{LABEL}.lock": fl.lock,
             f"{LABEL}.lock_sha256": fl.lock_sha256, f"{LABEL}.recipe_sha256": fl.stack.recipe_sha256,
-            f"{LABEL}.suite_version": __version__}
+            f"{LABEL}.suite_version": __version__, f"{LABEL}.base_ref": base or fl.base.removeprefix("docker://")}
 
 
 def environment(fl: Flavour) -> dict[str, str]:
@@ -178,10 +185,12 @@ def render_definition(fl: Flavour) -> str:
 
 
 def render_dockerfile(fl: Flavour) -> str:
-    lines = [f"FROM {fl.base.removeprefix('docker://')}", *header(fl),
+    lines = ["# BASE: the pinned upstream image by default; `make containers BASE=debian` passes a Debian",
+             "# base made from Debian's packages. WHEELS: the wheel folder's URL pip installs from.",
+             f"ARG BASE={fl.base.removeprefix('docker://')}", "FROM ${BASE}", *header(fl),
              "# Build in a context holding containers/ (python -m suite containers build --tool docker does).",
-             *(f"# {line}" for line in help_text(fl)), "",
-             *(f'LABEL {k}="{v}"' for k, v in labels(fl).items()),
+             *(f"# {line}" for line in help_text(fl)), "", "ARG BASE", "ARG WHEELS",
+             *(f'LABEL {k}="{v}"' for k, v in labels(fl, "${BASE}").items()),
              f"COPY containers/{fl.stack.name} {RECIPE}"]
     for step in build_steps(fl):
         lines.append("RUN " + " && \\\n    ".join(step))
@@ -229,8 +238,9 @@ def sif_path(stack: str, flavour: str) -> Path:
     return Path(os.environ.get("SUITE_IMAGE") or build_dir() / f"{stack}-{flavour}.sif")
 
 
-def docker_tag(fl: Flavour) -> str:
-    return f"hpc-dl-bench-{fl.stack.name}:{fl.name}-{fl.lock_sha256[:12]}"
+def docker_tag(fl: Flavour, base_kind: str = "pinned") -> str:
+    suffix = "" if base_kind == "pinned" else f"-{base_kind}"
+    return f"hpc-dl-bench-{fl.stack.name}:{fl.name}-{fl.lock_sha256[:12]}{suffix}"
 
 
 def meta_path(image: Path | str, stack: str = "", flavour: str = "") -> Path:
@@ -241,11 +251,11 @@ def meta_path(image: Path | str, stack: str = "", flavour: str = "") -> Path:
 
 
 def write_image_meta(path: Path, fl: Flavour, image: str, image_sha256: str, tool: str, facts: dict,
-                     packages: dict) -> dict:
+                     packages: dict, base: dict) -> dict:
     meta = {"stack": fl.stack.name, "flavour": fl.name, "image": image, "image_sha256": image_sha256,
             "tool": tool, "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "lock": fl.lock, "lock_sha256": fl.lock_sha256, "recipe_sha256": fl.stack.recipe_sha256,
-            "base": fl.base, "facts": facts, "packages": packages}
+            "base": base, "facts": facts, "packages": packages}
     write_json_atomic(path, meta)
     return meta
 
@@ -255,14 +265,6 @@ def read_image_meta(path: Path, how_to_build: str) -> dict:
         return json.loads(path.read_text())
     except (OSError, ValueError):
         raise UsageError(f"no image metadata at {path} (written by `{how_to_build}`)") from None
-
-
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def packages_from_pip_list(text: str) -> dict[str, str]:
@@ -320,13 +322,25 @@ def check_buildable(fl: Flavour) -> None:
         raise UsageError(f"{fl.id}: {stale[0].name} does not match {DESCRIPTION} and the lock; run `python -m suite containers render`")
 
 
-def build(stack: str | None, flavour: str | None, tool: str, log=print) -> list[dict]:
+@dataclass(frozen=True)
+class BuildInputs:
+    """What a runtime's build_image gets besides the flavour."""
+
+    base_ref: str  # the image the build starts from
+    base: dict  # its provenance (suite.container_base)
+    wheels: str = ""  # URL of the wheel folder pip installs from ("" = pip's own index)
+
+
+def build(stack: str | None, flavour: str | None, tool: str, base: str = "pinned", refresh_base: bool = False,
+          log=print) -> list[dict]:
     """Builds the selected images; one named explicitly with an unpinned base is refused, a selection
     of several skips such images with a warning."""
     if stack is not None:
         load_flavour(load_stack(stack), flavour or "cpu")  # names a bad stack or flavour in one line
     elif flavour is not None and flavour not in FLAVOURS:
         raise UsageError(f"unknown container flavour '{flavour}' (known: {', '.join(FLAVOURS)})")
+    if base == "debian" and flavour is None:
+        flavour = "cpu"
     flavours = [fl for fl in described_flavours()
                 if (stack is None or fl.stack.name == stack) and (flavour is None or fl.name == flavour)]
     if len(flavours) > 1:
@@ -334,6 +348,31 @@ def build(stack: str | None, flavour: str | None, tool: str, log=print) -> list[
             log(f"containers: skipping {fl.id}: its base image has no pinned digest yet ({fl.base})")
             flavours.remove(fl)
     for fl in flavours:
+        container_base.check_base(base, fl.name)
         check_buildable(fl)
-    builder = plugins.load("runtimes", available_tool(tool))  # the runtime that runs an image builds it
-    return [builder.build_image(fl, log) for fl in flavours]
+    tool = available_tool(tool)
+    if base == "debian" and tool != "docker":
+        raise UsageError("BASE=debian builds with a Docker engine (TOOL=docker); for a SIF, convert the built "
+                         "image: apptainer build IMAGE.sif docker-daemon://TAG")
+    builder = plugins.load("runtimes", tool)  # the runtime that runs an image builds it
+    made = container_base.debian_base(docker_client(), log, refresh_base) if base == "debian" else None
+    wheels = build_dir() / "wheels"
+    for fl in flavours:
+        container_base.fill_wheel_folder(wheels, locks_of(fl), fl.pip_extra_index, log)
+    with container_base.served(wheels) as url:
+        return [builder.build_image(fl, BuildInputs(made["ref"], made, url) if made else
+                                    BuildInputs(fl.base.removeprefix("docker://"), container_base.pinned_base(fl.base), url),
+                                    log)
+                for fl in flavours]
+
+
+def locks_of(fl: Flavour) -> list[tuple[Path, bool]]:
+    """The flavour's lock (wheels), then the stack's other locks (sdists its post-install builds)."""
+    others = [p for p in sorted(fl.stack.dir.glob("*.lock")) if p.name != "requirements.lock"]
+    return [(fl.lock_path, False), *((p, True) for p in others)]
+
+
+def docker_client(timeout: int = 60):
+    import docker
+
+    return docker.from_env(timeout=timeout)

@@ -78,9 +78,14 @@ class Runtime(Protocol):
     def doctor_lines(self, cluster, stacks: list[str]) -> list[str]:
         """`ok: ...` / `missing: ...` lines: what this runtime needs on this machine for the stacks."""
 
-    def build_image(self, flavour, log: Callable[[str], None]) -> dict:
-        """Build the image of a container flavour (suite.containers.Flavour) and return its metadata;
-        UsageError where this runtime builds no images."""
+    def build_image(self, flavour, inputs, log: Callable[[str], None]) -> dict:
+        """Build the image of a container flavour (suite.containers.Flavour) on the base and wheel
+        folder of inputs (suite.containers.BuildInputs) and return its metadata; UsageError where this
+        runtime builds no images."""
+
+    def cleanup(self, stack_env: StackEnv, log: Callable[[str], None]) -> None:
+        """After each repetition: end what the runtime started for it and what outlived its processes
+        (a container whose client process was killed)."""
 
 
 @runtime_checkable
@@ -145,8 +150,11 @@ class _Defaults:
 
 
 class RuntimeDefaults(_Defaults):
-    def build_image(self, flavour, log) -> dict:
+    def build_image(self, flavour, inputs, log) -> dict:
         raise UsageError(f"runtime {self.name} builds no container images")
+
+    def cleanup(self, stack_env, log) -> None:
+        return None
 
 
 class LauncherDefaults(_Defaults):

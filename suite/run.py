@@ -139,6 +139,7 @@ def run(req: RunRequest) -> int:
         return dry_run(req, checked)
     sweep_id = new_sweep_id(checked.case.name) if len(checked.worlds) > 1 else None
     stack_env, failure = None, None
+    req.runs_dir.mkdir(parents=True, exist_ok=True)  # a container runtime binds it, so it must exist now
     try:
         stack_env = prepare(req, checked)
     except KeyboardInterrupt:
@@ -190,12 +191,18 @@ def run_point(req: RunRequest, checked: Checked, world: World, stack_env, failur
                                  req.telemetry_interval)
             details = plan.details
             log(f"repetition {index + 1}/{checked.repeat}: {' '.join(plan.processes[0].argv[:8])} ...")
-            reps.append(run_repetition(index, plan, checked.scheduler, rep_dir, checked.timeout_s, checked.stall_s,
-                                       checked.cluster_profile))
+            try:
+                reps.append(run_repetition(index, plan, checked.scheduler, rep_dir, checked.timeout_s,
+                                           checked.stall_s, checked.cluster_profile))
+            finally:
+                checked.runtime.cleanup(stack_env, log)
     except KeyboardInterrupt:
         failure = INTERRUPTED
     except (RunFailed, RuntimeError, OSError) as exc:
         failure = f"{type(exc).__name__}: {exc}"
+    finally:
+        if stack_env:
+            checked.runtime.cleanup(stack_env, log)  # after the interconnect check too
     record = build_record(ctx, reps, provenance, details, failure)
     if facts := checked.scheduler.execution_facts(checked.cluster_profile):
         record["execution"][checked.scheduler.name] = facts

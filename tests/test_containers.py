@@ -1,6 +1,7 @@
 """The container definitions: parsed with spython, they install exactly their stack's lock, carry its
 hash, pin their base by digest, and regenerate identically; the Dockerfiles say the same."""
 
+import os
 import re
 import shutil
 import subprocess
@@ -8,11 +9,11 @@ import sys
 
 import pytest
 from spython.main.parse.parsers import DockerParser, SingularityParser
+from test_stacks import lock_pins
 
 from suite import __version__, containers, paths
 from suite.errors import UsageError
 from suite.stacks import ensure_installed, find_installed, load_stack
-from test_stacks import lock_pins
 
 FLAVOURS = containers.described_flavours()
 IDS = [fl.id for fl in FLAVOURS]
@@ -102,12 +103,13 @@ def test_test_section_smoke_imports_the_framework(fl):
 @pytest.mark.parametrize("fl", FLAVOURS, ids=IDS)
 def test_dockerfile_says_what_the_definition_says(fl):
     definition, dockerfile = parsed(fl.definition), parsed(fl.dockerfile)
-    assert dockerfile.fromHeader == definition.fromHeader
+    assert f"ARG BASE={definition.fromHeader}\nFROM ${{BASE}}\n" in fl.dockerfile.read_text()  # the default base
     assert [f"{src} {dst}" for src, dst in dockerfile.files] == definition.files
-    assert [label.replace('="', " ").rstrip('"') for [label] in dockerfile.labels] == definition.labels
+    assert [label.replace('="', " ").rstrip('"').replace("${BASE}", definition.fromHeader)
+            for [label] in dockerfile.labels] == definition.labels
     env = set(dockerfile.environ)
     docker_commands = [c.removesuffix(" && \\") for c in dockerfile.install if not c.startswith("#") and c.strip()
-                       and c not in env]
+                       and c not in env and not c.startswith("BASE=")]  # spython's reading of the ARG
     tests = fl.definition.read_text().split("%test", 1)[1].split("%help", 1)[0].split("\n")
     def_tests = [line.strip() for line in tests if line.strip() and line.strip() != "set -eu"]
     assert docker_commands == post_commands(fl)[1:] + def_tests  # %post without its `set -eu`, then %test
@@ -177,3 +179,22 @@ def test_installed_local_stack_has_the_versions_of_its_lock(name):
     have = {normalise(n): v.split("+")[0] for n, v in installed.info["packages"].items()}
     wrong = {n: (v, have.get(normalise(n))) for n, v in expected.items() if have.get(normalise(n)) != v}
     assert not wrong
+
+
+@pytest.mark.parametrize("args, path, message", [
+    (("--base", "debian", "--stack", "pytorch"), "/nonexistent",
+     "error: BASE=debian needs mmdebstrap or debootstrap on PATH (Debian: apt-get install mmdebstrap)"),
+    (("--base", "debian", "--stack", "pytorch", "--flavour", "cuda"), None,
+     "error: BASE=debian makes cpu images only (the cuda images start from NVIDIA's CUDA base)"),
+    (("--base", "alpine", "--stack", "pytorch"), None, "error: BASE must be one of pinned, debian, got 'alpine'"),
+    (("--stack", "pytorch"), None, "error: cannot build containers: needs a Docker engine; apptainer: "),
+])
+def test_build_refusals_are_one_line_before_anything_starts(tmp_path, args, path, message):
+    env = {**os.environ, "DOCKER_HOST": f"unix://{tmp_path}/no-engine.sock", "SUITE_IMAGE_DIR": str(tmp_path / "images"),
+           **({"PATH": path} if path else {})}
+    result = subprocess.run([sys.executable, "-m", "suite", "containers", "build", "--tool", "docker", *args],
+                            cwd=paths.ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2, result.stdout + result.stderr
+    [line] = result.stderr.strip().splitlines()
+    assert line.startswith(message)
+    assert not (tmp_path / "images").exists()  # no wheel folder, no base, nothing built

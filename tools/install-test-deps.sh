@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # System packages the tests use (Debian): Chromium for rendering the reports headless (required),
 # OpenSSH server and client for the ssh scheduler's tests, SLURM and munge for the slurm scheduler's
-# tests (their fixtures skip, saying why, when these cannot be installed). Under CI=true every one of
+# tests, Docker's engine and mmdebstrap for the container images' tests (their fixtures skip, saying
+# why, when these cannot be installed). Under CI=true every one of
 # them is required: the script exits 1 saying what it could not install and why, so that CI cannot
 # go green by skipping the tests of a component (the fixtures fail there too).
 # Installs only what is missing; needs root or passwordless sudo. Services are not started by the
@@ -17,6 +18,8 @@ command -v ssh >/dev/null 2>&1 || optional+=(openssh-client)
 command -v sbatch >/dev/null 2>&1 || optional+=(slurm-client)
 [ -x /usr/sbin/munged ] || optional+=(munge)
 command -v ip >/dev/null 2>&1 || optional+=(iproute2)  # network namespaces: the two-node SLURM cluster
+[ -x /usr/sbin/dockerd ] || optional+=(docker.io)  # the engine the images are built and run in
+command -v mmdebstrap >/dev/null 2>&1 || optional+=(mmdebstrap)  # their Debian base (BASE=debian)
 daemons=${#optional[@]}
 if [ "${CI:-}" = true ]; then
     required+=("${optional[@]}")
@@ -29,7 +32,7 @@ cannot() {  # $1: why. Fatal when something required is missing; else the ssh/sl
         echo "cannot install ${required[*]}${optional[*]:+ ${optional[*]}}: $1${CI:+ (CI=$CI)}" >&2
         exit 1
     fi
-    echo "cannot install ${optional[*]}: $1; the ssh/slurm tests will be skipped" >&2
+    echo "cannot install ${optional[*]}: $1; the ssh/slurm/docker tests will be skipped" >&2
     exit 0
 }
 sudo=""

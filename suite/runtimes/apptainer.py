@@ -87,14 +87,15 @@ def refuse_stale_image(stack: Stack, flavour: str, meta: dict, log) -> None:
     log(f"warning: {message}")
 
 
-def build_image(fl, log=print) -> dict:
-    """`apptainer build` of a flavour's definition into the image folder, with its sha256 and metadata."""
+def build_image(fl, inputs, log=print) -> dict:
+    """`apptainer build` of a flavour's definition into the image folder, with its sha256 and metadata.
+    The definition's base is its pinned one; WHEELS in the environment points pip at the wheel folder."""
     image = containers.build_dir() / f"{fl.stack.name}-{fl.name}.sif"
     image.parent.mkdir(parents=True, exist_ok=True)
     partial = image.with_suffix(".sif.partial")
     log(f"containers: apptainer build {image} from {fl.definition.relative_to(paths.ROOT)}")
     subprocess.run(["apptainer", "build", "--force", str(partial), str(fl.definition.relative_to(paths.ROOT))],
-                   cwd=paths.ROOT, check=True)
+                   cwd=paths.ROOT, check=True, env={**os.environ, "WHEELS": inputs.wheels})
     os.replace(partial, image)
     digest = containers.sha256_file(image)
     Path(f"{image}.sha256").write_text(f"{digest}  {image.name}\n")
@@ -104,7 +105,7 @@ def build_image(fl, log=print) -> dict:
 
     meta = containers.write_image_meta(containers.meta_path(image), fl, str(image), digest, "apptainer",
                                        json.loads(cat(containers.FACTS) or "{}"),
-                                       containers.packages_from_pip_list(cat(containers.PACKAGES)))
+                                       containers.packages_from_pip_list(cat(containers.PACKAGES)), inputs.base)
     log(f"containers: {image} sha256:{digest}")
     return meta
 

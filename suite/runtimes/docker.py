@@ -9,19 +9,26 @@ when it is signalled and exits with its status. The image is $SUITE_IMAGE, or th
 containers` recorded in <image dir>/<stack>-<flavour>.docker.json, or the tag the build would give."""
 
 import argparse
+import io
 import json
 import os
 import signal
 import sys
+import tarfile
+import time
+import uuid
 from collections.abc import Iterable
 from pathlib import Path
 
 from suite import containers, paths
+from suite.container_base import BASE_LABEL
 from suite.containers import bind_list
 from suite.errors import UsageError
 from suite.plan import StackEnv
 from suite.procenv import forwarded_env
 from suite.stacks import Stack
+
+SESSION_LABEL = f"{containers.LABEL}.session"
 
 
 def prepare(stack: Stack, log=print, binds: Iterable[Path | str] = (), image_dir: Path | None = None) -> StackEnv:
@@ -42,9 +49,11 @@ def prepare(stack: Stack, log=print, binds: Iterable[Path | str] = (), image_dir
     labels = image.labels or {}
     if labels.get(f"{containers.LABEL}.stack") != stack.name:
         raise UsageError(f"image {ref} is not an image of stack {stack.name} (label {containers.LABEL}.stack)")
-    facts, packages = read_from_image(client, ref)
+    facts, packages, system_packages = read_from_image(client, ref)
     log(f"stack {stack.name}: docker image {ref} ({image.id[:19]})")
-    return stack_env(ref, image.id, labels, facts, packages, gpus > 0, bind_list(binds))
+    env = stack_env(ref, image.id, labels, facts, packages, gpus > 0, bind_list(binds), uuid.uuid4().hex[:16])
+    env.provenance["image_system_packages"] = system_packages
+    return env
 
 
 def image_ref(stack: Stack, flavour: str, image_dir: Path | None = None) -> str:
@@ -57,16 +66,26 @@ def image_ref(stack: Stack, flavour: str, image_dir: Path | None = None) -> str:
         return containers.docker_tag(containers.load_flavour(stack, flavour))
 
 
-def read_from_image(client, ref: str) -> tuple[dict, dict]:
-    out = client.containers.run(ref, ["cat", containers.FACTS, containers.PACKAGES], remove=True).decode()
-    facts_text, _, packages_text = out.partition("\n")  # the facts file is one line of JSON
-    return json.loads(facts_text or "{}"), containers.packages_from_pip_list(packages_text.strip())
+def read_from_image(client, ref: str) -> tuple[dict, dict, dict]:
+    """The stack's facts, its pip packages and the image's Debian packages, as the image holds them."""
+    def cat(path):
+        return client.containers.run(ref, ["sh", "-c", f"cat {path} 2>/dev/null || true"], remove=True).decode()
+
+    system = dict(line.split("=", 1) for line in cat(containers.SYSTEM_PACKAGES).splitlines() if "=" in line)
+    return json.loads(cat(containers.FACTS) or "{}"), containers.packages_from_pip_list(cat(containers.PACKAGES)), system
+
+
+def base_of(labels: dict) -> dict:
+    """The base the image was built on, from its labels (a Debian base made here labels itself)."""
+    base = {k.removeprefix(f"{BASE_LABEL}."): v for k, v in labels.items()
+            if k.startswith(f"{BASE_LABEL}.") and k != f"{BASE_LABEL}.spec"}
+    return {"kind": base.pop("kind", "pinned"), "ref": labels.get(f"{containers.LABEL}.base_ref"), **base}
 
 
 def stack_env(ref: str, image_id: str, labels: dict, facts: dict, packages: dict, gpus: bool,
-              binds: list[str]) -> StackEnv:
+              binds: list[str], session: str) -> StackEnv:
     prefix = (sys.executable, "-m", "suite.runtimes.docker", "--image", ref, "--bind", ",".join(binds),
-              *(["--gpus"] if gpus else []), "--")
+              "--session", session, *(["--gpus"] if gpus else []), "--")
     return StackEnv(
         runtime="docker",
         bin_dir=f"{containers.PREFIX}/bin",
@@ -83,6 +102,7 @@ def stack_env(ref: str, image_id: str, labels: dict, facts: dict, packages: dict
             "image": ref,
             "image_sha256": image_id.removeprefix("sha256:"),
             "image_flavour": labels.get(f"{containers.LABEL}.flavour"),
+            "image_base": base_of(labels),
         },
     )
 
@@ -99,7 +119,25 @@ def container_env(environ: dict) -> dict:
     return {**forwarded_env(environ), "HOME": "/tmp"}  # the caller's uid has no home in the image
 
 
-def run_options(image: str, argv: list[str], binds: list[str], gpus: bool, environ: dict, cwd: str) -> dict:
+def cleanup(env: StackEnv, log=print) -> None:
+    """Removes every container of this run's session still there: those whose client process
+    (the program below) was killed before it could stop them."""
+    session = env.prefix[env.prefix.index("--session") + 1] if "--session" in env.prefix else None
+    if not session:
+        return
+    try:
+        left = containers.docker_client().containers.list(all=True, filters={"label": f"{SESSION_LABEL}={session}"})
+        for container in left:
+            container.remove(force=True)
+    except Exception as exc:  # noqa: BLE001 (the SDK raises several kinds; the record must still be written)
+        log(f"warning: docker: could not remove this run's containers: {str(exc).splitlines()[0][:160]}")
+        return
+    if left:
+        log(f"docker: removed {len(left)} container(s) that outlived their process")
+
+
+def run_options(image: str, argv: list[str], binds: list[str], gpus: bool, environ: dict, cwd: str,
+                session: str = "") -> dict:
     """Keyword arguments of docker's containers.run for one program of the stack."""
     from docker.types import DeviceRequest
 
@@ -114,6 +152,7 @@ def run_options(image: str, argv: list[str], binds: list[str], gpus: bool, envir
         "ipc_mode": "host",  # shared memory for NCCL, Gloo and data loaders
         "user": f"{os.getuid()}:{os.getgid()}",  # files in the run directory stay the caller's
         "init": True,
+        "labels": {SESSION_LABEL: session, f"{containers.LABEL}.client_pid": str(os.getpid())},
         "device_requests": [DeviceRequest(count=-1, capabilities=[["gpu"]])] if gpus else None,
     }
 
@@ -124,6 +163,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--image", required=True)
     parser.add_argument("--bind", default="", help="comma-separated folders, bound at their own paths")
     parser.add_argument("--gpus", action="store_true")
+    parser.add_argument("--session", default="", help="labels the container; the runtime's cleanup removes by it")
     parser.add_argument("program", nargs=argparse.REMAINDER)
     args = parser.parse_args(argv)
     program = args.program[1:] if args.program[:1] == ["--"] else args.program
@@ -132,13 +172,13 @@ def main(argv: list[str] | None = None) -> int:
     import docker
 
     container = docker.from_env().containers.run(**run_options(args.image, program, args.bind.split(","),
-                                                               args.gpus, dict(os.environ), os.getcwd()))
+                                                               args.gpus, dict(os.environ), os.getcwd(), args.session))
 
     def stop(signum, frame):
         container.stop(timeout=5)
 
-    signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGINT, stop)
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):  # SIGHUP: the ssh connection went away
+        signal.signal(sig, stop)
     try:
         for chunk in container.logs(stream=True, follow=True):
             sys.stdout.buffer.write(chunk)
@@ -148,31 +188,66 @@ def main(argv: list[str] | None = None) -> int:
         container.remove(force=True)
 
 
-def build_image(fl, log=print) -> dict:
-    """`docker build` of a flavour's Dockerfile through the SDK, tagged by its lock, with its metadata."""
-    import io
-    import tarfile
-
+def build_image(fl, inputs, log=print) -> dict:
+    """`docker build` of a flavour's Dockerfile through the engine's API on the host network, from the
+    base and wheel folder in inputs (suite.containers.BuildInputs), tagged by lock and base, with its
+    metadata read back from the built image."""
     import docker
 
-    context = io.BytesIO()
-    with tarfile.open(fileobj=context, mode="w") as tar:  # only what the Dockerfile copies
-        tar.add(fl.stack.dir, arcname=f"containers/{fl.stack.name}")
-    context.seek(0)
-    client = docker.from_env()
-    tag = containers.docker_tag(fl)
-    log(f"containers: docker build {tag} from {fl.dockerfile.relative_to(paths.ROOT)}")
-    image, _ = client.images.build(fileobj=context, custom_context=True, tag=tag, rm=True,
-                                   dockerfile=f"containers/{fl.stack.name}/{fl.dockerfile.name}")
+    client = docker.from_env(timeout=600)
+    if inputs.base["kind"] == "pinned":
+        require_pinned_base(client, inputs.base_ref)
+    tag = containers.docker_tag(fl, inputs.base["kind"])
+    log(f"containers: docker build {tag} from {fl.dockerfile.relative_to(paths.ROOT)} on {inputs.base_ref}")
+    started = time.monotonic()
+    image_id = stream_build(client, fl, tag, {"BASE": inputs.base_ref, "WHEELS": inputs.wheels}, log)
 
     def cat(path):
         return client.containers.run(tag, ["cat", path], remove=True).decode()
 
     meta = containers.write_image_meta(containers.meta_path(tag, fl.stack.name, fl.name), fl, tag,
-                                       image.id.removeprefix("sha256:"), "docker", json.loads(cat(containers.FACTS) or "{}"),
-                                       containers.packages_from_pip_list(cat(containers.PACKAGES)))
-    log(f"containers: {tag} {image.id}")
+                                       image_id.removeprefix("sha256:"), "docker", json.loads(cat(containers.FACTS) or "{}"),
+                                       containers.packages_from_pip_list(cat(containers.PACKAGES)), inputs.base)
+    size_mb = client.images.get(tag).attrs["Size"] / 1e6
+    log(f"containers: {tag} {image_id} ({size_mb:.0f} MB, built in {time.monotonic() - started:.0f} s)")
     return meta
+
+
+def require_pinned_base(client, ref: str) -> None:
+    import docker
+
+    try:
+        client.images.get(ref)
+    except docker.errors.ImageNotFound:
+        try:
+            client.images.pull(ref)
+        except docker.errors.APIError as exc:
+            raise UsageError(f"cannot pull the pinned base {ref} ({str(exc).splitlines()[0][:120]}); "
+                             "build on a Debian base made here instead: make containers BASE=debian") from None
+
+
+def stream_build(client, fl, tag: str, buildargs: dict, log) -> str:
+    """Builds, logging each step; raises RuntimeError with the build's last lines when it fails."""
+    context = io.BytesIO()
+    with tarfile.open(fileobj=context, mode="w") as tar:  # only what the Dockerfile copies
+        tar.add(fl.stack.dir, arcname=f"containers/{fl.stack.name}")
+    context.seek(0)
+    image_id, tail = None, []
+    for chunk in client.api.build(fileobj=context, custom_context=True, tag=tag, rm=True, forcerm=True,
+                                  network_mode="host", buildargs=buildargs, decode=True,
+                                  dockerfile=f"containers/{fl.stack.name}/{fl.dockerfile.name}"):
+        if "error" in chunk:
+            raise RuntimeError(f"docker build of {tag} failed: {chunk['error'].strip()}; last output: "
+                               + " | ".join(tail[-5:]))
+        image_id = chunk.get("aux", {}).get("ID", image_id)
+        for line in chunk.get("stream", "").splitlines():
+            if line.strip():
+                tail = (tail + [line.strip()])[-20:]
+                if line.startswith("Step "):
+                    log(f"containers:   {line.strip()[:150]}")
+    if not image_id:
+        raise RuntimeError(f"docker build of {tag} gave no image; last output: " + " | ".join(tail[-5:]))
+    return image_id
 
 
 if __name__ == "__main__":

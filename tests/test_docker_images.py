@@ -1,0 +1,248 @@
+"""The stacks' cpu images, built for real in a Docker engine on a Debian base made here, and the cases
+run inside them (RUNTIME=docker): what is installed in each image is exactly its lock, every process
+of a case runs in a container of the image whose ID the record states, and no container of a run
+outlives it. The engine and the images are tests/docker_fixtures.py's."""
+
+import json
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from conftest import records_in, tiny
+from docker_fixtures import CPU_STACKS, cpu_images, docker_engine  # noqa: F401 (fixtures)
+
+from suite import containers
+from suite.results import validate
+from suite.stacks import load_stack, lock_pins
+
+ROOT = Path(__file__).resolve().parent.parent
+LOOPBACK = ("--nodes", "2", "--hostfile", str(ROOT / "hostfiles" / "loopback"))
+pytestmark = pytest.mark.integration
+
+
+def client():
+    import docker
+
+    return docker.from_env(timeout=120)
+
+
+def in_image(image: str, *argv: str, **options) -> str:
+    return client().containers.run(image, list(argv), remove=True, **options).decode()
+
+
+def normalise(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def session_containers() -> list:
+    return client().containers.list(all=True, filters={"label": "org.hpc-dl-bench.session"})
+
+
+@pytest.mark.parametrize("stack", CPU_STACKS)
+def test_image_holds_exactly_its_locks(cpu_images, stack):
+    meta = cpu_images[stack]
+    assert client().images.get(meta["image"]).id == f"sha256:{meta['image_sha256']}"
+    expected = {}
+    for lock in load_stack(stack).dir.glob("*.lock"):
+        expected.update({normalise(n): v for n, v in lock_pins(lock).items()})
+    frozen = in_image(meta["image"], f"{containers.PREFIX}/bin/python", "-m", "pip", "freeze", "--all")
+    installed = {}
+    for line in frozen.splitlines():  # name==version, or `name @ file:///...` for what post-install built
+        name, pinned, version = line.partition("==")
+        if not pinned:
+            name = line.split(" @ ")[0]
+            version = meta["packages"][name.lower()]  # pip list's version of it, read at build time
+        installed[normalise(name)] = version.split("+")[0]
+    installed.pop("pip")  # the venv's own, as in the local stack
+    if "setuptools" not in expected:
+        installed.pop("setuptools", None)  # Python 3.11's venv seeds it
+    assert installed == expected
+    assert meta["packages"] and meta["lock_sha256"] == containers.load_flavour(load_stack(stack), "cpu").lock_sha256
+
+
+def test_images_rest_on_the_debian_base_made_here(cpu_images):
+    bases = {json.dumps(meta["base"], sort_keys=True) for meta in cpu_images.values()}
+    assert len(bases) == 1  # one base for every stack
+    base = cpu_images["pytorch"]["base"]
+    assert base["kind"] == "debian" and base["suite"] == "bookworm" and re.fullmatch(r"[0-9a-f]{64}", base["tar_sha256"])
+    assert re.search(r"\d{4} \d\d:\d\d:\d\d", base["release_date"])  # the mirror's Release date
+    assert base["packages"]["python3"].startswith("3.11") and "python3-venv" in base["packages"]
+    labels = client().images.get(cpu_images["pytorch"]["image"]).labels
+    assert labels["org.hpc-dl-bench.base_ref"] == base["ref"]
+    assert labels["org.hpc-dl-bench.base.tar_sha256"] == base["tar_sha256"]
+    # What the build wrote is not in any layer: no pip settings, no CA bundle other than Debian's.
+    found = in_image(cpu_images["pytorch"]["image"], "sh", "-c", "ls /etc/pip.conf /etc/xdg/pip 2>&1; env | grep ^PIP_ || true")
+    assert "No such file" in found and "PIP_" not in found
+
+
+def record_of(suite_cli, result) -> dict:
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    [record] = records_in(suite_cli.results)
+    validate(record)
+    assert record["status"] == "ok", record["reason"]
+    assert session_containers() == []
+    return record
+
+
+def assert_ran_in(record: dict, meta: dict, devices: int) -> None:
+    prov = record["provenance"]
+    assert (prov["runtime"], prov["image"], prov["image_sha256"]) == ("docker", meta["image"], meta["image_sha256"])
+    assert prov["image_base"]["kind"] == "debian" and prov["image_base"]["tar_sha256"] == meta["base"]["tar_sha256"]
+    assert prov["image_system_packages"]["python3"].startswith("3.11")
+    assert record["world"]["devices"] == devices
+    assert record["metrics"]["throughput"]["mean"] > 0
+    for process in record["repetitions"][0]["processes"]:
+        assert process["argv"][:3] == [sys.executable, "-m", "suite.runtimes.docker"], process["argv"]
+
+
+def test_horovod_workers_train_in_the_image(cpu_images, suite_cli):
+    result = suite_cli("run", "--case", "pytorch-synthetic", "--runtime", "docker", "--gpus-per-node", "2",
+                       case_args=tiny("pytorch-synthetic"))
+    record = record_of(suite_cli, result)
+    assert_ran_in(record, cpu_images["pytorch-horovod"], 2)
+    assert record["execution"]["launcher"] == "horovod"
+    assert record["provenance"]["versions"]["horovod"] == "0.28.1"
+
+
+def test_ddp_workers_train_in_the_image(cpu_images, suite_cli):
+    result = suite_cli("run", "--case", "pytorch-ddp", "--runtime", "docker", "--gpus-per-node", "2",
+                       case_args=tiny("pytorch-ddp"))
+    assert_ran_in(record_of(suite_cli, result), cpu_images["pytorch"], 2)
+
+
+def test_multi_worker_mirrored_strategy_in_the_images(cpu_images, suite_cli, tmp_path):
+    data = tmp_path / "data"
+    made = suite_cli("data", "--case", "tf-cifar", "--synthetic", "--data-dir", str(data))
+    assert made.returncode == 0, made.stderr[-2000:]
+    result = suite_cli("run", "--case", "tf-cifar", "--runtime", "docker", *LOOPBACK, "--data-dir", str(data),
+                       case_args=tiny("tf-cifar"))
+    record = record_of(suite_cli, result)
+    assert_ran_in(record, cpu_images["tensorflow"], 2)
+    assert record["config"]["reported_by_case"]["strategy"] == "MultiWorkerMirroredStrategy"
+    assert record["repetitions"][0]["exit_codes"] == {"worker-0": 0, "worker-1": 0}
+
+
+def test_ps_lite_scheduler_servers_and_workers_each_in_a_container(cpu_images, suite_cli, tmp_path, monkeypatch):
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")  # five MXNet processes on this machine's cores
+    data = tmp_path / "data"
+    made = suite_cli("data", "--case", "mxnet-imagenet", "--synthetic", "--data-dir", str(data), case_args=(
+        "--classes", "3", "--train-per-class", "8", "--val-per-class", "2", "--num-thread", "2"))
+    assert made.returncode == 0, made.stderr[-2000:]
+    result = suite_cli("run", "--case", "mxnet-imagenet", "--runtime", "docker", *LOOPBACK, "--data-dir", str(data),
+                       case_args=tiny("mxnet-imagenet"))
+    record = record_of(suite_cli, result)
+    assert_ran_in(record, cpu_images["mxnet"], 2)
+    assert record["repetitions"][0]["exit_codes"] == {"worker-0": 0, "worker-1": 0, "server-0": 0, "server-1": 0,
+                                                       "scheduler": 0}
+    assert record["config"]["reported_by_case"]["kvstore"] == "dist_sync"
+
+
+# Inside a container: SIGKILL every process whose environment says RANK=1.
+KILL_RANK_1 = ('for p in /proc/[0-9]*; do if tr "\\0" "\\n" < "$p/environ" 2>/dev/null | grep -qx RANK=1; then '
+               'kill -9 "${p#/proc/}" && echo "killed ${p#/proc/}"; fi; done')
+
+
+def test_a_killed_worker_ends_the_job_within_60_s_and_no_container_survives(cpu_images, suite_cli):
+    """Rank 1 is killed inside its container mid-run (as the kernel's OOM killer would): the job
+    ends within 60 s, the record says it failed, and no container of the run is left."""
+    killed_at: list[float] = []
+
+    def kill_rank_1():
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:
+            for container in session_containers():
+                done = container.exec_run(["sh", "-c", KILL_RANK_1]) if container.status == "running" else None
+                if done and b"killed" in done.output:
+                    killed_at.append(time.monotonic())
+                    return
+            time.sleep(1)
+
+    killer = threading.Thread(target=kill_rank_1, daemon=True)
+    killer.start()
+    result = suite_cli("run", "--case", "pytorch-ddp", "--runtime", "docker", "--gpus-per-node", "2",
+                       case_args=tiny("pytorch-ddp", num_iters=1000))
+    ended = time.monotonic()
+    killer.join(5)
+    assert killed_at, "rank 1 was never seen running in a container"
+    assert ended - killed_at[0] < 60
+    assert result.returncode == 1, result.stdout[-2000:] + result.stderr[-2000:]
+    [record] = records_in(suite_cli.results)
+    assert record["status"] == "failed", record["reason"]
+    assert "torchrun-0 on localhost exited with 1; first error: 'torch.distributed.elastic" in record["reason"]
+    assert session_containers() == []
+
+
+def test_cleanup_removes_a_container_whose_client_was_killed(cpu_images):
+    """SIGKILL of the program that started a container leaves the container running; the runtime's
+    cleanup, which the runner calls after every repetition, removes it by the run's session label."""
+    from suite.plan import StackEnv
+    from suite.runtimes import docker as docker_runtime
+
+    session = f"test{time.monotonic_ns()}"
+    shim = subprocess.Popen([sys.executable, "-m", "suite.runtimes.docker", "--image", cpu_images["pytorch"]["image"],
+                             "--bind", "", "--session", session, "--", "sleep", "300"], cwd=ROOT)
+    label = {"label": f"org.hpc-dl-bench.session={session}"}
+    deadline = time.monotonic() + 60
+    while not client().containers.list(filters=label) and time.monotonic() < deadline:
+        time.sleep(0.3)
+    shim.send_signal(signal.SIGKILL)
+    shim.wait()
+    assert [c.status for c in client().containers.list(all=True, filters=label)] == ["running"]
+    said = []
+    docker_runtime.cleanup(StackEnv("docker", "/opt/stack/bin", prefix=("python", "--session", session, "--")),
+                           said.append)
+    assert client().containers.list(all=True, filters=label) == []
+    assert said == ["docker: removed 1 container(s) that outlived their process"]
+
+
+def test_definition_post_and_test_sections_run_in_the_base(cpu_images, tmp_path):
+    """Apptainer is not installable here; its build runs the definition's %post in a root filesystem
+    of the base, then %test with %environment sourced. The same, in a container of the Debian base,
+    for the pytorch definition: the sections as written, not the Dockerfile's copy of them."""
+    fl = containers.load_flavour(load_stack("pytorch"), "cpu")
+    sections = definition_sections(fl.definition.read_text())
+    environment = tmp_path / "environment"
+    environment.write_text(sections["environment"].replace("$PATH", "/usr/local/bin:/usr/bin:/bin"))
+    script = "\n".join([sections["post"], f". {environment}", sections["test"]])
+    with containers.container_base.served(Path(containers.build_dir()) / "wheels") as wheels:
+        out = in_image(cpu_images["pytorch"]["base"]["ref"], "bash", "-c", script, network_mode="host",
+                       environment={"WHEELS": wheels},
+                       volumes={str(fl.stack.dir): {"bind": containers.RECIPE, "mode": "ro"},
+                                str(environment): {"bind": str(environment), "mode": "ro"}})
+    assert "torch 2.13.0+cpu" in out and "gloo True" in out
+
+
+def definition_sections(text: str) -> dict[str, str]:
+    sections, current = {}, None
+    for line in text.splitlines():
+        if line.startswith("%"):
+            current = line[1:].split()[0]
+            sections[current] = ""
+        elif current:
+            sections[current] += line.strip() + "\n"
+    return sections
+
+
+def test_a_missing_image_is_refused_naming_the_build_command(docker_engine, suite_cli, monkeypatch, tmp_path):
+    monkeypatch.setenv("SUITE_IMAGE_DIR", str(tmp_path))  # no metadata: the tag the build would give
+    monkeypatch.setenv("SUITE_IMAGE", "hpc-dl-bench-pytorch:never-built")
+    result = suite_cli("run", "--case", "pytorch-ddp", "--runtime", "docker", case_args=tiny("pytorch-ddp"))
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines()[-1].endswith(
+        "no Docker image hpc-dl-bench-pytorch:never-built: build it with `make containers STACK=pytorch FLAVOUR=cpu "
+        "TOOL=docker` (or set SUITE_IMAGE)")
+    assert not suite_cli.runs.exists() or not any(suite_cli.runs.iterdir())
+
+
+def test_a_pinned_base_that_cannot_be_pulled_names_the_debian_route(docker_engine):
+    build = subprocess.run([sys.executable, "-m", "suite", "containers", "build", "--tool", "docker", "--stack",
+                            "pytorch", "--flavour", "cpu"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert build.returncode == 2
+    [line] = build.stderr.strip().splitlines()
+    assert line.startswith("error: cannot pull the pinned base python:3.11-slim-bookworm@sha256:") and line.endswith(
+        "build on a Debian base made here instead: make containers BASE=debian")
