@@ -22,6 +22,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -71,6 +72,7 @@ def debian_base(client, log=print, refresh: bool = False) -> dict:
             image = max(made, key=lambda i: i.attrs.get("Created", ""))
             log(f"containers: Debian base {image.tags[0] if image.tags else image.id} (made before; BASE_REFRESH=1 remakes it)")
             return base_provenance(client, image)
+    started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="hpc-dl-bench-base-") as tmp:
         tarball = Path(tmp) / "base.tar"
         log(f"containers: making a Debian {DEBIAN_SUITE} base with {Path(bootstrap_tool()).name} "
@@ -85,7 +87,8 @@ def debian_base(client, log=print, refresh: bool = False) -> dict:
         client.api.import_image_from_file(str(tarball), repository=repository, tag=version,
                                           changes=[f'LABEL {k}="{v}"' for k, v in labels.items()])
     image = client.images.get(tag)
-    log(f"containers: Debian base {tag} ({image.id[:19]}), release of {release_date}")
+    log(f"containers: Debian base {tag} ({image.id[:19]}, {image.attrs['Size'] / 1e6:.0f} MB), Release of "
+        f"{release_date}, made in {time.monotonic() - started:.0f} s")
     return base_provenance(client, image)
 
 

@@ -260,6 +260,20 @@ def write_image_meta(path: Path, fl: Flavour, image: str, image_sha256: str, too
     return meta
 
 
+def refuse_stale_image(stack: Stack, flavour: str, image_lock_sha256: str | None, log) -> None:
+    """An image built from another lock than the checkout's is refused: its figures would be credited
+    to the wrong stack. SUITE_ALLOW_STALE_IMAGE=1 runs it anyway (the record states the image's lock)."""
+    current = load_flavour(stack, flavour).lock_sha256 if (stack.dir / DESCRIPTION).exists() else None
+    if not current or image_lock_sha256 == current:
+        return
+    message = (f"the {flavour} image of {stack.name} was built from another lock than the checkout's "
+               f"(image {(image_lock_sha256 or '?')[:12]}, checkout {current[:12]}): rebuild it with "
+               f"`make containers STACK={stack.name} FLAVOUR={flavour}`")
+    if os.environ.get("SUITE_ALLOW_STALE_IMAGE") != "1":
+        raise UsageError(message + " (or set SUITE_ALLOW_STALE_IMAGE=1)")
+    log(f"warning: {message}")
+
+
 def read_image_meta(path: Path, how_to_build: str) -> dict:
     try:
         return json.loads(path.read_text())

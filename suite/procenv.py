@@ -10,6 +10,9 @@ PREFIXES = ("OMP_", "MKL_", "KMP_", "OPENBLAS_", "NCCL_", "CUDA_", "CUDNN_", "NV
 # torch.distributed's rendezvous variables, and what Python itself reads.
 NAMES = {"MASTER_ADDR", "MASTER_PORT", "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "PYTHONPATH",
          "PYTHONUNBUFFERED", "PYTHONHASHSEED"}
+# Where each host's container engine listens: the docker runtime's client program reads it on every
+# host, so it goes with the processes (set it only where every host's engine is at that address).
+NAMES |= {"DOCKER_HOST"}
 # TensorFlow reads these TF_ names; a bare TF_ prefix would also catch other tools' (TF_CLI_CONFIG_FILE).
 TENSORFLOW = re.compile(r"^TF_(CONFIG|CPP_\w+|ENABLE_\w+|GPU_\w+|FORCE_GPU_ALLOW_GROWTH|XLA_FLAGS|DETERMINISTIC_OPS|"
                         r"CUDNN_\w+|USE_LEGACY_KERAS|NUM_INTEROP_THREADS|NUM_INTRAOP_THREADS|"

@@ -55,7 +55,15 @@ def component_unavailable(component: str, reason: str) -> None:
     pytest.skip(f"{component} not available: {reason}")
 
 
+# Figures a session fixture measured (how long the images took to build ...), printed at the end.
+MEASURED: list[str] = []
+
+
 def pytest_terminal_summary(terminalreporter):
+    if MEASURED:
+        terminalreporter.write_sep("-", "measured by the session's fixtures")
+        for line in MEASURED:
+            terminalreporter.write_line(line)
     if UNAVAILABLE:
         terminalreporter.write_sep("-", "components not available (their tests did not run)")
         for component, why in sorted(UNAVAILABLE.items()):

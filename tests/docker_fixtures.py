@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 from cluster_fixtures import ensure_installed, root_prefix, stop_group, wait_for
-from conftest import component_unavailable
+from conftest import MEASURED, component_unavailable
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCKERD = os.environ.get("SUITE_TEST_DOCKERD", "/usr/sbin/dockerd")
@@ -103,7 +103,9 @@ def cpu_images(docker_engine, tmp_path_factory):
                                 "--base", "debian", "--flavour", "cpu"], cwd=ROOT, capture_output=True, text=True,
                                timeout=2400)
         assert build.returncode == 0, build.stdout[-4000:] + build.stderr[-4000:]
-        print(f"\ncpu images built in {time.monotonic() - started:.0f} s", file=sys.stderr)
+        MEASURED.append(f"docker: the cpu images of {', '.join(CPU_STACKS)} built in {time.monotonic() - started:.0f} s")
+        MEASURED.extend(line.removeprefix("containers: ") for line in build.stdout.splitlines()
+                        if " built in " in line or "Debian base" in line)
         metas = {stack: json.loads((image_dir / f"{stack}-cpu.docker.json").read_text()) for stack in CPU_STACKS}
         yield metas
 

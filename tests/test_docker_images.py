@@ -8,11 +8,11 @@ import re
 import signal
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
 import pytest
+from cluster_fixtures import LOOPBACK_HOSTS, loopback_sshd  # noqa: F401 (fixture)
 from conftest import records_in, tiny
 from docker_fixtures import CPU_STACKS, cpu_images, docker_engine  # noqa: F401 (fixtures)
 
@@ -115,16 +115,34 @@ def test_ddp_workers_train_in_the_image(cpu_images, suite_cli):
     assert_ran_in(record_of(suite_cli, result), cpu_images["pytorch"], 2)
 
 
-def test_multi_worker_mirrored_strategy_in_the_images(cpu_images, suite_cli, tmp_path):
-    data = tmp_path / "data"
-    made = suite_cli("data", "--case", "tf-cifar", "--synthetic", "--data-dir", str(data))
+@pytest.fixture(scope="module")
+def cifar_data(tmp_path_factory) -> Path:
+    data = tmp_path_factory.mktemp("cifar")
+    made = subprocess.run([sys.executable, "-m", "suite", "data", "--case", "tf-cifar", "--synthetic", "--data-dir",
+                           str(data)], cwd=ROOT, capture_output=True, text=True, timeout=900)
     assert made.returncode == 0, made.stderr[-2000:]
-    result = suite_cli("run", "--case", "tf-cifar", "--runtime", "docker", *LOOPBACK, "--data-dir", str(data),
+    return data
+
+
+def test_multi_worker_mirrored_strategy_in_the_images(cpu_images, suite_cli, cifar_data):
+    result = suite_cli("run", "--case", "tf-cifar", "--runtime", "docker", *LOOPBACK, "--data-dir", str(cifar_data),
                        case_args=tiny("tf-cifar"))
     record = record_of(suite_cli, result)
     assert_ran_in(record, cpu_images["tensorflow"], 2)
     assert record["config"]["reported_by_case"]["strategy"] == "MultiWorkerMirroredStrategy"
     assert record["repetitions"][0]["exit_codes"] == {"worker-0": 0, "worker-1": 0}
+
+
+def test_each_host_starts_its_containers_over_ssh(cpu_images, suite_cli, cifar_data, loopback_sshd):
+    """The ssh scheduler starts the docker runtime's client program on each host, which runs the
+    worker in that host's engine (here both hosts are this machine, and so is the engine)."""
+    before = loopback_sshd.sessions()
+    result = suite_cli("run", "--case", "tf-cifar", "--cluster", "loopback-ssh", "--runtime", "docker", "--nodes", "2",
+                       "--data-dir", str(cifar_data), case_args=tiny("tf-cifar"))
+    record = record_of(suite_cli, result)
+    assert_ran_in(record, cpu_images["tensorflow"], 2)
+    assert record["execution"]["scheduler"] == "ssh" and record["world"]["hosts"] == list(LOOPBACK_HOSTS)
+    assert all(count > before[host] for host, count in loopback_sshd.sessions().items())
 
 
 def test_ps_lite_scheduler_servers_and_workers_each_in_a_container(cpu_images, suite_cli, tmp_path, monkeypatch):
@@ -147,34 +165,27 @@ KILL_RANK_1 = ('for p in /proc/[0-9]*; do if tr "\\0" "\\n" < "$p/environ" 2>/de
                'kill -9 "${p#/proc/}" && echo "killed ${p#/proc/}"; fi; done')
 
 
-def test_a_killed_worker_ends_the_job_within_60_s_and_no_container_survives(cpu_images, suite_cli):
-    """Rank 1 is killed inside its container mid-run (as the kernel's OOM killer would): the job
-    ends within 60 s, the record says it failed, and no container of the run is left."""
-    killed_at: list[float] = []
+@pytest.mark.parametrize("fault", ["rank 1 killed in its container", "the runner interrupted"])
+def test_a_fault_ends_the_job_within_60_s_and_no_container_survives(cpu_images, tmp_path, fault):
+    """Rank 1 killed inside its container mid-run (as the kernel's OOM killer would), or Ctrl-C to
+    the runner: the job ends within 60 s with a failed record, and no container of the run is left."""
+    from test_faults import failed_record_after, wait_for_ranks
 
-    def kill_rank_1():
-        deadline = time.monotonic() + 300
-        while time.monotonic() < deadline:
-            for container in session_containers():
-                done = container.exec_run(["sh", "-c", KILL_RANK_1]) if container.status == "running" else None
-                if done and b"killed" in done.output:
-                    killed_at.append(time.monotonic())
-                    return
-            time.sleep(1)
-
-    killer = threading.Thread(target=kill_rank_1, daemon=True)
-    killer.start()
-    result = suite_cli("run", "--case", "pytorch-ddp", "--runtime", "docker", "--gpus-per-node", "2",
-                       case_args=tiny("pytorch-ddp", num_iters=1000))
-    ended = time.monotonic()
-    killer.join(5)
-    assert killed_at, "rank 1 was never seen running in a container"
-    assert ended - killed_at[0] < 60
-    assert result.returncode == 1, result.stdout[-2000:] + result.stderr[-2000:]
-    [record] = records_in(suite_cli.results)
-    assert record["status"] == "failed", record["reason"]
-    assert "torchrun-0 on localhost exited with 1; first error: 'torch.distributed.elastic" in record["reason"]
-    assert session_containers() == []
+    runner = subprocess.Popen([sys.executable, "-m", "suite", "run", "--results-dir", str(tmp_path / "results"),
+                               "--runs-dir", str(tmp_path / "runs"), "--case", "pytorch-ddp", "--runtime", "docker",
+                               "--gpus-per-node", "2", "--", *tiny("pytorch-ddp", num_iters=1000)],
+                              cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    wait_for_ranks(tmp_path, 2)
+    [container] = session_containers()  # torchrun and both ranks
+    if fault == "the runner interrupted":
+        runner.send_signal(signal.SIGINT)
+    else:
+        assert b"killed" in container.exec_run(["sh", "-c", KILL_RANK_1]).output
+    record = failed_record_after(runner, session_containers, tmp_path)
+    if fault == "the runner interrupted":
+        assert record["reason"].startswith("interrupted"), record["reason"]
+    else:
+        assert "torchrun-0 on localhost exited with 1; first error: 'torch.distributed.elastic" in record["reason"]
 
 
 def test_cleanup_removes_a_container_whose_client_was_killed(cpu_images):
@@ -200,21 +211,25 @@ def test_cleanup_removes_a_container_whose_client_was_killed(cpu_images):
     assert said == ["docker: removed 1 container(s) that outlived their process"]
 
 
-def test_definition_post_and_test_sections_run_in_the_base(cpu_images, tmp_path):
+# pytorch-horovod's definition is left out for time (its %post compiles Horovod: 4 minutes here); its
+# %post is the same post-install.sh run that its Dockerfile's RUN lines make for the image tested above.
+@pytest.mark.parametrize("stack, says", [("pytorch", "torch 2.13.0+cpu"), ("mxnet", "mxnet 1.9.1"),
+                                         ("tensorflow", "tensorflow 2.21.0")])
+def test_definition_post_and_test_sections_run_in_the_base(cpu_images, tmp_path, stack, says):
     """Apptainer is not installable here; its build runs the definition's %post in a root filesystem
-    of the base, then %test with %environment sourced. The same, in a container of the Debian base,
-    for the pytorch definition: the sections as written, not the Dockerfile's copy of them."""
-    fl = containers.load_flavour(load_stack("pytorch"), "cpu")
+    of the base with %files copied in, then %test with %environment sourced. The same, in a container
+    of the Debian base: the sections as the definition writes them, not the Dockerfile's copy."""
+    fl = containers.load_flavour(load_stack(stack), "cpu")
     sections = definition_sections(fl.definition.read_text())
     environment = tmp_path / "environment"
     environment.write_text(sections["environment"].replace("$PATH", "/usr/local/bin:/usr/bin:/bin"))
     script = "\n".join([sections["post"], f". {environment}", sections["test"]])
     with containers.container_base.served(Path(containers.build_dir()) / "wheels") as wheels:
-        out = in_image(cpu_images["pytorch"]["base"]["ref"], "bash", "-c", script, network_mode="host",
+        out = in_image(cpu_images[stack]["base"]["ref"], "bash", "-c", script, network_mode="host",
                        environment={"WHEELS": wheels},
                        volumes={str(fl.stack.dir): {"bind": containers.RECIPE, "mode": "ro"},
                                 str(environment): {"bind": str(environment), "mode": "ro"}})
-    assert "torch 2.13.0+cpu" in out and "gloo True" in out
+    assert says in out
 
 
 def definition_sections(text: str) -> dict[str, str]:
@@ -246,3 +261,17 @@ def test_a_pinned_base_that_cannot_be_pulled_names_the_debian_route(docker_engin
     [line] = build.stderr.strip().splitlines()
     assert line.startswith("error: cannot pull the pinned base python:3.11-slim-bookworm@sha256:") and line.endswith(
         "build on a Debian base made here instead: make containers BASE=debian")
+
+
+def test_an_image_of_another_lock_is_refused(cpu_images, suite_cli, monkeypatch):
+    dockerfile = (f"FROM {cpu_images['pytorch']['image']}\n"
+                  f'LABEL org.hpc-dl-bench.lock_sha256="{"0" * 64}"\n')
+    import io
+
+    client().images.build(fileobj=io.BytesIO(dockerfile.encode()), tag="hpc-dl-bench-pytorch:other-lock", rm=True)
+    monkeypatch.setenv("SUITE_IMAGE", "hpc-dl-bench-pytorch:other-lock")
+    result = suite_cli("run", "--case", "pytorch-ddp", "--runtime", "docker", case_args=tiny("pytorch-ddp"))
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines()[-1].startswith(
+        "error: the cpu image of pytorch was built from another lock than the checkout's (image 000000000000, ")
+    assert not suite_cli.results.exists()

@@ -33,7 +33,7 @@ def prepare(stack: Stack, log=print, binds: Iterable[Path | str] = (), image_dir
     meta = containers.read_image_meta(containers.meta_path(image), build_hint)
     if meta.get("stack") != stack.name:
         raise UsageError(f"{image} holds stack {meta.get('stack')!r}, not {stack.name}")
-    refuse_stale_image(stack, flavour, meta, log)
+    containers.refuse_stale_image(stack, flavour, meta.get("lock_sha256"), log)
     log(f"stack {stack.name}: apptainer image {image} ({flavour}, sha256:{meta['image_sha256'][:12]})")
     return stack_env(tool, image, meta, gpus > 0, bind_list(binds))
 
@@ -71,20 +71,6 @@ def stack_env(tool: str, image: Path, meta: dict, gpus: bool, binds: list[str]) 
             "image_flavour": meta.get("flavour"),
         },
     )
-
-
-def refuse_stale_image(stack: Stack, flavour: str, meta: dict, log) -> None:
-    """An image built from another lock than the checkout's is refused: its figures would be credited
-    to the wrong stack. SUITE_ALLOW_STALE_IMAGE=1 runs it anyway (the record states the image's lock)."""
-    current = containers.load_flavour(stack, flavour).lock_sha256 if (stack.dir / containers.DESCRIPTION).exists() else None
-    if not current or meta.get("lock_sha256") == current:
-        return
-    message = (f"the {flavour} image of {stack.name} was built from another lock than the checkout's "
-               f"(image {meta.get('lock_sha256', '?')[:12]}, checkout {current[:12]}): rebuild it with "
-               f"`make containers STACK={stack.name} FLAVOUR={flavour}`")
-    if os.environ.get("SUITE_ALLOW_STALE_IMAGE") != "1":
-        raise UsageError(message + " (or set SUITE_ALLOW_STALE_IMAGE=1)")
-    log(f"warning: {message}")
 
 
 def build_image(fl, inputs, log=print) -> dict:

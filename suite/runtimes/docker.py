@@ -26,7 +26,7 @@ from suite.containers import bind_list
 from suite.errors import UsageError
 from suite.plan import StackEnv
 from suite.procenv import forwarded_env
-from suite.stacks import Stack
+from suite.stacks import Stack, load_stack
 
 SESSION_LABEL = f"{containers.LABEL}.session"
 
@@ -49,6 +49,7 @@ def prepare(stack: Stack, log=print, binds: Iterable[Path | str] = (), image_dir
     labels = image.labels or {}
     if labels.get(f"{containers.LABEL}.stack") != stack.name:
         raise UsageError(f"image {ref} is not an image of stack {stack.name} (label {containers.LABEL}.stack)")
+    containers.refuse_stale_image(stack, flavour, labels.get(f"{containers.LABEL}.lock_sha256"), log)
     facts, packages, system_packages = read_from_image(client, ref)
     log(f"stack {stack.name}: docker image {ref} ({image.id[:19]})")
     env = stack_env(ref, image.id, labels, facts, packages, gpus > 0, bind_list(binds), uuid.uuid4().hex[:16])
@@ -107,17 +108,29 @@ def stack_env(ref: str, image_id: str, labels: dict, facts: dict, packages: dict
     )
 
 
-# ---- the program the prefix runs on each host ---------------------------------------------------
-
 def doctor_lines(cluster, stacks: list[str]) -> list[str]:
     problem = containers.docker_engine_problem()
-    return [f"missing: Docker engine ({problem})" if problem else "ok: Docker engine"]
+    if problem:
+        return [f"missing: Docker engine ({problem})"]
+    import docker
+
+    client, flavour = containers.docker_client(), containers.pick_flavour(containers.host_gpus())
+    lines = ["ok: Docker engine"]
+    for name in stacks:
+        ref = image_ref(load_stack(name), flavour, cluster.container_dir if cluster else None)
+        try:
+            lines.append(f"ok: image {ref} ({client.images.get(ref).id[:19]})")
+        except docker.errors.ImageNotFound:
+            lines.append(f"missing: image {ref} (make containers STACK={name} FLAVOUR={flavour} TOOL=docker)")
+    return lines
 
 
 def container_env(environ: dict) -> dict:
     """What launchers and cases set (suite.procenv's policy), not the host's whole environment."""
     return {**forwarded_env(environ), "HOME": "/tmp"}  # the caller's uid has no home in the image
 
+
+# ---- the program the prefix runs on each host, and what ends its containers ---------------------
 
 def cleanup(env: StackEnv, log=print) -> None:
     """Removes every container of this run's session still there: those whose client process
