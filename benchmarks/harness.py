@@ -4,7 +4,8 @@ Runs side by side, in one invocation, and prints ratios (absolute times on a sha
 little; ratios of runs made together do), each as `name: value (target)`, and writes them all as
 JSON under reports/bench/. A missed target is reported, not failed: machines are noisy.
 
-  harness overhead   suite's img/s / a bare loop's img/s (same model, batch, threads)
+  harness overhead   suite's img/s / a bare loop's img/s under the same launcher (same model, batch,
+                     threads); the bare loop alone runs beside them and the split is printed
   input pipeline     real-data img/s / synthetic-data img/s through the same case
   scaling            2 workers / 1 worker, each bound to its own core(s) (--cpu-bind cores): the one
                      worker runs on half the cores, so 2 workers have twice the hardware
@@ -155,12 +156,14 @@ class Bench:
                 values[label].append(value)
         return values, sides
 
-    def ratio(self, name: str, runs: dict, **settings) -> None:
-        """Mean of the first variant / mean of the second, run in turns; each round's ratio shows the spread."""
+    def ratio(self, name: str, runs: dict, **settings) -> dict:
+        """Mean of the first variant / mean of the second, run in turns; each round's ratio shows the
+        spread. Further variants run in the same turns and are reported beside them. Returns the values."""
         values, sides = self.in_turns(runs)
-        a, b = values.values()
+        a, b = list(values.values())[:2]
         self.record(name, statistics.fmean(a) / statistics.fmean(b), sides=sides,
                     round_ratios=[round(x / y, 3) for x, y in zip(a, b)], **values, **settings)
+        return values
 
     def throughput(self, case: str, options: dict, *run_args: str, flags: tuple = (), cpus: list[int] | None = None):
         """A call for ratio(): one suite run's img/s and side."""
@@ -172,18 +175,32 @@ class Bench:
     # -- the measurements ------------------------------------------------------------------------
 
     def harness_overhead_pytorch(self) -> None:
+        """The suite against the bare loop under the same launcher (horovodrun -np 1, as the suite
+        starts one worker): the part the suite owns. The bare loop alone runs in the same turns, so
+        the launcher's own share is shown beside it."""
         options = SIZES[self.size]["pytorch"]
         python = self.stack_python("pytorch-horovod")
-        bare_script = str(ROOT / "benchmarks" / "bare" / "pytorch_synthetic.py")
+        horovodrun = str(Path(python).parent / "horovodrun")
+        bare_argv = [python, str(ROOT / "benchmarks" / "bare" / "pytorch_synthetic.py"), *as_args(options)]
 
-        def bare() -> tuple[float, dict]:
-            out = subprocess.run([python, bare_script, *as_args(options)], capture_output=True, text=True, check=True)
-            result = json.loads(out.stdout.strip().splitlines()[-1])
-            return result["throughput"], side(options, result["config"], [result["binding"]])
+        def bare(*launcher: str):
+            def run() -> tuple[float, dict]:
+                out = subprocess.run([*launcher, *bare_argv], capture_output=True, text=True, check=True)
+                line = next(line for line in reversed(out.stdout.splitlines()) if '{"samples"' in line)
+                result = json.loads(line[line.index("{"):])  # horovodrun prefixes its workers' lines
+                return result["throughput"], side(options, result["config"], [result["binding"]])
+            return run
 
-        self.ratio("harness_overhead.pytorch-synthetic", {
+        values = self.ratio("harness_overhead.pytorch-synthetic", {
             "suite_img_s": self.throughput("pytorch-synthetic", options, "--gpus-per-node", "1"),
-            "bare_img_s": bare}, **options)
+            "bare_under_horovodrun_img_s": bare(horovodrun, "-np", "1", "-H", "localhost:1", "--gloo",
+                                                "--network-interfaces", "lo"),
+            "bare_img_s": bare()}, **options)
+        mean = {label: statistics.fmean(v) for label, v in values.items()}
+        print(f"  split: bare loop alone {mean['bare_img_s']:.2f} img/s; under horovodrun "
+              f"{mean['bare_under_horovodrun_img_s']:.2f} ({mean['bare_under_horovodrun_img_s'] / mean['bare_img_s']:.3f}"
+              f" of alone: the launcher's share); suite {mean['suite_img_s']:.2f} "
+              f"({mean['suite_img_s'] / mean['bare_img_s']:.3f} of alone)", flush=True)
 
     def startup_pytorch(self) -> None:
         # Only the time to the first timed step counts: one timed step is enough.

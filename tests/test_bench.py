@@ -54,8 +54,9 @@ def test_make_bench_tiny_writes_ratios(tmp_path, pytorch_stack):
         expected = met(value, op, float(target)) and (value >= 0 or name not in harness.NON_NEGATIVE)
         assert entry["met"] is expected and bool(line["missed"]) is not expected, (name, entry)
         if entry["sides"]:  # both sides of a ratio ran with identical settings
-            a, b = entry["sides"].values()
-            assert a == b and a["threads_per_worker"] and a["cpus_per_worker"], (name, entry["sides"])
+            a, *others = entry["sides"].values()
+            assert all(other == a for other in others) and a["threads_per_worker"] and a["cpus_per_worker"], (
+                name, entry["sides"])
             if name != "startup.pytorch-synthetic":
                 assert len(entry["settings"]["round_ratios"]) == 2
     assert {k for k, e in data["results"].items() if not e["sides"]} - {"gpu_amp.pytorch-synthetic"} == {"report_10k_records_s"}
@@ -65,6 +66,10 @@ def test_make_bench_tiny_writes_ratios(tmp_path, pytorch_stack):
     for name in ("scaling.pytorch-synthetic", "scaling.mxnet-imagenet"):  # each worker bound to its own cores
         side = data["results"][name]["sides"]["one_worker_img_s"]
         assert side["cpu_bind"] == ["cores"] and side["cpus_per_worker"] == [half], side
+    overhead = data["results"]["harness_overhead.pytorch-synthetic"]
+    assert set(overhead["sides"]) == {"suite_img_s", "bare_under_horovodrun_img_s", "bare_img_s"}
+    assert re.search(r"^  split: bare loop alone [0-9.]+ img/s; under horovodrun [0-9.]+ \([0-9.]+ of alone",
+                     result.stdout, re.M)
     if not host_gpus():
         assert "gpu_amp.pytorch-synthetic: skipped (no GPU on this machine)" in result.stdout
 
