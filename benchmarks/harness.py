@@ -259,7 +259,9 @@ class Bench:
 
     def input_pipeline_mxnet(self) -> None:
         self.synthetic_data("mxnet-imagenet", "imagenet-rec/train.rec")
-        options = {**SIZES[self.size]["mxnet"], "kv-store": "local"}
+        # The same last layer on both sides: the packed set's class count (--benchmark defaults to 1000).
+        classes = json.loads((self.work / "data" / "imagenet-rec" / "manifest.json").read_text())["classes"]
+        options = {**SIZES[self.size]["mxnet"], "kv-store": "local", "num-classes": classes}
         self.ratio("input_pipeline.mxnet-imagenet", {
             "recordio_img_s": self.throughput("mxnet-imagenet", options),
             "synthetic_img_s": self.throughput("mxnet-imagenet", options, flags=("--benchmark",))})

@@ -22,10 +22,10 @@ LINE = re.compile(r"^(?P<name>[a-z0-9_]+(?:\.[a-z-]+)?): (?P<value>-?[0-9.]+) \(
 # The measurements the test runs: one of each kind of path (bare loop, direct script, bound scaling over
 # ranks and over ps-lite hosts, input pipeline, report); the others go through the same ratio() code.
 # Two rounds each, in about the time one round of all of them took.
-CHECKED = ["harness_overhead_pytorch", "startup_pytorch", "scaling_pytorch", "input_pipeline_tf", "scaling_mxnet",
-           "report_10k_records", "gpu_amp_pytorch"]
+CHECKED = ["harness_overhead_pytorch", "startup_pytorch", "scaling_pytorch", "input_pipeline_tf", "input_pipeline_mxnet",
+           "scaling_mxnet", "report_10k_records", "gpu_amp_pytorch"]
 NAMES = {"harness_overhead.pytorch-synthetic", "startup.pytorch-synthetic", "scaling.pytorch-synthetic",
-         "input_pipeline.tf-cifar", "scaling.mxnet-imagenet", "report_10k_records_s"}
+         "input_pipeline.tf-cifar", "input_pipeline.mxnet-imagenet", "scaling.mxnet-imagenet", "report_10k_records_s"}
 
 
 def met(value: float, op: str, target: float) -> bool:
