@@ -40,6 +40,12 @@ RELEASE_DATE_FILE = "/etc/hpc-dl-bench-debian-release-date"
 # The wheel folder is served on this port when it is free: the URL is a build argument, and the same
 # URL keeps the engine's layer cache valid from one build to the next.
 WHEELS_PORT = 38741
+# dpkg's list of installed packages as name=version lines: written into every image, read back here
+DPKG_LIST = "dpkg-query -W -f '${Package}=${Version}\\n'"
+
+
+def parse_dpkg_list(text: str) -> dict[str, str]:
+    return dict(line.split("=", 1) for line in text.splitlines() if "=" in line)
 
 
 def check_base(base: str, flavour: str) -> None:
@@ -122,8 +128,7 @@ def run(argv: list[str], env: dict) -> None:
 
 def base_provenance(client, image) -> dict:
     labels = image.labels or {}
-    listed = client.containers.run(image.id, ["dpkg-query", "-W", "-f", "${Package}=${Version}\n"], remove=True)
-    packages = dict(line.split("=", 1) for line in listed.decode().splitlines() if "=" in line)
+    packages = parse_dpkg_list(client.containers.run(image.id, ["sh", "-c", DPKG_LIST], remove=True).decode())
     return {"kind": "debian", "ref": image.tags[0] if image.tags else image.id,
             "image_sha256": image.id.removeprefix("sha256:"),
             "suite": labels.get(f"{BASE_LABEL}.suite"), "mirror": labels.get(f"{BASE_LABEL}.mirror"),

@@ -20,7 +20,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from suite import __version__, container_base, paths, plugins
-from suite.container_base import sha256_file  # noqa: F401 (the runtimes' digest of a file)
 from suite.errors import UsageError
 from suite.jsonfile import write_json_atomic
 from suite.stacks import Stack, load_stack
@@ -130,7 +129,7 @@ def build_steps(fl: Flavour) -> list[list[str]]:
         steps.append([USE_WHEELS, "mkdir -p /tmp/stack-build", "cd /tmp/stack-build", *fl.prepare,
                       f'env {env} PATH="{path}" bash {RECIPE}/post-install.sh', "cd /", "rm -rf /tmp/stack-build"])
     steps.append([f"{PREFIX}/bin/python -m pip list --format=json > {PACKAGES}",
-                  f"dpkg-query -W -f '${{Package}}=${{Version}}\\n' > {SYSTEM_PACKAGES}",
+                  f"{container_base.DPKG_LIST} > {SYSTEM_PACKAGES}",
                   f"if [ ! -e {FACTS} ]; then echo '{{}}' > {FACTS}; fi"])
     return steps
 

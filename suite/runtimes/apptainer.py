@@ -14,7 +14,7 @@ import subprocess
 from collections.abc import Iterable
 from pathlib import Path
 
-from suite import containers, paths
+from suite import container_base, containers, paths
 from suite.containers import bind_list
 from suite.errors import UsageError
 from suite.plan import StackEnv
@@ -83,7 +83,7 @@ def build_image(fl, inputs, log=print) -> dict:
     subprocess.run(["apptainer", "build", "--force", str(partial), str(fl.definition.relative_to(paths.ROOT))],
                    cwd=paths.ROOT, check=True, env={**os.environ, "WHEELS": inputs.wheels})
     os.replace(partial, image)
-    digest = containers.sha256_file(image)
+    digest = container_base.sha256_file(image)
     Path(f"{image}.sha256").write_text(f"{digest}  {image.name}\n")
 
     def cat(path):

@@ -21,7 +21,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from suite import containers, paths
-from suite.container_base import BASE_LABEL
+from suite.container_base import BASE_LABEL, parse_dpkg_list
 from suite.containers import bind_list
 from suite.errors import UsageError
 from suite.plan import StackEnv
@@ -68,12 +68,13 @@ def image_ref(stack: Stack, flavour: str, image_dir: Path | None = None) -> str:
 
 
 def read_from_image(client, ref: str) -> tuple[dict, dict, dict]:
-    """The stack's facts, its pip packages and the image's Debian packages, as the image holds them."""
-    def cat(path):
-        return client.containers.run(ref, ["sh", "-c", f"cat {path} 2>/dev/null || true"], remove=True).decode()
-
-    system = dict(line.split("=", 1) for line in cat(containers.SYSTEM_PACKAGES).splitlines() if "=" in line)
-    return json.loads(cat(containers.FACTS) or "{}"), containers.packages_from_pip_list(cat(containers.PACKAGES)), system
+    """The stack's facts, its pip packages and the image's Debian packages, as the image holds them
+    (one container; the files are separated by an ASCII record separator)."""
+    files = (containers.FACTS, containers.PACKAGES, containers.SYSTEM_PACKAGES)
+    script = "; ".join(f"cat {path} 2>/dev/null; printf '\\036'" for path in files)
+    facts, packages, system = client.containers.run(ref, ["sh", "-c", script], remove=True).decode().split("\x1e")[:3]
+    return (json.loads(facts.strip() or "{}"), containers.packages_from_pip_list(packages.strip()),
+            parse_dpkg_list(system))
 
 
 def base_of(labels: dict) -> dict:
@@ -215,12 +216,9 @@ def build_image(fl, inputs, log=print) -> dict:
     started = time.monotonic()
     image_id = stream_build(client, fl, tag, {"BASE": inputs.base_ref, "WHEELS": inputs.wheels}, log)
 
-    def cat(path):
-        return client.containers.run(tag, ["cat", path], remove=True).decode()
-
+    facts, packages, _ = read_from_image(client, tag)
     meta = containers.write_image_meta(containers.meta_path(tag, fl.stack.name, fl.name), fl, tag,
-                                       image_id.removeprefix("sha256:"), "docker", json.loads(cat(containers.FACTS) or "{}"),
-                                       containers.packages_from_pip_list(cat(containers.PACKAGES)), inputs.base)
+                                       image_id.removeprefix("sha256:"), "docker", facts, packages, inputs.base)
     size_mb = client.images.get(tag).attrs["Size"] / 1e6
     log(f"containers: {tag} {image_id} ({size_mb:.0f} MB, built in {time.monotonic() - started:.0f} s)")
     return meta
