@@ -6,7 +6,9 @@ JSON under reports/bench/. A missed target is reported, not failed: machines are
 
   harness overhead   suite's img/s / a bare loop's img/s under the same launcher (same model, batch,
                      threads); the bare loop alone runs beside them and the split is printed
-  input pipeline     real-data img/s / synthetic-data img/s through the same case
+  input pipeline     real-data img/s / synthetic-data img/s through the same case (tf-cifar, mxnet-imagenet,
+                     pytorch-ddp); for pytorch-ddp also a decoded image's cost on one core beside a
+                     trained image's, which bounds the ratio where loader and training share the cores
   scaling            2 workers / 1 worker, each bound to its own core(s) (--cpu-bind cores): the one
                      worker runs on half the cores, so 2 workers have twice the hardware
   start-up           seconds from `suite run` to the first timed step, minus the same for the case
@@ -49,7 +51,7 @@ SIZES = {
              "mxnet": {"batch-size": 32, "image-size": 224, "num-warmup-batches": 5, "disp-batches": 5, "num-batches": 30},
              "tf": {"batch-size": 32, "image-size": 128, "epochs": 3}},
     # --medium: sizes where the ratios mean something on 2 cores (NOTES.md: >= 128 px, real batches),
-    # the whole bench in about 45 minutes there (README, "Benchmarking the suite itself")
+    # the whole bench in about 20 minutes there (README, "Benchmarking the suite itself")
     "medium": {"pytorch": {"batch-size": 16, "image-size": 128, "num-warmup-batches": 1, "num-batches-per-iter": 2, "num-iters": 3},
                "mxnet": {"batch-size": 16, "image-size": 128, "num-warmup-batches": 1, "disp-batches": 2, "num-batches": 7},
                "tf": {"batch-size": 16, "image-size": 128, "epochs": 2, "steps-per-epoch": 8}},
@@ -59,8 +61,9 @@ SIZES = {
 }
 TARGETS = {"harness_overhead.pytorch-synthetic": (">=", 0.99), "input_pipeline.mxnet-imagenet": (">=", 0.95),
            "input_pipeline.tf-cifar": (">=", 0.95),
+           "input_pipeline.pytorch-ddp": (">=", 0.95),
            "scaling.pytorch-synthetic": (">=", 1.8), "scaling.mxnet-imagenet": (">=", 1.8),
-           "startup.pytorch-synthetic": ("<", 2.0), "report_10k_records_s": ("<", 10),
+           "startup.pytorch-synthetic": ("<", 1.0), "report_10k_records_s": ("<", 10),
            "ddp_vs_horovod.pytorch-ddp": (">=", 0.95), "scaling.pytorch-ddp": (">=", 1.8),
            "sampler_overhead.pytorch-synthetic": (">=", 0.995), "gpu_amp.pytorch-synthetic": (">=", 0.9)}
 NON_NEGATIVE = {"startup.pytorch-synthetic", "report_10k_records_s"}  # below 0: a measurement error, never met
@@ -273,6 +276,35 @@ class Bench:
             "cifar_format_img_s": self.throughput("tf-cifar", options),
             "synthetic_in_memory_img_s": self.throughput("tf-cifar", options, flags=("--synthetic-input",))})
 
+    def input_pipeline_ddp(self) -> None:
+        """pytorch-ddp on its JPEG class folders (decoded by DataLoader workers) / on a fixed batch, one
+        worker; beside it, what decoding an image costs on one core against what training on it costs."""
+        self.synthetic_data("pytorch-ddp", "imagefolder/train")
+        loaders = max(1, len(os.sched_getaffinity(0)) // 2)  # on 2 cores: one loader process beside training
+        # The same last layer on both sides (the folder's class count; synthetic defaults to 1000), and
+        # the same steps of a run timed: the first epoch is not timed, so the synthetic side warms up
+        # for one epoch's steps, then times as many steps as the timed epochs have.
+        train = json.loads((self.work / "data" / "imagefolder" / "manifest.json").read_text())["splits"]["train"]
+        epochs, batch = 3 if self.size == "full" else 2, SIZES[self.size]["pytorch"]["batch-size"]
+        steps = train["images"] // batch
+        options = {**SIZES[self.size]["pytorch"], "epochs": epochs, "workers": loaders, "num-classes": train["classes"],
+                   "num-warmup-batches": steps, "num-iters": epochs - 1, "num-batches-per-iter": steps}
+        one = ("--gpus-per-node", "1")
+        values = self.ratio("input_pipeline.pytorch-ddp", {
+            "imagefolder_img_s": self.throughput("pytorch-ddp", options, *one, flags=("--data", "imagefolder")),
+            "synthetic_img_s": self.throughput("pytorch-ddp", options, *one, flags=("--data", "synthetic"))}, **options)
+        decode = [self.stack_python("pytorch"), str(ROOT / "benchmarks" / "bare" / "decode_pytorch_ddp.py"),
+                  str(self.work / "data" / "imagefolder" / "train"), str(options["image-size"])]
+        done = subprocess.run(decode, capture_output=True, text=True, check=True)
+        decode_ms = json.loads(done.stdout)["seconds_per_image"] * 1000
+        cores = len(os.sched_getaffinity(0))
+        step_core_ms = cores * 1000 / statistics.fmean(values["synthetic_img_s"])
+        self.results["input_pipeline.pytorch-ddp"]["settings"].update(decode_ms_per_image=round(decode_ms, 3),
+                                                                      training_core_ms_per_image=round(step_core_ms, 3))
+        print(f"  why: decoding and cropping an image takes {decode_ms:.1f} ms of one core; training on it "
+              f"{step_core_ms:.1f} ms of core time ({cores} cores): where they share the cores, real data can "
+              f"reach at most {step_core_ms / (step_core_ms + decode_ms):.3f} of synthetic", flush=True)
+
     def scaling_mxnet(self) -> None:
         self.synthetic_data("mxnet-imagenet", "imagenet-rec/train.rec")
         loopback = ["--hostfile", "hostfiles/loopback"]
@@ -361,7 +393,7 @@ def first_timed_step(run_dir: Path) -> float:
 
 
 MEASUREMENTS = ["harness_overhead_pytorch", "startup_pytorch", "scaling_pytorch", "input_pipeline_mxnet",
-                "input_pipeline_tf", "scaling_mxnet", "gpu_amp_pytorch", "report_10k_records",
+                "input_pipeline_tf", "input_pipeline_ddp", "scaling_mxnet", "gpu_amp_pytorch", "report_10k_records",
                 "ddp_vs_horovod", "scaling_ddp", "sampler_overhead_pytorch"]
 
 
@@ -370,14 +402,14 @@ def main(argv: list[str] | None = None) -> int:
     sizes = parser.add_mutually_exclusive_group()
     sizes.add_argument("--tiny", action="store_true", help="tiny sizes, 2 rounds: checks that the benchmark works")
     sizes.add_argument("--medium", action="store_true",
-                       help="128 px, batch 16: ratios that mean something, about 45 min on 2 cores")
+                       help="128 px, batch 16: ratios that mean something, about 20 min on 2 cores")
     parser.add_argument("--rounds", type=int, default=None,
-                        help="rounds per measurement, in ABBA order (default 3, medium and tiny 2; tiny at least 2)")
+                        help="rounds per measurement, in ABBA order (default 3; tiny 2, at least 2)")
     parser.add_argument("--only", nargs="+", choices=MEASUREMENTS, help="run only these measurements")
     parser.add_argument("--out", type=Path, default=ROOT / "reports" / "bench")
     args = parser.parse_args(argv)
     size = "tiny" if args.tiny else "medium" if args.medium else "full"
-    rounds = args.rounds or (3 if size == "full" else 2)
+    rounds = args.rounds or (2 if size == "tiny" else 3)
     with tempfile.TemporaryDirectory(prefix="bench-") as work:
         bench = Bench(size, max(rounds, 2) if args.tiny else rounds, Path(work))
         for name in args.only or MEASUREMENTS:

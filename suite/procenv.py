@@ -10,6 +10,11 @@ PREFIXES = ("OMP_", "MKL_", "KMP_", "OPENBLAS_", "NCCL_", "CUDA_", "CUDNN_", "NV
 # torch.distributed's rendezvous variables, and what Python itself reads.
 NAMES = {"MASTER_ADDR", "MASTER_PORT", "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "PYTHONPATH",
          "PYTHONUNBUFFERED", "PYTHONHASHSEED"}
+# The memory allocator: glibc malloc's tunables (MALLOC_MMAP_MAX_, MALLOC_TRIM_THRESHOLD_ ...,
+# GLIBC_TUNABLES), jemalloc's MALLOC_CONF, tcmalloc's TCMALLOC_*, and LD_PRELOAD that swaps malloc
+# itself. On CPUs they move img/s by half (README, "CPU nodes: the memory allocator").
+PREFIXES += ("MALLOC_", "TCMALLOC_")
+NAMES |= {"LD_PRELOAD", "GLIBC_TUNABLES"}
 # Where each host's container engine listens: the docker runtime's client program reads it on every
 # host, so it goes with the processes (set it only where every host's engine is at that address).
 NAMES |= {"DOCKER_HOST"}

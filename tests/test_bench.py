@@ -23,9 +23,10 @@ LINE = re.compile(r"^(?P<name>[a-z0-9_]+(?:\.[a-z-]+)?): (?P<value>-?[0-9.]+) \(
 # ranks and over ps-lite hosts, input pipeline, report); the others go through the same ratio() code.
 # Two rounds each, in about the time one round of all of them took.
 CHECKED = ["harness_overhead_pytorch", "startup_pytorch", "scaling_pytorch", "input_pipeline_tf", "input_pipeline_mxnet",
-           "scaling_mxnet", "report_10k_records", "gpu_amp_pytorch"]
+           "input_pipeline_ddp", "scaling_mxnet", "report_10k_records", "gpu_amp_pytorch"]
 NAMES = {"harness_overhead.pytorch-synthetic", "startup.pytorch-synthetic", "scaling.pytorch-synthetic",
-         "input_pipeline.tf-cifar", "input_pipeline.mxnet-imagenet", "scaling.mxnet-imagenet", "report_10k_records_s"}
+         "input_pipeline.tf-cifar", "input_pipeline.mxnet-imagenet", "input_pipeline.pytorch-ddp",
+         "scaling.mxnet-imagenet", "report_10k_records_s"}
 
 
 def met(value: float, op: str, target: float) -> bool:
@@ -70,6 +71,11 @@ def test_make_bench_tiny_writes_ratios(tmp_path, pytorch_stack):
     assert set(overhead["sides"]) == {"suite_img_s", "bare_under_horovodrun_img_s", "bare_img_s"}
     assert re.search(r"^  split: bare loop alone [0-9.]+ img/s; under horovodrun [0-9.]+ \([0-9.]+ of alone",
                      result.stdout, re.M)
+    # pytorch-ddp's input: what decoding an image costs beside what training on it costs, and the bound
+    ddp = data["results"]["input_pipeline.pytorch-ddp"]["settings"]
+    assert ddp["decode_ms_per_image"] > 0 and ddp["training_core_ms_per_image"] > 0
+    why = r"^  why: decoding and cropping an image takes [0-9.]+ ms of one core; .* at most 0\.[0-9]+ of synthetic"
+    assert re.search(why, result.stdout, re.M), result.stdout
     if not host_gpus():
         assert "gpu_amp.pytorch-synthetic: skipped (no GPU on this machine)" in result.stdout
 

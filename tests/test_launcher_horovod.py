@@ -1,11 +1,14 @@
 import json
+import os
 import subprocess
+from pathlib import Path
 
 import pytest
 
 from suite.errors import UsageError
 from suite.hostfile import Host, World
 from suite.launchers import horovod
+from suite.paths import ROOT
 from suite.plan import Launch, StackEnv
 from suite.schedulers import slurm
 
@@ -35,6 +38,37 @@ def test_container_runs_horovodrun_and_its_workers_inside_the_image():
     argv = horovod.plan(Launch("train.py", [], world, env, "/run", "/data")).processes[0].argv
     assert argv[:4] == ["apptainer", "exec", "img.sif", "/opt/stack/bin/horovodrun"]
     assert argv[-2:] == ["/opt/stack/bin/python", "train.py"] and argv.count("apptainer") == 1
+
+
+# --- horovodrun told what the stack's Horovod was built with -----------------------------------------
+
+def test_horovodrun_is_told_the_controllers_the_stack_facts_name():
+    world = World((Host("localhost", 2),), "hf")
+    for facts, built in [({"horovod_gloo": True, "horovod_mpi": False}, "gloo"),
+                         ({"horovod_gloo": True, "horovod_mpi": True}, "gloo,mpi")]:
+        env = StackEnv(runtime="local", bin_dir="/stack/bin", facts=facts)
+        argv = horovod.plan(Launch("train.py", [], world, env, "/run", "/data")).processes[0].argv
+        assert argv[:5] == ["/stack/bin/python", "-m", "suite.launchers._horovodrun", built, "-np"]
+        assert argv[-2:] == ["/stack/bin/python", "train.py"]
+
+
+TINY_WORKER = "import horovod.torch as hvd; hvd.init(); print('size', hvd.size(), 'rank', hvd.rank())"
+
+
+@pytest.mark.integration
+def test_horovodrun_takes_the_build_from_the_facts_it_is_given(pytorch_stack):
+    """The real horovodrun: given "gloo" it starts the worker without asking the extension again;
+    given a build without Gloo it refuses --gloo, which only the given facts can have told it."""
+    python = str(pytorch_stack.python)
+    base = [python, "-m", "suite.launchers._horovodrun"]
+    args = ["-np", "1", "-H", "localhost:1", "--gloo", python, "-c", TINY_WORKER]
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "PATH": f"{Path(python).parent}:{os.environ['PATH']}"}
+    done = subprocess.run([*base, "gloo", *args], capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "size 1 rank 0" in done.stdout
+    refused = subprocess.run([*base, "mpi", *args], capture_output=True, text=True, env=env, timeout=120)
+    assert refused.returncode != 0 and "Gloo support has not been built" in refused.stderr
+    assert "size 1" not in refused.stdout
 
 
 # --- ranks started by the scheduler (srun steps, loopback hosts): no horovodrun, no ssh ----------------

@@ -181,6 +181,17 @@ def test_no_secrets_in_records(tmp_path, monkeypatch):
     assert record["repetitions"][0]["processes"][0]["env"] == {"NCCL_DEBUG": "INFO", "WANDB_API_KEY": "***"}
 
 
+def test_the_memory_allocator_settings_are_recorded_and_go_with_the_processes():
+    from suite.procenv import forwarded_env, recorded_env
+
+    environ = {"MALLOC_MMAP_MAX_": "0", "MALLOC_TRIM_THRESHOLD_": "68719476736",
+               "GLIBC_TUNABLES": "glibc.malloc.arena_max=2", "LD_PRELOAD": "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2", "MALLOC_CONF": "background_thread:true",
+               "TCMALLOC_RELEASE_RATE": "0", "HOME": "/root", "LD_LIBRARY_PATH": "/opt/x"}
+    allocator = {k: v for k, v in environ.items() if k not in ("HOME", "LD_LIBRARY_PATH")}
+    assert recorded_env(environ) == allocator
+    assert forwarded_env(environ, remote=True) == allocator
+
+
 # Runs one write with every step the writer takes to the disk (each write call, fsync, replace, link)
 # patched to stop at the Nth of them: it prints the step's name and sleeps until the test kills it.
 # "naive" writes the destination in place, as a non-atomic writer would (the negative control).

@@ -1,7 +1,8 @@
 """Horovod. On one node, and over ssh, one horovodrun on the first host starts a worker per device on
 every host (MPI where the stack's Horovod has it and mpirun is on PATH, otherwise Gloo; other hosts
 through ssh, with the ssh scheduler's settings). With a container runtime horovodrun runs in the
-image and so do the workers it starts on its host.
+image and so do the workers it starts on its host. horovodrun is told what the stack's Horovod was
+built with (suite/launchers/_horovodrun.py), rather than finding out by importing torch at every start.
 
 Where the scheduler places processes without ssh (`srun` steps inside a SLURM allocation, or local
 processes when the hosts are loopback addresses of this machine) the scheduler starts every rank
@@ -51,9 +52,18 @@ def horovodrun_plan(launch: Launch) -> Plan:
     # Hosts that are all this machine reach each other over the loopback interface only: without this,
     # horovodrun picks among every interface the machine has (bridges of containers or test nodes too).
     loopback = ["--network-interfaces", "lo"] if world.nodes > 1 and all(is_local(h.name) for h in world.hosts) else []
-    argv = stack_env.argv("horovodrun", "-np", str(world.devices), "-H", hosts, f"--{ctl}", *loopback, *worker)
+    argv = horovodrun(stack_env, "-np", str(world.devices), "-H", hosts, f"--{ctl}", *loopback, *worker)
     launcher = Process(name="horovodrun", host=world.hosts[0].name, argv=argv, env=launch.env(), cwd=launch.run_dir)
     return Plan((launcher,), ranks=world.devices, details={"launcher": "horovod", "controller": ctl})
+
+
+def horovodrun(stack_env: StackEnv, *args: str) -> list[str]:
+    """horovodrun ARGS, told what the stack's Horovod was built with where its facts say
+    (suite/launchers/_horovodrun.py); a stack without those facts lets horovodrun find out itself."""
+    built = [ctl for ctl in ("gloo", "mpi") if stack_env.facts.get(f"horovod_{ctl}")]
+    if not built:
+        return stack_env.argv("horovodrun", *args)
+    return stack_env.argv("python", "-m", "suite.launchers._horovodrun", ",".join(built), *args)
 
 
 def mpi_step_plan(launch: Launch) -> Plan:
