@@ -4,8 +4,8 @@ found (suite-facts.json: horovod_gloo, horovod_mpi), comma-separated; ARGS are h
 
 Before every launch horovodrun forks a process that imports horovod.torch, and with it torch, only to
 ask that question: about 1 s of every run's start on a 2-core machine (`make bench`, start-up). The
-stack's lock pins that build, and its install asked once. Not a launcher (the leading underscore keeps it out of the
-plugin list); imports nothing of the suite, so it runs inside container images too."""
+stack's lock pins that build, and its install asked once. Not a launcher (the leading underscore
+keeps it out of the plugin list); imports nothing of the suite, so it runs inside container images too."""
 
 import sys
 
