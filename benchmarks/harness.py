@@ -280,7 +280,8 @@ class Bench:
         """pytorch-ddp on its JPEG class folders (decoded by DataLoader workers) / on a fixed batch, one
         worker; beside it, what decoding an image costs on one core against what training on it costs."""
         self.synthetic_data("pytorch-ddp", "imagefolder/train")
-        loaders = max(1, len(os.sched_getaffinity(0)) // 2)  # on 2 cores: one loader process beside training
+        cores = len(os.sched_getaffinity(0))
+        loaders = max(1, cores // 2)  # on 2 cores: one loader process beside training
         # The same last layer on both sides (the folder's class count; synthetic defaults to 1000), and
         # the same steps of a run timed: the first epoch is not timed, so the synthetic side warms up
         # for one epoch's steps, then times as many steps as the timed epochs have.
@@ -297,7 +298,6 @@ class Bench:
                   str(self.work / "data" / "imagefolder" / "train"), str(options["image-size"])]
         done = subprocess.run(decode, capture_output=True, text=True, check=True)
         decode_ms = json.loads(done.stdout)["seconds_per_image"] * 1000
-        cores = len(os.sched_getaffinity(0))
         step_core_ms = cores * 1000 / statistics.fmean(values["synthetic_img_s"])
         self.results["input_pipeline.pytorch-ddp"]["settings"].update(decode_ms_per_image=round(decode_ms, 3),
                                                                       training_core_ms_per_image=round(step_core_ms, 3))
