@@ -2,15 +2,13 @@
 
 import argparse
 import json
-import math
 import os
 import signal
 import subprocess
 import sys
 from pathlib import Path
 
-from suite import paths, plugins
-from suite.binding import POLICIES
+from suite import paths, plugins, request
 from suite.cases import known_cases, load_case
 from suite.clusters import load_cluster
 from suite.errors import UsageError
@@ -36,44 +34,7 @@ def build_cli() -> argparse.ArgumentParser:
 
     run = sub.add_parser("run", help="run a case and write a result record", epilog=case_options_help(),
                          formatter_class=argparse.RawDescriptionHelpFormatter)
-    run.add_argument("--case", default="pytorch-synthetic", help="case folder under cases/ (Make: CASE)")
-    run.add_argument("--nodes", default="1",
-                     help="use the first N hosts of the hostfile; a list such as 1,2,4 runs a sweep (Make: NODES)")
-    run.add_argument("--gpus-per-node", default=None,
-                     help="devices (processes) per node, overriding the hostfile's slots; a list such as 1,4 "
-                          "sweeps over it (Make: GPUS_PER_NODE)")
-    run.add_argument("--cluster", default=None,
-                     help="cluster profile hostfiles/NAME.toml: hostfile, scheduler, devices per node, data (Make: CLUSTER)")
-    run.add_argument("--hostfile", default=None,
-                     help="'host slots=N' or 'host:N' per line (default: the cluster's, else hostfiles/localhost) (Make: HOSTFILE)")
-    run.add_argument("--runtime", default=None,
-                     help=f"one of {plugins.available('runtimes')} (default: the cluster's, else local) (Make: RUNTIME)")
-    run.add_argument("--scheduler", default=None,
-                     help=f"one of {plugins.available('schedulers')} (default: the cluster's, else local) (Make: SCHEDULER)")
-    run.add_argument("--repeat", default="1", help="separate launches, for the confidence interval (Make: REPEAT)")
-    run.add_argument("--timeout", default=None, help="seconds one launch may take (default: the case's) (Make: TIMEOUT)")
-    run.add_argument("--stall", default=None, help="seconds without any output line after which a launch is "
-                     "ended as hung (default: the case's, 30 min) (Make: STALL)")
-    run.add_argument("--baseline", default=None, help="record to compute a sweep's speedup against "
-                     "(default: the sweep's smallest device count)")
-    run.add_argument("--results-dir", type=Path, default=paths.RESULTS, help="where records go")
-    run.add_argument("--runs-dir", type=Path, default=paths.RUNS, help="where run directories (logs, probe files) go")
-    run.add_argument("--data-dir", type=Path, default=None,
-                     help="where datasets live (default: $DATA_DIR or data/ in the checkout) (Make: DATA_DIR)")
-    run.add_argument("--dry-run", action="store_true",
-                     help="print every process with its host, argv and environment (for SLURM the job script) "
-                          "and start nothing (Make: DRY_RUN=1)")
-    run.add_argument("--run-id", default=None, help=argparse.SUPPRESS)  # the slurm scheduler's job passes it
-    check = run.add_mutually_exclusive_group()
-    check.add_argument("--precheck", dest="precheck", action="store_const", const="on", default="auto",
-                       help="run the interconnect check (all-reduce sweep) also for one node (Make: PRECHECK=1)")
-    check.add_argument("--no-precheck", dest="precheck", action="store_const", const="off",
-                       help="skip the interconnect check done before points of 2+ nodes (Make: NO_PRECHECK=1)")
-    run.add_argument("--telemetry-interval", type=float, default=1.0, metavar="SECONDS",
-                     help="seconds between telemetry samples on each host; 0: no sampler (Make: TELEMETRY)")
-    run.add_argument("--cpu-bind", default=None, choices=POLICIES,
-                     help="how each worker binds itself to cores: none, cores (its share of the node's), numa, "
-                          "gpu-affine (cores nearest its GPU); default: the cluster's, else none (Make: CPU_BIND)")
+    request.add_run_options(run, plugins.available("runtimes"), plugins.available("schedulers"))
 
     frameworks = sub.add_parser(
         "compare-frameworks", help="run every case's --same-work configuration (ResNet-50 v1.5, 224 px, batch 32 per "
@@ -157,37 +118,9 @@ def build_cli() -> argparse.ArgumentParser:
     return parser
 
 
-def point_argv(*, case: str, world, repeat: int, timeout_s: float, stall_s: float, runtime: str, scheduler: str,
-               data_dir: Path, runs_dir: Path, results_dir: Path, run_id: str, cluster: str | None,
-               case_args: list[str], runner_options: list[str] = ()) -> list[str]:
-    """`python -m suite run` for one run point, as the `run` parser above reads it back (a scheduler
-    that runs a point whole, such as a SLURM batch job, runs this)."""
-    argv = [sys.executable, "-m", "suite", "run", "--case", case, "--nodes", str(world.nodes),
-            "--gpus-per-node", str(world.hosts[0].slots), "--repeat", str(repeat),
-            "--timeout", str(math.ceil(timeout_s)), "--stall", str(math.ceil(stall_s)), "--runtime", runtime,
-            "--scheduler", scheduler, "--data-dir", str(data_dir), "--runs-dir", str(runs_dir),
-            "--results-dir", str(results_dir), "--run-id", run_id]
-    if cluster:
-        argv += ["--cluster", cluster]
-    return [*argv, *runner_options, "--", *case_args]
-
-
-def hardware_options(precheck: str, telemetry_interval: float | None) -> list[str]:
-    """The interconnect check and telemetry options of `run`, as the parser above reads them back."""
-    check = {"on": ["--precheck"], "off": ["--no-precheck"]}.get(precheck, [])
-    return [*check, "--telemetry-interval", f"{telemetry_interval or 0:g}"]
-
-
-def split_case_args(argv: list[str]) -> tuple[list[str], list[str]]:
-    if "--" in argv:
-        at = argv.index("--")
-        return argv[:at], argv[at + 1:]
-    return argv, []
-
-
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    own, case_args = split_case_args(argv)
+    own, case_args = request.split_case_args(argv)
     args = build_cli().parse_args(own)
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     try:
@@ -198,25 +131,16 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def cmd_run(args, case_args, argv) -> int:
-    from suite.run import RunRequest, run
+    from suite.run import run
 
-    return run(RunRequest(args.case, args.nodes, args.gpus_per_node, args.hostfile, args.runtime,
-                          args.scheduler, args.repeat, args.timeout, case_args, args.results_dir,
-                          args.runs_dir, args.data_dir, ["python", "-m", "suite", *argv],
-                          args.baseline, args.cluster, args.stall, args.dry_run, args.run_id,
-                          precheck=args.precheck, telemetry_interval=args.telemetry_interval,
-                          cpu_bind=args.cpu_bind))
+    return run(request.from_namespace(args, case_args, argv))
 
 
 def cmd_compare_frameworks(args, case_args, argv) -> int:
-    from dataclasses import fields
-
-    from suite.run import RunRequest
-    from suite.same_work import compare_frameworks
+    from suite.compare_frameworks import compare_frameworks
 
     # The run options it shares with `run` (copied above) fill the request's fields of the same names.
-    given = {f.name: getattr(args, f.name) for f in fields(RunRequest) if hasattr(args, f.name)}
-    return compare_frameworks(RunRequest(**given, case="", case_args=case_args, argv=[]), args.tiny)
+    return compare_frameworks(request.from_namespace(args, case_args), args.tiny)
 
 
 def cmd_doctor(args, case_args, argv) -> int:
@@ -263,7 +187,7 @@ def cmd_cases(args, case_args, argv) -> int:
 
 
 def cmd_validate(args, case_args, argv) -> int:
-    from suite.results import validate
+    from suite.schema import validate
 
     bad = 0
     for path in args.records:

@@ -28,7 +28,6 @@ from pathlib import Path
 
 from suite.errors import UsageError
 
-BASES = ("pinned", "debian")
 DEBIAN_SUITE = "bookworm"
 # Python 3.11 with venv and its headers (Horovod's build and torch.compile need Python.h), as in
 # python:3.11-slim; ca-certificates for pip and apt inside.
@@ -48,13 +47,11 @@ def parse_dpkg_list(text: str) -> dict[str, str]:
     return dict(line.split("=", 1) for line in text.splitlines() if "=" in line)
 
 
-def check_base(base: str, flavour: str) -> None:
-    """Refuses, before anything starts, what cannot be built."""
-    if base not in BASES:
-        raise UsageError(f"BASE must be one of {', '.join(BASES)}, got '{base}'")
-    if base == "debian" and flavour != "cpu":
+def check_debian(flavour: str) -> None:
+    """Refuses, before anything starts, an image that cannot be built on a Debian base made here."""
+    if flavour != "cpu":
         raise UsageError("BASE=debian makes cpu images only (the cuda images start from NVIDIA's CUDA base)")
-    if base == "debian" and not bootstrap_tool():
+    if not bootstrap_tool():
         raise UsageError("BASE=debian needs mmdebstrap or debootstrap on PATH (Debian: apt-get install mmdebstrap)")
 
 

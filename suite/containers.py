@@ -1,8 +1,13 @@
-"""Container images of the stacks. containers/<stack>/container.toml describes each flavour (cpu,
-cuda): base image pinned by digest, system packages, which lock. From it this module renders an
-Apptainer definition and a Dockerfile per flavour that build the stack exactly as the local runtime
-does (venv, `pip install --require-hashes --no-deps -r <lock>`, then post-install.sh), so the lock is
-the only source of versions. It also builds the images and finds them for the container runtimes.
+"""Container images of the stacks: what every container tool shares. containers/<stack>/container.toml
+describes each flavour (cpu, cuda): base image pinned by digest, system packages, which lock. From it
+come the build steps every image runs (venv, `pip install --require-hashes --no-deps -r <lock>`,
+then post-install.sh, as the local runtime does), so the lock is the only source of versions; the
+labels, environment and help an image carries; the metadata written beside a built image; and the
+build itself: which flavours, the wheel folder they install from, and the runtime that builds them.
+
+Each container tool is a runtime (suite/runtimes/<tool>.py) that owns the rest: whether it can
+build here (`build_problem`), its recipe file rendered from these parts (`recipe`: an Apptainer
+definition, a Dockerfile), the bases it builds on (`BASES`) and the build (`build_image`).
 
   python -m suite containers render | check | build [--stack S] [--flavour cpu|cuda] [--tool T]
 """
@@ -16,7 +21,7 @@ import subprocess
 import time
 import tomllib
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from suite import __version__, container_base, paths, plugins
@@ -76,13 +81,6 @@ class Flavour:
     def base_pinned(self) -> bool:
         return bool(DIGEST.search(self.base))
 
-    @property
-    def definition(self) -> Path:
-        return self.stack.dir / f"{self.name}.def"
-
-    @property
-    def dockerfile(self) -> Path:
-        return self.stack.dir / f"{self.name}.Dockerfile"
 
 
 def load_flavour(stack: Stack, name: str) -> Flavour:
@@ -171,43 +169,38 @@ def header(fl: Flavour) -> list[str]:
             f"# and {fl.lock}: edit those, not this file. Base image: {fl.base_source}."]
 
 
-def render_definition(fl: Flavour) -> str:
-    lines = ["Bootstrap: docker", f"From: {fl.base.removeprefix('docker://')}", *header(fl), "",
-             "%files", f"    containers/{fl.stack.name} {RECIPE}", "", "%post", "    set -eu"]
-    for step in build_steps(fl):
-        lines += [f"    {cmd}" for cmd in step]
-    lines += ["", "%environment", *(f'    export {k}="{v}"' for k, v in environment(fl).items()), "",
-              "%labels", *(f"    {k} {v}" for k, v in labels(fl).items()), "",
-              "%test", "    set -eu", *(f"    {cmd}" for cmd in test_commands(fl)), "",
-              "%help", *(f"    {line}" for line in help_text(fl))]
-    return "\n".join(lines) + "\n"
+@dataclass(frozen=True)
+class Recipe:
+    """A container tool's build file of a flavour, as rendered from container.toml and the locks."""
+
+    path: Path
+    text: str
+
+    @property
+    def stale(self) -> bool:
+        return not self.path.exists() or self.path.read_text() != self.text
 
 
-def render_dockerfile(fl: Flavour) -> str:
-    lines = ["# BASE: the pinned upstream image by default; `make containers BASE=debian` passes a Debian",
-             "# base made from Debian's packages. WHEELS: the wheel folder's URL pip installs from.",
-             f"ARG BASE={fl.base.removeprefix('docker://')}", "FROM ${BASE}", *header(fl),
-             "# Build in a context holding containers/ (python -m suite containers build --tool docker does).",
-             *(f"# {line}" for line in help_text(fl)), "", "ARG BASE", "ARG WHEELS",
-             *(f'LABEL {k}="{v}"' for k, v in labels(fl, "${BASE}").items()),
-             f"COPY containers/{fl.stack.name} {RECIPE}"]
-    for step in build_steps(fl):
-        lines.append("RUN " + " && \\\n    ".join(step))
-    lines.append("ENV " + " ".join(f'{k}="{v.replace("$PATH", "${PATH}")}"' for k, v in environment(fl).items()))
-    lines.append("# the definition's %test, run at build time")
-    lines.append("RUN " + " && \\\n    ".join(test_commands(fl)))
-    return "\n".join(lines) + "\n"
+def image_runtimes() -> list:
+    """The runtimes that build images, in the order `--tool auto` tries them."""
+    found = [rt for rt in plugins.load_all("runtimes") if rt.IMAGES]
+    return sorted(found, key=lambda rt: (rt.BUILD_PREFERENCE, rt.name))
+
+
+def recipes(fl: Flavour) -> list[Recipe]:
+    return [recipe for rt in image_runtimes() if (recipe := rt.recipe(fl)) is not None]
 
 
 def render(check: bool = False) -> list[Path]:
-    """Writes every definition and Dockerfile; with check, writes nothing and returns the stale ones."""
+    """Writes every container tool's recipe of every flavour; with check, writes nothing and returns
+    the stale ones."""
     stale = []
     for fl in described_flavours():
-        for path, text in ((fl.definition, render_definition(fl)), (fl.dockerfile, render_dockerfile(fl))):
-            if not path.exists() or path.read_text() != text:
-                stale.append(path)
+        for recipe in recipes(fl):
+            if recipe.stale:
+                stale.append(recipe.path)
                 if not check:
-                    path.write_text(text)
+                    recipe.path.write_text(recipe.text)
     return stale
 
 
@@ -231,22 +224,6 @@ def pick_flavour(gpus: int) -> str:
 def build_dir() -> Path:
     """Where images and their metadata go; SUITE_IMAGE_DIR moves it (e.g. a cluster's shared folder)."""
     return Path(os.environ.get("SUITE_IMAGE_DIR") or paths.CONTAINERS / "build")
-
-
-def sif_path(stack: str, flavour: str) -> Path:
-    return Path(os.environ.get("SUITE_IMAGE") or build_dir() / f"{stack}-{flavour}.sif")
-
-
-def docker_tag(fl: Flavour, base_kind: str = "pinned") -> str:
-    suffix = "" if base_kind == "pinned" else f"-{base_kind}"
-    return f"hpc-dl-bench-{fl.stack.name}:{fl.name}-{fl.lock_sha256[:12]}{suffix}"
-
-
-def meta_path(image: Path | str, stack: str = "", flavour: str = "") -> Path:
-    """Beside a .sif: IMAGE.sif.json; for a docker tag: <build dir>/<stack>-<flavour>.docker.json."""
-    if str(image).endswith(".sif"):
-        return Path(f"{image}.json")
-    return build_dir() / f"{stack}-{flavour}.docker.json"
 
 
 def write_image_meta(path: Path, fl: Flavour, image: str, image_sha256: str, tool: str, facts: dict,
@@ -298,39 +275,37 @@ def bind_list(extra: Iterable[Path | str]) -> list[str]:
 
 # ---- building ------------------------------------------------------------------------------------
 
-def available_tool(wanted: str) -> str:
-    """apptainer or docker, whichever can build here (wanted: auto, apptainer, docker)."""
-    if wanted not in ("auto", "apptainer", "docker"):
-        raise UsageError(f"--tool must be auto, apptainer or docker, got '{wanted}'")
-    if wanted in ("auto", "apptainer") and shutil.which("apptainer"):
-        return "apptainer"
-    why_not = docker_engine_problem() if wanted in ("auto", "docker") else "not asked for"
-    if why_not is None:
-        return "docker"
-    asked = {"auto": "apptainer or a Docker engine", "apptainer": "apptainer", "docker": "a Docker engine"}[wanted]
-    raise UsageError(f"cannot build containers: needs {asked}; apptainer: "
-                     f"{'on PATH' if shutil.which('apptainer') else 'not on PATH'}, docker: {why_not}")
-
-
-def docker_engine_problem() -> str | None:
-    """None when a Docker engine answers, else why not (one line)."""
-    try:
-        import docker
-    except ImportError:
-        return "the `docker` Python package is not installed"
-    try:
-        docker.from_env(timeout=10).ping()
-        return None
-    except Exception as exc:  # the SDK raises several kinds; all mean "no engine to use"
-        return f"no engine answers ({str(exc).splitlines()[0][:160]})"
+def builder(tool: str, base: str, flavours: list[Flavour]):
+    """The runtime that builds the images (tool: auto or a runtime's name), after its own checks of
+    each flavour on that base; UsageError naming what is missing where none can."""
+    builders = image_runtimes()
+    names = [rt.name for rt in builders]
+    if tool not in ("auto", *names):
+        raise UsageError(f"--tool must be auto or one of {', '.join(names)}, got '{tool}'")
+    bases = sorted({b for rt in builders for b in rt.BASES}, key=lambda b: (b != "pinned", b))
+    if base not in bases:
+        raise UsageError(f"BASE must be one of {', '.join(bases)}, got '{base}'")
+    asked = [rt for rt in builders if tool in ("auto", rt.name)]
+    able = [rt for rt in asked if base in rt.BASES]
+    if not able:
+        able_elsewhere = " or ".join(f"TOOL={rt.name}" for rt in builders if base in rt.BASES)
+        raise UsageError(f"BASE={base} builds with {able_elsewhere}, not TOOL={tool}")
+    for fl in flavours:
+        for rt in able:
+            rt.check_build(fl, base)
+    problems = {rt.name: rt.build_problem() for rt in able}
+    ready = [rt for rt in able if problems[rt.name] is None]
+    if ready:
+        return ready[0]
+    said = ", ".join(f"{rt.name}: {problems[rt.name] if rt in able else 'not asked for'}" for rt in builders)
+    raise UsageError(f"cannot build containers: needs {' or '.join(rt.IMAGES for rt in able)}; {said}")
 
 
 def check_buildable(fl: Flavour) -> None:
     if not fl.base_pinned:
         raise UsageError(f"{fl.id}: base image {fl.base} is not pinned to a verified digest "
                          f"(placeholder in containers/{fl.stack.name}/{DESCRIPTION}); pin it, then render")
-    stale = [p for p in (fl.definition, fl.dockerfile)
-             if not p.exists() or p.read_text() != (render_definition(fl) if p.suffix == ".def" else render_dockerfile(fl))]
+    stale = [recipe.path for recipe in recipes(fl) if recipe.stale]
     if stale:
         raise UsageError(f"{fl.id}: {stale[0].name} does not match {DESCRIPTION} and the lock; run `python -m suite containers render`")
 
@@ -339,8 +314,8 @@ def check_buildable(fl: Flavour) -> None:
 class BuildInputs:
     """What a runtime's build_image gets besides the flavour."""
 
-    base_ref: str  # the image the build starts from
-    base: dict  # its provenance (suite.container_base)
+    base: str = "pinned"  # pinned (container.toml's digest) or another of the runtime's BASES
+    refresh_base: bool = False  # make a base made here again (the first image of a build only)
     wheels: str = ""  # URL of the wheel folder pip installs from ("" = pip's own index)
 
 
@@ -352,8 +327,8 @@ def build(stack: str | None, flavour: str | None, tool: str, base: str = "pinned
         load_flavour(load_stack(stack), flavour or "cpu")  # names a bad stack or flavour in one line
     elif flavour is not None and flavour not in FLAVOURS:
         raise UsageError(f"unknown container flavour '{flavour}' (known: {', '.join(FLAVOURS)})")
-    if base == "debian" and flavour is None:
-        flavour = "cpu"
+    if base != "pinned" and flavour is None:
+        flavour = "cpu"  # bases made here are Debian's, without CUDA
     flavours = [fl for fl in described_flavours()
                 if (stack is None or fl.stack.name == stack) and (flavour is None or fl.name == flavour)]
     if len(flavours) > 1:
@@ -361,31 +336,18 @@ def build(stack: str | None, flavour: str | None, tool: str, base: str = "pinned
             log(f"containers: skipping {fl.id}: its base image has no pinned digest yet ({fl.base})")
             flavours.remove(fl)
     for fl in flavours:
-        container_base.check_base(base, fl.name)
         check_buildable(fl)
-    tool = available_tool(tool)
-    if base == "debian" and tool != "docker":
-        raise UsageError("BASE=debian builds with a Docker engine (TOOL=docker); for a SIF, convert the built "
-                         "image: apptainer build IMAGE.sif docker-daemon://TAG")
-    builder = plugins.load("runtimes", tool)  # the runtime that runs an image builds it
-    made = container_base.debian_base(docker_client(), log, refresh_base) if base == "debian" else None
+    chosen = builder(tool, base, flavours)
     wheels = build_dir() / "wheels"
     for fl in flavours:
         container_base.fill_wheel_folder(wheels, locks_of(fl), fl.pip_extra_index, log)
     with container_base.served(wheels) as url:
-        return [builder.build_image(fl, BuildInputs(made["ref"], made, url) if made else
-                                    BuildInputs(fl.base.removeprefix("docker://"), container_base.pinned_base(fl.base), url),
-                                    log)
-                for fl in flavours]
+        first = BuildInputs(base, refresh_base, url)
+        return [chosen.build_image(fl, first if i == 0 else replace(first, refresh_base=False), log)
+                for i, fl in enumerate(flavours)]
 
 
 def locks_of(fl: Flavour) -> list[tuple[Path, bool]]:
     """The flavour's lock (wheels), then the stack's other locks (sdists its post-install builds)."""
     others = [p for p in sorted(fl.stack.dir.glob("*.lock")) if p.name != "requirements.lock"]
     return [(fl.lock_path, False), *((p, True) for p in others)]
-
-
-def docker_client(timeout: int = 60):
-    import docker
-
-    return docker.from_env(timeout=timeout)

@@ -65,10 +65,15 @@ class TakenOver:
 
 @runtime_checkable
 class Runtime(Protocol):
-    """Where a stack's programs come from: a local virtual environment, or a container image."""
+    """Where a stack's programs come from: a local virtual environment, or a container image. A
+    runtime that builds images (a container tool) says what with (IMAGES), owns its recipe file and
+    its build; suite/containers.py holds what every tool shares."""
 
     name: str
     PROFILE: dict[str, Setting]
+    IMAGES: str  # what it builds images with, in words ("apptainer", "a Docker engine"); "": none
+    BUILD_PREFERENCE: int  # `make containers TOOL=auto` tries image runtimes in this order, lowest first
+    BASES: tuple[str, ...]  # the bases it builds on: "pinned" (container.toml's digest), "debian" (made here)
 
     def prepare(self, stack, log: Callable[[str], None], binds: Iterable[Path | str] = (),
                 image_dir: Path | None = None) -> StackEnv:
@@ -78,10 +83,21 @@ class Runtime(Protocol):
     def doctor_lines(self, cluster, stacks: list[str]) -> list[str]:
         """`ok: ...` / `missing: ...` lines: what this runtime needs on this machine for the stacks."""
 
+    def recipe(self, flavour):
+        """The build file of a container flavour (suite.containers.Flavour) as a suite.containers.Recipe
+        (its path under containers/<stack>/ and its text, rendered from the shared build steps);
+        None where this runtime builds no images."""
+
+    def build_problem(self) -> str | None:
+        """Why this runtime cannot build images on this machine (one line), or None when it can."""
+
+    def check_build(self, flavour, base: str) -> None:
+        """Refuse (UsageError) an image it cannot build on that base, before anything starts."""
+
     def build_image(self, flavour, inputs, log: Callable[[str], None]) -> dict:
-        """Build the image of a container flavour (suite.containers.Flavour) on the base and wheel
-        folder of inputs (suite.containers.BuildInputs) and return its metadata; UsageError where this
-        runtime builds no images."""
+        """Build the image of a container flavour on the base and wheel folder of inputs
+        (suite.containers.BuildInputs) and return its metadata; UsageError where this runtime builds
+        no images."""
 
     def cleanup(self, stack_env: StackEnv, log: Callable[[str], None]) -> None:
         """After each repetition: end what the runtime started for it and what outlived its processes
@@ -150,6 +166,19 @@ class _Defaults:
 
 
 class RuntimeDefaults(_Defaults):
+    IMAGES = ""
+    BUILD_PREFERENCE = 0
+    BASES: tuple[str, ...] = ("pinned",)
+
+    def recipe(self, flavour):
+        return None
+
+    def build_problem(self) -> str | None:
+        return f"runtime {self.name} builds no images"
+
+    def check_build(self, flavour, base: str) -> None:
+        return None
+
     def build_image(self, flavour, inputs, log) -> dict:
         raise UsageError(f"runtime {self.name} builds no container images")
 
@@ -225,8 +254,18 @@ def load(kind: str, name: str):
     protocol, defaults = CONTRACTS[kind]
     hooks = {attr: staticmethod(value) if callable(value) else value
              for attr in _protocol_members(protocol) if (value := getattr(module, attr, None)) is not None}
+    missing = [hook for hook in required_hooks(kind) if not callable(hooks.get(hook))]
+    if missing:
+        raise UsageError(f"{KINDS[kind]} {name} ({getattr(module, '__file__', name)}) does not define "
+                         f"{', '.join(missing)}, which every {KINDS[kind]} must (docs/plugins.md)")
     cls = type(f"{name}_{KINDS[kind]}", (defaults,), {**hooks, "name": name, "module": module})
     return cls()
+
+
+def required_hooks(kind: str) -> list[str]:
+    """The hooks of a kind's contract that have no default: a plugin must define them."""
+    protocol, defaults = CONTRACTS[kind]
+    return [m for m in _protocol_members(protocol) if not hasattr(defaults, m)]
 
 
 def _protocol_members(protocol) -> list[str]:

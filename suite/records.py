@@ -10,7 +10,7 @@ from pathlib import Path
 import jsonschema
 
 from suite import paths
-from suite.results import validate
+from suite.schema import validate
 
 
 @dataclass(frozen=True)

@@ -11,18 +11,22 @@ import json
 import os
 import sys
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 
 import jsonschema
 
-from suite import cli, paths
+from suite import paths
 from suite.compare import Row, format_rows, judge
 from suite.errors import UsageError, log
 from suite.probe import host_info
 from suite.procenv import MASK, recorded_env
+from suite.provenance import git_state
 from suite.records import load_point
-from suite.results import SCHEMA_VERSION, git_state, new_run_id, validate
-from suite.run import Checked, RunRequest, check, run
+from suite.request import SUITE, RunRequest, from_record
+from suite.results import new_run_id
+from suite.run import Checked, check, run
+from suite.schema import SCHEMA_VERSION, validate
 
 
 def rerun(args) -> int:
@@ -42,9 +46,8 @@ def rerun(args) -> int:
         print(f"drift (allowed): {line}")
     if world_drift(record["world"], checked):
         req.gpus_per_node = str(devices_per_node(record["world"]))  # the record's world shape, as asked
-    req.rerun_of = {"run_id": record["run_id"], "record": str(path.resolve()),
-                    "argv": ["python", "-m", "suite", *args.argv], "drift": drift}
-    req.argv = run_argv(req)
+    req.rerun_of = {"run_id": record["run_id"], "record": str(path.resolve()), "argv": [*SUITE, *args.argv],
+                    "drift": drift}
     status = run(req)
     if not req.dry_run:
         print(comparison(path, req.results_dir / f"{req.run_id}.json", args.tolerance))
@@ -76,16 +79,6 @@ def possible(path: Path, step):
         raise UsageError(f"cannot rerun {path.name}: {exc}") from None
 
 
-def original_run(record: dict):
-    """The record's `suite run` options and case arguments, read back from its command line."""
-    own, case_args = cli.split_case_args(record["provenance"]["argv"])
-    if "run" not in own:
-        raise UsageError(f"cannot rerun {record['run_id']}: provenance.argv is not a `suite run` command line: "
-                         f"{' '.join(own)[:120]}")
-    options, _unknown = cli.build_cli().parse_known_args(own[own.index("run"):])
-    return options, case_args
-
-
 def devices_per_node(world: dict) -> int:
     counts = set(world["slots"].values())
     if len(counts) != 1:
@@ -95,19 +88,19 @@ def devices_per_node(world: dict) -> int:
 
 
 def request(record: dict, args) -> RunRequest:
+    """The record's request (suite.request.from_record) on the hosts at hand: devices per node as the
+    original chose them (given: the record's count; else from the hosts, now the current ones, and a
+    count that then differs is drift), a new run id, this invocation's folders."""
+    original = possible(Path(args.record), lambda: from_record(record))
     world = record["world"]
-    original, case_args = original_run(record)
-    # Devices per node as the original chose them: given (GPUS_PER_NODE), else from the hosts, now the
-    # current ones; a count that then differs from the record's is drift.
     per_node = devices_per_node(world)
-    gpus = str(per_node) if original.gpus_per_node else None
     cluster, hostfile = host_source(world, args)
-    scheduler = None if args.cluster or args.hostfile else original.scheduler
-    return RunRequest(record["case"], str(world["nodes"]), gpus, hostfile, record["execution"]["runtime"],
-                      scheduler, original.repeat, original.timeout, case_args, args.results_dir, args.runs_dir,
-                      args.data_dir, [], cluster=cluster, stall=original.stall, dry_run=args.dry_run,
-                      run_id=new_run_id(record["case"], world["nodes"], world["devices"]),
-                      cpu_bind=world.get("binding", {}).get("policy"))
+    return replace(original, case=record["case"], nodes=str(world["nodes"]), gpus_per_node=str(per_node) if original.gpus_per_node else None,
+                   cluster=cluster, hostfile=hostfile, runtime=record["execution"]["runtime"],
+                   scheduler=None if args.cluster or args.hostfile else original.scheduler,
+                   results_dir=args.results_dir, runs_dir=args.runs_dir, data_dir=args.data_dir, dry_run=args.dry_run,
+                   run_id=new_run_id(record["case"], world["nodes"], world["devices"]), baseline=None, argv=[],
+                   cpu_bind=world.get("binding", {}).get("policy") or original.cpu_bind)
 
 
 def host_source(world: dict, args) -> tuple[str | None, str | None]:
@@ -120,17 +113,6 @@ def host_source(world: dict, args) -> tuple[str | None, str | None]:
         return name, None
     hostfile = paths.ROOT / world["hostfile"]
     return None, (str(hostfile) if hostfile.is_file() else None)
-
-
-def run_argv(req: RunRequest) -> list[str]:
-    """The `suite run` command line that runs what this rerun runs (the new record's provenance.argv)."""
-    argv = ["python", "-m", "suite", "run", "--case", req.case, "--nodes", req.nodes]
-    for flag, value in (("--gpus-per-node", req.gpus_per_node), ("--cluster", req.cluster),
-                        ("--hostfile", req.hostfile), ("--runtime", req.runtime), ("--scheduler", req.scheduler),
-                        ("--repeat", req.repeat), ("--timeout", req.timeout), ("--stall", req.stall),
-                        ("--data-dir", req.data_dir and str(req.data_dir))):
-        argv += [flag, value] if value else []
-    return [*argv, "--", *req.case_args]
 
 
 # --- what differs -----------------------------------------------------------------------------------

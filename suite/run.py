@@ -1,5 +1,6 @@
 """`suite run`: check every input, then install the stack, launch each repetition and write one record."""
 
+import math
 import re
 import shlex
 import signal
@@ -8,7 +9,7 @@ import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from suite import cli, paths, plugins
+from suite import paths, plugins
 from suite.binding import POLICIES
 from suite.cases import Case, load_case
 from suite.clusters import Cluster, load_cluster
@@ -18,38 +19,14 @@ from suite.interconnect import run_check, wanted
 from suite.plan import Launch, Plan, StackEnv
 from suite.plugins import BatchJob
 from suite.procenv import masked_env
+from suite.measure import Repetition, measure
 from suite.records import Point
-from suite.results import Repetition, RunContext, build_record, measure, new_run_id, utc_now, write_record
+from suite.request import SUITE, RunRequest, recorded, to_argv
+from suite.results import RunContext, build_record, new_run_id, utc_now, write_record
 from suite.stacks import Stack, load_stack
 from suite.sweeps import load_baseline, new_sweep_id, print_sweep, summarize_sweep, write_sweep
 from suite.sysdesc import system_description
 from suite.telemetry_summary import summarize as summarize_telemetry, with_samplers  # noqa: I001
-
-
-@dataclass
-class RunRequest:
-    case: str
-    nodes: str
-    gpus_per_node: str | None
-    hostfile: str | None
-    runtime: str | None
-    scheduler: str | None
-    repeat: str
-    timeout: str | None
-    case_args: list[str]
-    results_dir: Path
-    runs_dir: Path
-    data_dir: Path | None
-    argv: list[str]
-    baseline: str | None = None
-    cluster: str | None = None
-    stall: str | None = None
-    dry_run: bool = False
-    run_id: str | None = None  # set by the slurm scheduler for the run inside its batch job
-    rerun_of: dict | None = None  # set by `suite rerun` (suite/rerun.py): goes into provenance.rerun_of
-    precheck: str = "auto"  # interconnect check: auto (points of 2+ nodes), on, off (suite/interconnect.py)
-    telemetry_interval: float | None = 1.0  # seconds between telemetry samples; None or 0: no sampler
-    cpu_bind: str | None = None  # none, cores, numa, gpu-affine (suite/binding.py); None: the cluster's, else none
 
 
 @dataclass
@@ -225,18 +202,17 @@ def hardware_metrics(reps: list[Repetition], world: World, interval: float | Non
 
 
 def batch_job(req: RunRequest, checked: Checked, ctx: RunContext) -> BatchJob:
-    """The point as a scheduler that runs it whole sees it: plain data and the runner's command for it."""
+    """The point as a scheduler that runs it whole sees it: plain data and the runner's command for it,
+    every value resolved (the job runs where this machine's defaults may not hold)."""
     runs_dir = Path(req.runs_dir).resolve()
     run_dir = runs_dir / ctx.run_id
-    argv = cli.point_argv(case=checked.case.name, world=ctx.world, repeat=checked.repeat, timeout_s=checked.timeout_s,
-                          stall_s=checked.stall_s, runtime=ctx.runtime, scheduler=ctx.scheduler,
-                          data_dir=Path(checked.data_dir).resolve(), runs_dir=runs_dir,
-                          results_dir=run_dir / "record", run_id=ctx.run_id, cluster=req.cluster,
-                          case_args=req.case_args, runner_options=cli.hardware_options(req.precheck,
-                                                                                      req.telemetry_interval)
-                          + ["--cpu-bind", checked.cpu_bind])
-    return BatchJob(ctx.run_id, checked.case.name, ctx.world, tuple(argv), checked.timeout_s, checked.stall_s,
-                    checked.repeat, run_dir, checked.cluster_profile)
+    inner = replace(req, case=checked.case.name, nodes=str(ctx.world.nodes), gpus_per_node=str(ctx.world.hosts[0].slots),
+                    hostfile=None, runtime=ctx.runtime, scheduler=ctx.scheduler, repeat=str(checked.repeat),
+                    timeout=str(math.ceil(checked.timeout_s)), stall=str(math.ceil(checked.stall_s)), baseline=None,
+                    results_dir=run_dir / "record", runs_dir=runs_dir, data_dir=Path(checked.data_dir).resolve(),
+                    dry_run=False, run_id=ctx.run_id, cpu_bind=checked.cpu_bind, argv=[], rerun_of=None)
+    return BatchJob(ctx.run_id, checked.case.name, ctx.world, (sys.executable, *SUITE[1:], *to_argv(inner)),
+                    checked.timeout_s, checked.stall_s, checked.repeat, run_dir, checked.cluster_profile)
 
 
 def taken_over_record(ctx: RunContext, taken: plugins.TakenOver, provenance: dict, scheduler: str) -> dict:
@@ -248,6 +224,7 @@ def taken_over_record(ctx: RunContext, taken: plugins.TakenOver, provenance: dic
         record = build_record(replace(ctx, world=world), [], provenance, {}, taken.failure)
     record["sweep_id"] = ctx.sweep_id
     record["provenance"]["argv"] = ctx.argv
+    record["provenance"]["request"] = ctx.request
     record["provenance"]["rerun_of"] = ctx.rerun_of
     record["execution"][scheduler] = {**record["execution"].get(scheduler, {}), **taken.execution}
     return record
@@ -280,8 +257,8 @@ def run_repetition(index, plan, scheduler, rep_dir: Path, timeout_s: float, stal
 def run_context(req: RunRequest, checked: Checked, world: World, sweep_id: str | None) -> RunContext:
     case = checked.case
     return RunContext(req.run_id or new_run_id(case.name, world.nodes, world.devices), case, checked.options, world,
-                      checked.runtime.name, checked.scheduler.name, req.argv, utc_now(), sweep_id, checked.cluster,
-                      req.rerun_of, checked.cpu_bind)
+                      checked.runtime.name, checked.scheduler.name, req.provenance_argv(), utc_now(), sweep_id,
+                      checked.cluster, req.rerun_of, checked.cpu_bind, recorded(req))
 
 
 def dry_run(req: RunRequest, checked: Checked) -> int:

@@ -1,35 +1,19 @@
-"""The same work in every framework: each case with a `[same_work]` table in its case.toml trains, with
-`--same-work`, ResNet-50 v1.5 at 224 px, 1000 classes, batch 32 per device, float32, on a random
-batch in device memory. `python -m suite compare-frameworks` runs those cases one after the other
-through the normal runner and prints one table; the report's frameworks page shows the same table.
-A row whose configuration (model, image size, batch, dtype, data, parameter count) differs from the
-most common one is flagged with what differs."""
+"""The same work in every framework, as a table of records: each case with a `[same_work]` table in
+its case.toml trains, with `--same-work`, ResNet-50 v1.5 at 224 px, 1000 classes, batch 32 per
+device, float32, on a random batch in device memory. `python -m suite compare-frameworks`
+(suite/compare_frameworks.py) prints this table after its runs; the report's frameworks page shows
+it too. A row whose configuration (model, image size, batch, dtype, data, parameter count) differs
+from the most common one is flagged with what differs. Reads records only."""
 
-import json
 from collections import Counter
-from dataclasses import dataclass, replace
-from pathlib import Path
+from dataclasses import dataclass
 
-from suite.cases import known_cases, load_case
-from suite.errors import INTERRUPTED, log
-from suite.options import option_args
 from suite.records import Point, latest
 from suite.stats import speedup_efficiency
 
 CONFIG = {"model": "model", "image size": "image_size", "batch": "batch_per_device", "dtype": "dtype",
           "data": "data", "parameters": "parameters"}
 FRAMEWORKS = {"torch": "PyTorch", "horovod": "Horovod", "mxnet": "MXNet", "tensorflow": "TensorFlow"}
-
-
-def same_work_cases() -> list[str]:
-    return [name for name in known_cases() if "same_work" in load_case(name).spec]
-
-
-def case_argv(name: str, tiny: bool, extra: list[str]) -> list[str]:
-    """--same-work, with --tiny the case's [tiny] then [same_work.tiny] values, then `extra`."""
-    case = load_case(name)
-    sizes = {**case.spec.get("tiny", {}), **case.spec["same_work"].get("tiny", {})} if tiny else {}
-    return ["--same-work", *option_args(sizes), *extra]
 
 
 @dataclass
@@ -103,33 +87,3 @@ def format_table(rows: list[Row]) -> str:
         text = "  ".join(c.ljust(w) for c, w in zip(line, widths)).rstrip()
         lines.append(f"{text}  DIFFERS: {row.differs}" if row and row.differs else text)
     return "\n".join([*lines, summary(rows)])
-
-
-def compare_frameworks(request, tiny: bool) -> int:
-    """Runs every same-work case with `request` (a suite.run.RunRequest: its case and argv are set
-    here, its case_args go to every case), then prints the table of the records they wrote."""
-    from suite.rerun import run_argv
-    from suite.run import check, run
-
-    requests = []
-    for name in same_work_cases():
-        req = replace(request, case=name, case_args=case_argv(name, tiny, request.case_args))
-        requests.append(replace(req, argv=run_argv(req)))
-    for req in requests:  # bad input for any case is refused before the first one runs
-        check(req)
-    results = Path(request.results_dir)
-    before = set(results.glob("*.json"))
-    status = 0
-    for req in requests:
-        log(f"compare-frameworks: {req.case} {' '.join(req.case_args)}")
-        status = max(status, run(req))
-        if any(r["reason"] == INTERRUPTED for r in new_records(results, before)):
-            break
-    if not request.dry_run:
-        print("\n" + format_table(build_rows([Point(r, r["run_id"]) for r in new_records(results, before)
-                                               if r["status"] == "ok"])))
-    return status
-
-
-def new_records(folder: Path, before: set[Path]) -> list[dict]:
-    return [json.loads(path.read_text()) for path in sorted(set(folder.glob("*.json")) - before)]

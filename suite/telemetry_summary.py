@@ -11,7 +11,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from suite.plan import Plan, Process
-from suite.results import read_rank_events
+from suite.measure import read_rank_events
 
 GIB = 2**30
 SERIES_POINTS = 300  # per host in the record, for the report's plot over time

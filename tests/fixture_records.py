@@ -5,7 +5,9 @@ from pathlib import Path
 from suite.cases import Case, load_case
 from suite.hostfile import Host, World
 from suite.probe import Probe
-from suite.results import Repetition, RunContext, build_record, measure, new_run_id, utc_now, write_record
+from suite.measure import Repetition, measure
+from suite.request import RunRequest, recorded
+from suite.results import RunContext, build_record, new_run_id, utc_now, write_record
 
 
 def make_record(results: Path, runs: Path, *, case="pytorch-synthetic", cluster="cluster-a", stack=None,
@@ -17,7 +19,7 @@ def make_record(results: Path, runs: Path, *, case="pytorch-synthetic", cluster=
     world = World((Host("node1", devices),), f"hostfiles/{cluster}")
     options = base.parse_options(["--batch-size", str(batch)])
     ctx = RunContext(new_run_id(case, 1, devices), Case(case, base.dir, spec), options, world, "local", "local",
-                     ["python", "-m", "suite", "run"], utc_now())
+                     ["python", "-m", "suite", "run"], utc_now(), request=recorded(RunRequest(case=case)))
     reps = []
     for index in range(repetitions):
         rate = per_device[index % len(per_device)]

@@ -15,7 +15,9 @@ from suite.errors import UsageError
 from suite.hostfile import Host, World
 from suite.launchers import tfdist
 from suite.plan import Launch
-from suite.results import RunContext, build_record, new_run_id, utc_now, validate
+from suite.request import RunRequest, recorded
+from suite.results import RunContext, build_record, new_run_id, utc_now
+from suite.schema import validate
 from suite.runtimes import apptainer, docker, local
 from suite.stacks import Stack, load_stack
 
@@ -50,7 +52,7 @@ def built_image(folder: Path, flavour: str = "cpu") -> Path:
     image = folder / "images" / f"tensorflow-{flavour}.sif"
     image.write_bytes(b"not really an image")
     fl = containers.load_flavour(STACK, flavour)
-    containers.write_image_meta(containers.meta_path(image), fl, str(image), SHA, "apptainer",
+    containers.write_image_meta(apptainer.meta_path(image), fl, str(image), SHA, "apptainer",
                                 {"built": True}, {"tensorflow": "2.21.0"}, {"kind": "pinned", "ref": fl.base})
     return image
 
@@ -111,8 +113,8 @@ def test_apptainer_refuses_without_apptainer(host, monkeypatch):
 
 def test_apptainer_refuses_an_image_of_another_lock_unless_allowed(host, monkeypatch):
     image = built_image(host)
-    meta = json.loads(containers.meta_path(image).read_text())
-    containers.meta_path(image).write_text(json.dumps({**meta, "lock_sha256": "00" * 32}))
+    meta = json.loads(apptainer.meta_path(image).read_text())
+    apptainer.meta_path(image).write_text(json.dumps({**meta, "lock_sha256": "00" * 32}))
     with pytest.raises(UsageError, match=r"built from another lock than the checkout's \(image 000000000000, checkout "):
         apptainer.prepare(STACK, log=lambda m: None)
     monkeypatch.setenv("SUITE_ALLOW_STALE_IMAGE", "1")
@@ -186,5 +188,6 @@ def test_local_runtime_records_runtime_and_no_image(tmp_path, monkeypatch):
 def failed_record(provenance: dict) -> dict:
     case = load_case("pytorch-synthetic")
     world = World((Host("localhost", 1),), "hostfiles/localhost")
-    ctx = RunContext(new_run_id(case.name, 1, 1), case, {}, world, provenance["runtime"], "local", ["suite"], utc_now())
+    ctx = RunContext(new_run_id(case.name, 1, 1), case, {}, world, provenance["runtime"], "local", ["suite"], utc_now(),
+                     request=recorded(RunRequest()))
     return build_record(ctx, [], provenance, {}, "stopped for the test")

@@ -13,6 +13,7 @@ from test_stacks import lock_pins
 
 from suite import __version__, containers, paths
 from suite.errors import UsageError
+from suite.runtimes import apptainer, docker
 from suite.stacks import ensure_installed, find_installed, load_stack
 
 FLAVOURS = containers.described_flavours()
@@ -25,6 +26,14 @@ FRAMEWORK_NAMES = {"tensorflow-cpu": "tensorflow"}
 ALLOWED_DIFFERENCES = {("mxnet", "pillow"): "the NGC MXNet image has CPython 3.10; pillow 13 needs 3.11"}
 
 
+def definition(fl) -> "os.PathLike":
+    return apptainer.recipe(fl).path
+
+
+def dockerfile(fl) -> "os.PathLike":
+    return docker.recipe(fl).path
+
+
 def parsed(path):
     [recipe] = SingularityParser(str(path)).recipe.values() if path.suffix == ".def" else DockerParser(str(path)).recipe.values()
     return recipe
@@ -32,7 +41,7 @@ def parsed(path):
 
 def post_commands(fl) -> list[str]:
     """%post lines as spython reads them (it appends the %test script as echo lines: left out)."""
-    return [line for line in parsed(fl.definition).install if not line.startswith(("echo ", "chmod u+x /tests.sh"))]
+    return [line for line in parsed(definition(fl)).install if not line.startswith(("echo ", "chmod u+x /tests.sh"))]
 
 
 def normalise(name: str) -> str:
@@ -52,7 +61,7 @@ def test_definition_installs_exactly_its_lock(fl):
     assert len(pip) == 1, pip  # one package installation, and it is the lock's
     lock = PIP_LOCK.match(pip[0]).group(1)
     assert lock == fl.lock and lock_pins(fl.stack.dir / lock)  # every line name==version with hashes
-    recipe = parsed(fl.definition)
+    recipe = parsed(definition(fl))
     assert recipe.files == [f"containers/{fl.stack.name} /opt/recipe"]  # the lock the image reads is this file
     assert not [p for p in fl.apt if p.startswith("python3-") and p not in ("python3-venv", "python3-dev")]
     runs_post_install = [c for c in commands if c.endswith("bash /opt/recipe/post-install.sh")]
@@ -76,7 +85,7 @@ def test_cuda_lock_keeps_the_cpu_locks_versions(fl):
 
 @pytest.mark.parametrize("fl", FLAVOURS, ids=IDS)
 def test_labels_carry_lock_hash_and_suite_version(fl):
-    labels = dict(line.split(None, 1) for line in parsed(fl.definition).labels)
+    labels = dict(line.split(None, 1) for line in parsed(definition(fl)).labels)
     assert labels["org.hpc-dl-bench.lock_sha256"] == fl.lock_sha256
     assert labels["org.hpc-dl-bench.stack"] == fl.stack.name and labels["org.hpc-dl-bench.flavour"] == fl.name
     assert labels["org.hpc-dl-bench.suite_version"] == __version__
@@ -84,7 +93,7 @@ def test_labels_carry_lock_hash_and_suite_version(fl):
 
 @pytest.mark.parametrize("fl", FLAVOURS, ids=IDS)
 def test_base_is_pinned_by_digest_or_marked_as_placeholder(fl):
-    base = parsed(fl.definition).fromHeader
+    base = parsed(definition(fl)).fromHeader
     assert re.search(r"@sha256:([0-9a-f]{64}|placeholder)$", base), base
     if not fl.base_pinned:
         assert "PLACEHOLDER" in fl.base_source  # said where a reader looks
@@ -92,7 +101,7 @@ def test_base_is_pinned_by_digest_or_marked_as_placeholder(fl):
 
 @pytest.mark.parametrize("fl", FLAVOURS, ids=IDS)
 def test_test_section_smoke_imports_the_framework(fl):
-    text = fl.definition.read_text()
+    text = definition(fl).read_text()
     tests = text.split("%test", 1)[1].split("%help", 1)[0]
     framework = {"pytorch-horovod": "import torch", "pytorch": "import torch", "tensorflow": "import tensorflow", "mxnet": "import mxnet"}
     assert framework[fl.stack.name] in tests
@@ -102,15 +111,15 @@ def test_test_section_smoke_imports_the_framework(fl):
 
 @pytest.mark.parametrize("fl", FLAVOURS, ids=IDS)
 def test_dockerfile_says_what_the_definition_says(fl):
-    definition, dockerfile = parsed(fl.definition), parsed(fl.dockerfile)
-    assert f"ARG BASE={definition.fromHeader}\nFROM ${{BASE}}\n" in fl.dockerfile.read_text()  # the default base
-    assert [f"{src} {dst}" for src, dst in dockerfile.files] == definition.files
-    assert [label.replace('="', " ").rstrip('"').replace("${BASE}", definition.fromHeader)
-            for [label] in dockerfile.labels] == definition.labels
-    env = set(dockerfile.environ)
-    docker_commands = [c.removesuffix(" && \\") for c in dockerfile.install if not c.startswith("#") and c.strip()
+    defined, docked = parsed(definition(fl)), parsed(dockerfile(fl))
+    assert f"ARG BASE={defined.fromHeader}\nFROM ${{BASE}}\n" in dockerfile(fl).read_text()  # the default base
+    assert [f"{src} {dst}" for src, dst in docked.files] == defined.files
+    assert [label.replace('="', " ").rstrip('"').replace("${BASE}", defined.fromHeader)
+            for [label] in docked.labels] == defined.labels
+    env = set(docked.environ)
+    docker_commands = [c.removesuffix(" && \\") for c in docked.install if not c.startswith("#") and c.strip()
                        and c not in env and not c.startswith("BASE=")]  # spython's reading of the ARG
-    tests = fl.definition.read_text().split("%test", 1)[1].split("%help", 1)[0].split("\n")
+    tests = definition(fl).read_text().split("%test", 1)[1].split("%help", 1)[0].split("\n")
     def_tests = [line.strip() for line in tests if line.strip() and line.strip() != "set -eu"]
     assert docker_commands == post_commands(fl)[1:] + def_tests  # %post without its `set -eu`, then %test
 
@@ -156,16 +165,17 @@ def test_placeholder_base_is_refused_before_building():
 
 def test_make_containers_says_what_is_missing():
     # What is missing depends on the machine: ask for a builder that is not here (auto when neither is).
-    apptainer, engine_problem = shutil.which("apptainer"), containers.docker_engine_problem()
-    if apptainer and engine_problem is None:
+    have_apptainer, engine_problem = shutil.which("apptainer"), docker.engine_problem()
+    if have_apptainer and engine_problem is None:
         pytest.skip("apptainer and a Docker engine are both here: no builder is missing")
-    tool = "docker" if apptainer else "apptainer" if engine_problem is None else "auto"
+    tool = "docker" if have_apptainer else "apptainer" if engine_problem is None else "auto"
     result = subprocess.run([sys.executable, "-m", "suite", "containers", "build", "--stack", "tensorflow",
                              "--flavour", "cpu", "--tool", tool], cwd=paths.ROOT, capture_output=True, text=True)
     assert result.returncode == 2, result.stdout + result.stderr
     [line] = result.stderr.strip().splitlines()
     asked = {"auto": "apptainer or a Docker engine", "apptainer": "apptainer", "docker": "a Docker engine"}[tool]
-    assert f"needs {asked};" in line and f"apptainer: {'on PATH' if apptainer else 'not on PATH'}" in line
+    assert f"needs {asked};" in line
+    assert f"apptainer: {'not asked for' if tool == 'docker' else 'not on PATH'}" in line
     assert f"docker: {'not asked for' if tool == 'apptainer' else engine_problem.split(' (')[0]}" in line
 
 

@@ -17,7 +17,8 @@ from conftest import records_in, tiny
 from docker_fixtures import CPU_STACKS, cpu_images, docker_engine  # noqa: F401 (fixtures)
 
 from suite import containers
-from suite.results import validate
+from suite.runtimes import apptainer
+from suite.schema import validate
 from suite.stacks import load_stack, lock_pins
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -220,7 +221,7 @@ def test_definition_post_and_test_sections_run_in_the_base(cpu_images, tmp_path,
     of the base with %files copied in, then %test with %environment sourced. The same, in a container
     of the Debian base: the sections as the definition writes them, not the Dockerfile's copy."""
     fl = containers.load_flavour(load_stack(stack), "cpu")
-    sections = definition_sections(fl.definition.read_text())
+    sections = definition_sections(apptainer.recipe(fl).path.read_text())
     environment = tmp_path / "environment"
     environment.write_text(sections["environment"].replace("$PATH", "/usr/local/bin:/usr/bin:/bin"))
     script = "\n".join([sections["post"], f". {environment}", sections["test"]])

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT, records_in, tiny
-from suite.results import validate
+from suite.schema import validate
 
 pytestmark = pytest.mark.integration
 LONG = tiny("pytorch-synthetic", num_iters=500)

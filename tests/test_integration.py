@@ -3,7 +3,7 @@
 import pytest
 
 from conftest import records_in, tiny, write
-from suite.results import validate
+from suite.schema import validate
 
 TINY = tiny("pytorch-synthetic")
 

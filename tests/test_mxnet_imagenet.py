@@ -18,7 +18,7 @@ from suite.errors import UsageError
 from suite.hostfile import Host, World
 from suite.launchers import pslite
 from suite.plan import Launch, StackEnv
-from suite.results import validate
+from suite.schema import validate
 
 SCRIPT = str(ROOT / "cases" / "mxnet-imagenet" / "train.py")
 CLASSES, TRAIN_PER_CLASS, VAL_PER_CLASS = 3, 8, 2

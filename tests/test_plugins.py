@@ -23,7 +23,7 @@ def test_every_plugin_satisfies_its_contract(kind, name):
     assert isinstance(plugin, protocol) and plugin.name == name
     for member in plugins._protocol_members(protocol):
         hook = getattr(plugin, member)
-        assert member == "PROFILE" or callable(hook), member
+        assert member in protocol.__annotations__ or callable(hook), member
     assert all(isinstance(s, plugins.Setting) and s.help for s in plugin.PROFILE.values())
 
 
@@ -114,3 +114,19 @@ def test_a_plugin_file_is_picked_up_by_doctor_profiles_and_contracts(tmp_path, m
     (tmp_path / "wrongtype.toml").write_text('scheduler = "pbs"\n[pbs]\nqueue = 3\n')
     with pytest.raises(UsageError, match=r"\[pbs\] queue must be a string \(queue the jobs go to\), got 3"):
         clusters.load_cluster("wrongtype")
+
+
+@pytest.mark.parametrize("kind, hook", [("runtimes", "prepare"), ("launchers", "plan"), ("schedulers", "execute")])
+def test_a_plugin_without_a_required_hook_is_refused_in_one_line(tmp_path, monkeypatch, kind, hook):
+    assert plugins.required_hooks(kind) == [hook]
+    folder = tmp_path / kind
+    folder.mkdir()
+    (folder / "halfdone.py").write_text('"""A plugin that forgot its main hook."""\n\ndef doctor_lines(*args):\n'
+                                        '    return []\n')
+    monkeypatch.setitem(plugins.EXTRA_PATHS, kind, [str(folder)])
+    with pytest.raises(UsageError) as refused:
+        plugins.load(kind, "halfdone")
+    message = str(refused.value)
+    assert "\n" not in message and f"does not define {hook}" in message and "halfdone.py" in message
+    (folder / "halfdone.py").write_text(f"def {hook}(*args):\n    return None\n")
+    assert callable(getattr(plugins.load(kind, "halfdone"), hook))

@@ -18,7 +18,7 @@ from test_faults import descendants, failed_record_after, wait_for_ranks
 from suite.hostfile import Host, World
 from suite.launchers import ranks, torchrun
 from suite.plan import Launch, StackEnv
-from suite.results import validate
+from suite.schema import validate
 from suite.schedulers import ssh
 
 TINY = tiny("pytorch-ddp")

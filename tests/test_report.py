@@ -100,7 +100,7 @@ def test_records_are_validated_without_rechecking_the_schema_each_time(tmp_path,
     """Issue 19: jsonschema.validate() checked the schema itself for every record (96% of `report`)."""
     import jsonschema
 
-    import suite.results
+    import suite.schema
     from suite.records import load_points
 
     record = make_record(tmp_path / "one", tmp_path / "runs", devices=2, per_device=(40.0,))
@@ -108,10 +108,10 @@ def test_records_are_validated_without_rechecking_the_schema_each_time(tmp_path,
         (tmp_path / "many").mkdir(exist_ok=True)
         (tmp_path / "many" / f"{i:03d}.json").write_text(json.dumps({**record, "run_id": f"{record['run_id']}-{i}"}))
     checks = []
-    cls = jsonschema.validators.validator_for(suite.results.SCHEMA)
+    cls = jsonschema.validators.validator_for(suite.schema.SCHEMA)
     original = cls.check_schema
     monkeypatch.setattr(cls, "check_schema", classmethod(lambda c, schema, **kw: checks.append(1) or original(schema, **kw)))
-    monkeypatch.setattr(suite.results, "_VALIDATOR", None)
+    monkeypatch.setattr(suite.schema, "_VALIDATOR", None)
     assert len(load_points(tmp_path / "many", warn=pytest.fail)) == 200
     assert len(checks) == 1
 

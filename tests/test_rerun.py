@@ -11,10 +11,11 @@ import pytest
 from conftest import records_in, tiny
 from fixture_records import make_record
 
-from suite import cli, rerun
+from suite import cli, paths, rerun
 from suite.cases import load_case
 from suite.records import load_point
-from suite.results import validate
+from suite.request import RunRequest, recorded
+from suite.schema import SCHEMA_VERSION, validate
 from suite.stacks import load_stack
 
 # The checkout these in-process tests pretend to run from, so that they do not depend on the state of
@@ -31,6 +32,7 @@ def original(tmp_path, monkeypatch) -> Path:
     record = make_record(tmp_path / "made", tmp_path / "made-runs", cluster="localhost", stack="pytorch-horovod")
     record["provenance"].update(CHECKOUT, stack_lock_sha256=load_stack("pytorch-horovod").lock_sha256,
                                 argv=["python", "-m", "suite", "run", "--case", "pytorch-synthetic", "--", *TINY],
+                                request=recorded(RunRequest(case="pytorch-synthetic", case_args=list(TINY))),
                                 environment={})
     record["config"]["options"] = load_case("pytorch-synthetic").parse_options(list(TINY))
     record["world"].update(hosts=["localhost"], slots={"localhost": 1})
@@ -148,7 +150,8 @@ def test_schema_1_records_stay_readable_and_rerun(original, capsys, pytorch_stac
 
 
 @pytest.mark.parametrize("change, expected", [
-    (lambda r: r.update(schema_version=3), "record schema version 3; this suite reads versions 1 to 2"),
+    (lambda r: r.update(schema_version=SCHEMA_VERSION + 1),
+     f"record schema version {SCHEMA_VERSION + 1}; this suite reads versions 1 to {SCHEMA_VERSION}"),
     (lambda r: r.update(case="no-such-case"), "cannot rerun original.json: unknown case 'no-such-case'"),
     (lambda r: r["world"].update(nodes=2, devices=2, hosts=["a", "b"], slots={"a": 1, "b": 1}),
      "cannot rerun original.json: NODES=2 but hostfile"),
@@ -166,7 +169,7 @@ def test_what_cannot_be_rerun_says_why_in_one_line(original, capsys, change, exp
 def test_hosts_come_from_the_record_profile_or_hostfile_where_this_checkout_has_them(tmp_path):
     args = cli.build_cli().parse_args(["rerun", "x.json"])
     world = {"cluster": "loopback", "hostfile": "hostfiles/loopback"}
-    assert rerun.host_source(world, args) == (None, str(cli.paths.ROOT / "hostfiles" / "loopback"))
+    assert rerun.host_source(world, args) == (None, str(paths.ROOT / "hostfiles" / "loopback"))
     assert rerun.host_source({"cluster": "localhost", "hostfile": "/elsewhere/hosts"}, args) == ("localhost", None)
     assert rerun.host_source({"cluster": "gone", "hostfile": "/elsewhere/hosts"}, args) == (None, None)
     given = cli.build_cli().parse_args(["rerun", "x.json", "--hostfile", "h"])

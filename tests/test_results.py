@@ -10,7 +10,10 @@ from suite.cases import load_case
 from suite.errors import RunFailed
 from suite.hostfile import Host, World
 from suite.probe import Probe
-from suite.results import Repetition, RunContext, build_record, measure, new_run_id, utc_now, validate, write_record
+from suite.measure import Repetition, measure
+from suite.request import RunRequest, recorded
+from suite.results import RunContext, build_record, new_run_id, utc_now, write_record
+from suite.schema import validate
 from suite.stats import mean_ci95
 
 
@@ -28,7 +31,7 @@ def context(world, **options):
     case = load_case("pytorch-synthetic")
     opts = case.parse_options([f"--{k}={v}" for k, v in options.items()])
     return RunContext(new_run_id(case.name, world.nodes, world.devices), case, opts, world, "local", "local",
-                      ["python", "-m", "suite", "run"], utc_now())
+                      ["python", "-m", "suite", "run"], utc_now(), request=recorded(RunRequest(case=case.name)))
 
 
 def test_iteration_throughput_is_all_images_over_slowest_rank(tmp_path):

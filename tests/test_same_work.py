@@ -15,7 +15,8 @@ from suite.cases import load_case
 from suite.options import parse_case_args
 from suite.records import Point
 from suite.report import write_report
-from suite.same_work import build_rows, format_table, same_work_cases
+from suite.compare_frameworks import same_work_cases
+from suite.same_work import build_rows, format_table
 
 CASES = {"mxnet-imagenet", "pytorch-ddp", "pytorch-synthetic", "tf-cifar"}
 RESNET50_V15 = 25_557_032

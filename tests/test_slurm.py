@@ -17,12 +17,12 @@ from cluster_fixtures import alive, processes_with_env, slurm_cluster  # noqa: F
 from conftest import ROOT, records_in, tiny
 
 from suite import paths
-from suite.cli import point_argv
+from suite.request import RunRequest, to_argv
 from suite.clusters import Cluster, load_cluster
 from suite.errors import UsageError
 from suite.hostfile import Host, World
 from suite.plugins import BatchJob
-from suite.results import validate
+from suite.schema import validate
 from suite.schedulers import slurm
 
 PY = sys.executable
@@ -68,11 +68,12 @@ def test_allocation_hosts_take_gpus_or_tasks_per_node(monkeypatch):
 def fake_point(cluster: Cluster | None, nodes: int, per_node: int, case_args=(), timeout_s=600.0, repeat=1) -> BatchJob:
     world = World(tuple(Host(f"slurm-node-{i + 1}", per_node) for i in range(nodes)), "sbatch")
     runs = Path("/shared/runs")
-    argv = point_argv(case="pytorch-synthetic", world=world, repeat=repeat, timeout_s=timeout_s, stall_s=1800.0,
-                      runtime="apptainer", scheduler="slurm", data_dir=Path("/shared/data"), runs_dir=runs,
-                      results_dir=runs / "R1" / "record", run_id="R1", cluster=cluster.name if cluster else None,
-                      case_args=list(case_args))
-    return BatchJob("R1", "pytorch-synthetic", world, tuple(argv), timeout_s, 1800.0, repeat, runs / "R1", cluster)
+    req = RunRequest(nodes=str(nodes), gpus_per_node=str(per_node), repeat=str(repeat), timeout=f"{timeout_s:.0f}",
+                     stall="1800", runtime="apptainer", scheduler="slurm", data_dir=Path("/shared/data"), runs_dir=runs,
+                     results_dir=runs / "R1" / "record", run_id="R1", cluster=cluster.name if cluster else None,
+                     case_args=list(case_args))
+    argv = (sys.executable, "-m", "suite", *to_argv(req))
+    return BatchJob("R1", "pytorch-synthetic", world, argv, timeout_s, 1800.0, repeat, runs / "R1", cluster)
 
 
 def test_job_script_from_a_cluster_profile():
@@ -282,10 +283,9 @@ def test_a_job_that_writes_no_record_leaves_a_failed_one(slurm_cluster, tmp_path
     from dataclasses import replace
 
     from suite.plan import StackEnv
-    from suite.run import RunRequest, batch_job, check, run_context, taken_over_record
+    from suite.run import batch_job, check, run_context, taken_over_record
 
-    req = RunRequest("pytorch-synthetic", "1", None, None, None, "slurm", "1", "300", [], tmp_path / "results",
-                     tmp_path / "runs", None, ["python", "-m", "suite", "run"])
+    req = RunRequest(scheduler="slurm", timeout="300", results_dir=tmp_path / "results", runs_dir=tmp_path / "runs")
     checked = replace(check(req), cluster_profile=Cluster("site", Path("site.toml"), plugins={"slurm": {"modules": ["no-such/1.0"]}}))
     stack_env = StackEnv("local", "/nowhere/bin", provenance={"stack": "pytorch-horovod", "stack_lock_sha256": "0" * 64})
     ctx = run_context(req, checked, checked.worlds[0], None)

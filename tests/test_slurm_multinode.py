@@ -13,7 +13,7 @@ import pytest
 from cluster_fixtures import NODE_NAMES, slurm_two_nodes  # noqa: F401 (fixture)
 from conftest import ROOT, records_in, tiny
 
-from suite.results import validate
+from suite.schema import validate
 
 PY = sys.executable
 DDP_MISSING = not (ROOT / "cases" / "pytorch-ddp").exists()

@@ -20,7 +20,7 @@ from suite.clusters import Cluster
 from suite.errors import UsageError
 from suite.plan import Plan, Process
 from suite.net import is_local
-from suite.results import validate
+from suite.schema import validate
 from suite.schedulers import ssh
 from suite.schedulers.local import GRACE_S
 

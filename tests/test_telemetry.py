@@ -17,7 +17,7 @@ from conftest import ROOT, records_in, tiny
 from suite import interconnect, telemetry
 from suite.hostfile import Host, World
 from suite.plan import Plan, Process
-from suite.results import validate
+from suite.schema import validate
 from suite.schedulers.local import HERE, run_plan
 from suite.telemetry_summary import Cut, host_summary, summarize
 

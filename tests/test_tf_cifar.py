@@ -18,7 +18,7 @@ from suite.hostfile import Host, World
 from suite.launchers import tfdist
 from suite.net import is_local
 from suite.plan import Launch, StackEnv
-from suite.results import validate
+from suite.schema import validate
 
 CASE_DIR = ROOT / "cases" / "tf-cifar"
 TINY = tiny("tf-cifar")

@@ -23,11 +23,11 @@ from pathlib import Path
 import mxnet as mx
 from PIL import Image
 
-from cases._shared.jpeg_tree import write_synthetic_tree
+from cases._shared.jpeg_tree import (EXTENSIONS, check_tree_arguments, source_splits, swapped_in, tree_arguments,
+                                     write_synthetic_tree)
 
 REC_DIR = "imagenet-rec"
 SYNTHETIC_DIR = "imagenet-synthetic-jpeg"
-EXTENSIONS = {".jpg", ".jpeg", ".png"}
 
 
 class PackError(Exception):
@@ -35,37 +35,18 @@ class PackError(Exception):
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="mxnet-imagenet data", description=__doc__.split("\n")[0])
-    parser.add_argument("--data-dir", type=Path, required=True)
-    parser.add_argument("--src", type=Path, help="folder of class folders of JPEGs (optionally under train/ and val/)")
-    parser.add_argument("--synthetic", action="store_true", help="generate a small JPEG tree and pack it")
+    parser = tree_arguments("mxnet-imagenet data", __doc__.split("\n")[0], train_per_class=20,
+                            seed_help="shuffle order of the training list (and synthetic pixels)")
     parser.add_argument("--resize", type=int, default=480, help="shorter side in pixels after packing (im2rec --resize)")
     parser.add_argument("--quality", type=int, default=95, help="JPEG quality of the packed images")
     parser.add_argument("--num-thread", type=int, default=os.cpu_count() or 1, help="encoding threads")
-    parser.add_argument("--classes", type=int, default=10, help="synthetic: number of classes")
-    parser.add_argument("--train-per-class", type=int, default=20, help="synthetic: training images per class")
-    parser.add_argument("--val-per-class", type=int, default=4, help="synthetic: validation images per class")
-    parser.add_argument("--seed", type=int, default=100, help="shuffle order of the training list (and synthetic pixels)")
     args = parser.parse_args(argv)
-    if args.synthetic == bool(args.src):
-        parser.error("give exactly one of --src FOLDER (SRC=...) or --synthetic (SYNTHETIC=1)")
-    for name in ("resize", "num_thread", "classes", "train_per_class"):
-        if getattr(args, name) < 1:
-            parser.error(f"--{name.replace('_', '-')} must be at least 1")
+    check_tree_arguments(parser, args)
+    if min(args.resize, args.num_thread) < 1:
+        parser.error("--resize and --num-thread must be at least 1")
     if not 1 <= args.quality <= 100:
         parser.error("--quality must be between 1 and 100")
     return args
-
-
-def split_folders(src: Path) -> dict[str, Path]:
-    if not src.is_dir():
-        sys.exit(f"error: --src {src} is not a folder")
-    if (src / "train").is_dir():
-        splits = {"train": src / "train"}
-        if (src / "val").is_dir():
-            splits["val"] = src / "val"
-        return splits
-    return {"train": src}
 
 
 def list_images(folder: Path, classes: list[str]) -> list[tuple[int, str]]:
@@ -128,23 +109,18 @@ def pack_tree(splits: dict[str, Path], out: Path, args, source: str) -> dict:
     classes = sorted(p.name for p in splits["train"].iterdir() if p.is_dir())
     if not classes:
         sys.exit(f"error: {splits['train']} has no class folders")
-    # Packed beside the final folder and swapped in at the end: a failed packing leaves no half set.
-    partial = out.with_name(out.name + ".partial")
-    shutil.rmtree(partial, ignore_errors=True)
-    partial.mkdir(parents=True)
     manifest = {"source": source, "synthetic": args.synthetic, "classes": len(classes), "resize": args.resize,
                 "quality": args.quality, "packed_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "splits": {}}
-    for split, folder in splits.items():
-        items = list_images(folder, classes)
-        if not items:
-            sys.exit(f"error: no JPEG images under {folder}")
-        if split == "train":
-            random.Random(args.seed).shuffle(items)  # im2rec shuffles its lists too
-        manifest["splits"][split] = pack(folder, items, partial / split, args)
-    (partial / "class_names.txt").write_text("\n".join(classes) + "\n")
-    (partial / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
-    shutil.rmtree(out, ignore_errors=True)
-    partial.rename(out)
+    with swapped_in(out) as partial:
+        for split, folder in splits.items():
+            items = list_images(folder, classes)
+            if not items:
+                sys.exit(f"error: no JPEG images under {folder}")
+            if split == "train":
+                random.Random(args.seed).shuffle(items)  # im2rec shuffles its lists too
+            manifest["splits"][split] = pack(folder, items, partial / split, args)
+        (partial / "class_names.txt").write_text("\n".join(classes) + "\n")
+        (partial / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
     return manifest
 
 
@@ -154,14 +130,13 @@ def main(argv=None) -> None:
     if args.synthetic:
         src = data_dir / SYNTHETIC_DIR
         shutil.rmtree(src, ignore_errors=True)
-        per_split = {"train": args.train_per_class, "val": args.val_per_class}
-        write_synthetic_tree(src, args.classes, {k: v for k, v in per_split.items() if v > 0}, args.seed)
+        write_synthetic_tree(src, args)
         print(f"synthetic JPEG tree: {args.classes} classes under {src}", flush=True)
         source = "synthetic-imagenet-jpeg"
     else:
         src, source = args.src.resolve(), str(args.src.resolve())
     try:
-        pack_tree(split_folders(src), data_dir / REC_DIR, args, source)
+        pack_tree(source_splits(src), data_dir / REC_DIR, args, source)
     except PackError as exc:
         sys.exit(f"error: {exc}")
 

@@ -1,11 +1,12 @@
-"""Runs a stack from its Apptainer image (containers/<stack>/<flavour>.def, built by `make
-containers`): every program of the stack becomes `apptainer exec [--nv] --bind ... IMAGE.sif PROGRAM`,
-started on each host by whatever the launcher and scheduler use there (the hybrid model: the host's
-ssh, srun or mpirun start the containers).
+"""Runs a stack from its Apptainer image, and builds that image: every program of the stack becomes
+`apptainer exec [--nv] --bind ... IMAGE.sif PROGRAM`, started on each host by whatever the launcher
+and scheduler use there (the hybrid model: the host's ssh, srun or mpirun start the containers).
 
 The image is <image dir>/<stack>-<flavour>.sif (image dir: the cluster's container_dir, else
-$SUITE_IMAGE_DIR, else containers/build/; $SUITE_IMAGE names one file). The flavour is cuda when this
-host has NVIDIA GPUs, else cpu ($SUITE_CONTAINER_FLAVOUR overrides)."""
+$SUITE_IMAGE_DIR, else containers/build/; $SUITE_IMAGE names one file), with its metadata beside it
+(IMAGE.sif.json). The flavour is cuda when this host has NVIDIA GPUs, else cpu
+($SUITE_CONTAINER_FLAVOUR overrides). `make containers TOOL=apptainer` builds it from
+containers/<stack>/<flavour>.def, rendered here from container.toml and the locks."""
 
 import json
 import os
@@ -15,10 +16,14 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from suite import container_base, containers, paths
-from suite.containers import bind_list
+from suite.containers import Recipe, bind_list
 from suite.errors import UsageError
 from suite.plan import StackEnv
 from suite.stacks import Stack
+
+IMAGES = "apptainer"  # what it builds images with (make containers TOOL=apptainer)
+BUILD_PREFERENCE = 0  # TOOL=auto tries it first: it is what HPC sites run
+BASES = ("pinned",)
 
 
 def prepare(stack: Stack, log=print, binds: Iterable[Path | str] = (), image_dir: Path | None = None) -> StackEnv:
@@ -30,7 +35,7 @@ def prepare(stack: Stack, log=print, binds: Iterable[Path | str] = (), image_dir
     if not image.exists():
         raise UsageError(f"no {flavour} image of stack {stack.name} at {image}: build it with `{build_hint}` "
                          "(or set SUITE_IMAGE)")
-    meta = containers.read_image_meta(containers.meta_path(image), build_hint)
+    meta = containers.read_image_meta(meta_path(image), build_hint)
     if meta.get("stack") != stack.name:
         raise UsageError(f"{image} holds stack {meta.get('stack')!r}, not {stack.name}")
     containers.refuse_stale_image(stack, flavour, meta.get("lock_sha256"), log)
@@ -38,17 +43,25 @@ def prepare(stack: Stack, log=print, binds: Iterable[Path | str] = (), image_dir
     return stack_env(tool, image, meta, gpus > 0, bind_list(binds))
 
 
+def found_program() -> str | None:
+    return os.environ.get("SUITE_APPTAINER") or shutil.which("apptainer") or shutil.which("singularity")
+
+
 def apptainer_program() -> str:
-    tool = os.environ.get("SUITE_APPTAINER") or shutil.which("apptainer") or shutil.which("singularity")
+    tool = found_program()
     if not tool:
         raise UsageError("RUNTIME=apptainer needs `apptainer` (or `singularity`) on PATH on this host")
     return tool
 
 
 def image_path(stack: str, flavour: str, image_dir: Path | None = None) -> Path:
-    if image_dir and not os.environ.get("SUITE_IMAGE"):
-        return Path(image_dir) / f"{stack}-{flavour}.sif"
-    return containers.sif_path(stack, flavour)
+    if os.environ.get("SUITE_IMAGE"):
+        return Path(os.environ["SUITE_IMAGE"])
+    return Path(image_dir or containers.build_dir()) / f"{stack}-{flavour}.sif"
+
+
+def meta_path(image: Path | str) -> Path:
+    return Path(f"{image}.json")
 
 
 def stack_env(tool: str, image: Path, meta: dict, gpus: bool, binds: list[str]) -> StackEnv:
@@ -73,14 +86,45 @@ def stack_env(tool: str, image: Path, meta: dict, gpus: bool, binds: list[str]) 
     )
 
 
+def doctor_lines(cluster, stacks: list[str]) -> list[str]:
+    tool = found_program()
+    lines = [f"ok: apptainer ({tool})" if tool else "missing: apptainer (or singularity) on PATH (runtime apptainer)"]
+    flavour = containers.pick_flavour(containers.host_gpus())
+    for stack in stacks:
+        image = image_path(stack, flavour, cluster.container_dir if cluster else None)
+        lines.append(f"ok: image {image}" if image.exists() else
+                     f"missing: image {image} (make containers STACK={stack} FLAVOUR={flavour})")
+    return lines
+
+
+# ---- building ----------------------------------------------------------------------------------
+
+def recipe(fl) -> Recipe:
+    """containers/<stack>/<flavour>.def: the shared build steps as %post, the image's test as %test."""
+    lines = ["Bootstrap: docker", f"From: {fl.base.removeprefix('docker://')}", *containers.header(fl), "",
+             "%files", f"    containers/{fl.stack.name} {containers.RECIPE}", "", "%post", "    set -eu"]
+    for step in containers.build_steps(fl):
+        lines += [f"    {cmd}" for cmd in step]
+    lines += ["", "%environment", *(f'    export {k}="{v}"' for k, v in containers.environment(fl).items()), "",
+              "%labels", *(f"    {k} {v}" for k, v in containers.labels(fl).items()), "",
+              "%test", "    set -eu", *(f"    {cmd}" for cmd in containers.test_commands(fl)), "",
+              "%help", *(f"    {line}" for line in containers.help_text(fl))]
+    return Recipe(fl.stack.dir / f"{fl.name}.def", "\n".join(lines) + "\n")
+
+
+def build_problem() -> str | None:
+    return None if shutil.which("apptainer") else "not on PATH"
+
+
 def build_image(fl, inputs, log=print) -> dict:
     """`apptainer build` of a flavour's definition into the image folder, with its sha256 and metadata.
     The definition's base is its pinned one; WHEELS in the environment points pip at the wheel folder."""
     image = containers.build_dir() / f"{fl.stack.name}-{fl.name}.sif"
     image.parent.mkdir(parents=True, exist_ok=True)
     partial = image.with_suffix(".sif.partial")
-    log(f"containers: apptainer build {image} from {fl.definition.relative_to(paths.ROOT)}")
-    subprocess.run(["apptainer", "build", "--force", str(partial), str(fl.definition.relative_to(paths.ROOT))],
+    definition = recipe(fl).path.relative_to(paths.ROOT)
+    log(f"containers: apptainer build {image} from {definition}")
+    subprocess.run(["apptainer", "build", "--force", str(partial), str(definition)],
                    cwd=paths.ROOT, check=True, env={**os.environ, "WHEELS": inputs.wheels})
     os.replace(partial, image)
     digest = container_base.sha256_file(image)
@@ -89,19 +133,9 @@ def build_image(fl, inputs, log=print) -> dict:
     def cat(path):
         return subprocess.run(["apptainer", "exec", str(image), "cat", path], capture_output=True, text=True).stdout
 
-    meta = containers.write_image_meta(containers.meta_path(image), fl, str(image), digest, "apptainer",
+    meta = containers.write_image_meta(meta_path(image), fl, str(image), digest, "apptainer",
                                        json.loads(cat(containers.FACTS) or "{}"),
-                                       containers.packages_from_pip_list(cat(containers.PACKAGES)), inputs.base)
+                                       containers.packages_from_pip_list(cat(containers.PACKAGES)),
+                                       container_base.pinned_base(fl.base))
     log(f"containers: {image} sha256:{digest}")
     return meta
-
-
-def doctor_lines(cluster, stacks: list[str]) -> list[str]:
-    tool = os.environ.get("SUITE_APPTAINER") or shutil.which("apptainer") or shutil.which("singularity")
-    lines = [f"ok: apptainer ({tool})" if tool else "missing: apptainer (or singularity) on PATH (runtime apptainer)"]
-    flavour = containers.pick_flavour(containers.host_gpus())
-    for stack in stacks:
-        image = image_path(stack, flavour, cluster.container_dir if cluster else None)
-        lines.append(f"ok: image {image}" if image.exists() else
-                     f"missing: image {image} (make containers STACK={stack} FLAVOUR={flavour})")
-    return lines

@@ -1,5 +1,6 @@
-"""Runs a stack from its Docker image (containers/<stack>/<flavour>.Dockerfile, built by `make
-containers TOOL=docker`) through the Docker SDK.
+"""Runs a stack from its Docker image through the Docker SDK, and builds that image
+(containers/<stack>/<flavour>.Dockerfile, rendered here from container.toml and the locks; `make
+containers TOOL=docker`, on the pinned base or on a Debian base made here: suite/container_base.py).
 
 The suite's schedulers start argv lists, so every program of the stack becomes
 `python -m suite.runtimes.docker --image REF --bind DIRS [--gpus] -- PROGRAM ARGS`: this module, run
@@ -20,29 +21,51 @@ import uuid
 from collections.abc import Iterable
 from pathlib import Path
 
-from suite import containers, paths
+from suite import container_base, containers, paths
 from suite.container_base import BASE_LABEL, parse_dpkg_list
-from suite.containers import bind_list
+from suite.containers import Recipe, bind_list
 from suite.errors import UsageError
 from suite.plan import StackEnv
 from suite.procenv import forwarded_env
 from suite.stacks import Stack, load_stack
 
 SESSION_LABEL = f"{containers.LABEL}.session"
+IMAGES = "a Docker engine"  # what it builds images with (make containers TOOL=docker)
+BUILD_PREFERENCE = 1  # TOOL=auto tries apptainer first
+BASES = ("pinned", "debian")
+
+
+def engine_problem() -> str | None:
+    """None when a Docker engine answers, else why not (one line)."""
+    try:
+        import docker
+    except ImportError:
+        return "the `docker` Python package is not installed"
+    try:
+        docker.from_env(timeout=10).ping()
+        return None
+    except Exception as exc:  # the SDK raises several kinds; all mean "no engine to use"
+        return f"no engine answers ({str(exc).splitlines()[0][:160]})"
+
+
+def client(timeout: int = 60):
+    import docker
+
+    return docker.from_env(timeout=timeout)
 
 
 def prepare(stack: Stack, log=print, binds: Iterable[Path | str] = (), image_dir: Path | None = None) -> StackEnv:
-    problem = containers.docker_engine_problem()
+    problem = engine_problem()
     if problem:
         raise UsageError(f"RUNTIME=docker needs a Docker engine on this host: {problem}")
     import docker
 
-    client = docker.from_env()
+    engine = client()
     gpus = containers.host_gpus()
     flavour = containers.pick_flavour(gpus)
     ref = image_ref(stack, flavour, image_dir)
     try:
-        image = client.images.get(ref)
+        image = engine.images.get(ref)
     except docker.errors.ImageNotFound:
         raise UsageError(f"no Docker image {ref}: build it with `make containers STACK={stack.name} "
                          f"FLAVOUR={flavour} TOOL=docker` (or set SUITE_IMAGE)") from None
@@ -50,7 +73,7 @@ def prepare(stack: Stack, log=print, binds: Iterable[Path | str] = (), image_dir
     if labels.get(f"{containers.LABEL}.stack") != stack.name:
         raise UsageError(f"image {ref} is not an image of stack {stack.name} (label {containers.LABEL}.stack)")
     containers.refuse_stale_image(stack, flavour, labels.get(f"{containers.LABEL}.lock_sha256"), log)
-    facts, packages, system_packages = read_from_image(client, ref)
+    facts, packages, system_packages = read_from_image(engine, ref)
     log(f"stack {stack.name}: docker image {ref} ({image.id[:19]})")
     env = stack_env(ref, image.id, labels, facts, packages, gpus > 0, bind_list(binds), uuid.uuid4().hex[:16])
     env.provenance["image_system_packages"] = system_packages
@@ -60,19 +83,28 @@ def prepare(stack: Stack, log=print, binds: Iterable[Path | str] = (), image_dir
 def image_ref(stack: Stack, flavour: str, image_dir: Path | None = None) -> str:
     if os.environ.get("SUITE_IMAGE"):
         return os.environ["SUITE_IMAGE"]
-    meta = (Path(image_dir) if image_dir else containers.build_dir()) / f"{stack.name}-{flavour}.docker.json"
+    meta = Path(image_dir) / f"{stack.name}-{flavour}.docker.json" if image_dir else meta_path(stack.name, flavour)
     try:
         return json.loads(meta.read_text())["image"]
     except (OSError, ValueError, KeyError):
-        return containers.docker_tag(containers.load_flavour(stack, flavour))
+        return tag(containers.load_flavour(stack, flavour))
 
 
-def read_from_image(client, ref: str) -> tuple[dict, dict, dict]:
+def tag(fl, base_kind: str = "pinned") -> str:
+    suffix = "" if base_kind == "pinned" else f"-{base_kind}"
+    return f"hpc-dl-bench-{fl.stack.name}:{fl.name}-{fl.lock_sha256[:12]}{suffix}"
+
+
+def meta_path(stack: str, flavour: str) -> Path:
+    return containers.build_dir() / f"{stack}-{flavour}.docker.json"
+
+
+def read_from_image(engine, ref: str) -> tuple[dict, dict, dict]:
     """The stack's facts, its pip packages and the image's Debian packages, as the image holds them
     (one container; the files are separated by an ASCII record separator)."""
     files = (containers.FACTS, containers.PACKAGES, containers.SYSTEM_PACKAGES)
     script = "; ".join(f"cat {path} 2>/dev/null; printf '\\036'" for path in files)
-    facts, packages, system = client.containers.run(ref, ["sh", "-c", script], remove=True).decode().split("\x1e")[:3]
+    facts, packages, system = engine.containers.run(ref, ["sh", "-c", script], remove=True).decode().split("\x1e")[:3]
     return (json.loads(facts.strip() or "{}"), containers.packages_from_pip_list(packages.strip()),
             parse_dpkg_list(system))
 
@@ -110,17 +142,17 @@ def stack_env(ref: str, image_id: str, labels: dict, facts: dict, packages: dict
 
 
 def doctor_lines(cluster, stacks: list[str]) -> list[str]:
-    problem = containers.docker_engine_problem()
+    problem = engine_problem()
     if problem:
         return [f"missing: Docker engine ({problem})"]
     import docker
 
-    client, flavour = containers.docker_client(), containers.pick_flavour(containers.host_gpus())
+    engine, flavour = client(), containers.pick_flavour(containers.host_gpus())
     lines = ["ok: Docker engine"]
     for name in stacks:
         ref = image_ref(load_stack(name), flavour, cluster.container_dir if cluster else None)
         try:
-            lines.append(f"ok: image {ref} ({client.images.get(ref).id[:19]})")
+            lines.append(f"ok: image {ref} ({engine.images.get(ref).id[:19]})")
         except docker.errors.ImageNotFound:
             lines.append(f"missing: image {ref} (make containers STACK={name} FLAVOUR={flavour} TOOL=docker)")
     return lines
@@ -140,7 +172,7 @@ def cleanup(env: StackEnv, log=print) -> None:
     if not session:
         return
     try:
-        left = containers.docker_client().containers.list(all=True, filters={"label": f"{SESSION_LABEL}={session}"})
+        left = client().containers.list(all=True, filters={"label": f"{SESSION_LABEL}={session}"})
         for container in left:
             container.remove(force=True)
     except Exception as exc:  # noqa: BLE001 (the SDK raises several kinds; the record must still be written)
@@ -202,51 +234,84 @@ def main(argv: list[str] | None = None) -> int:
         container.remove(force=True)
 
 
+# ---- building ----------------------------------------------------------------------------------
+
+def recipe(fl) -> Recipe:
+    """containers/<stack>/<flavour>.Dockerfile: the shared build steps as RUN lines, the image's test
+    run at build time; the base is a build argument (the pinned one by default)."""
+    lines = ["# BASE: the pinned upstream image by default; `make containers BASE=debian` passes a Debian",
+             "# base made from Debian's packages. WHEELS: the wheel folder's URL pip installs from.",
+             f"ARG BASE={fl.base.removeprefix('docker://')}", "FROM ${BASE}", *containers.header(fl),
+             "# Build in a context holding containers/ (python -m suite containers build --tool docker does).",
+             *(f"# {line}" for line in containers.help_text(fl)), "", "ARG BASE", "ARG WHEELS",
+             *(f'LABEL {k}="{v}"' for k, v in containers.labels(fl, "${BASE}").items()),
+             f"COPY containers/{fl.stack.name} {containers.RECIPE}"]
+    for step in containers.build_steps(fl):
+        lines.append("RUN " + " && \\\n    ".join(step))
+    environment = containers.environment(fl).items()
+    lines.append("ENV " + " ".join(f'{k}="{v.replace("$PATH", "${PATH}")}"' for k, v in environment))
+    lines.append("# the definition's %test, run at build time")
+    lines.append("RUN " + " && \\\n    ".join(containers.test_commands(fl)))
+    return Recipe(fl.stack.dir / f"{fl.name}.Dockerfile", "\n".join(lines) + "\n")
+
+
+def build_problem() -> str | None:
+    return engine_problem()
+
+
+def check_build(fl, base: str) -> None:
+    """A Debian base made here (BASE=debian) has no CUDA, and needs mmdebstrap or debootstrap."""
+    if base == "debian":
+        container_base.check_debian(fl.name)
+
+
 def build_image(fl, inputs, log=print) -> dict:
-    """`docker build` of a flavour's Dockerfile through the engine's API on the host network, from the
-    base and wheel folder in inputs (suite.containers.BuildInputs), tagged by lock and base, with its
-    metadata read back from the built image."""
-    import docker
-
-    client = docker.from_env(timeout=600)
-    if inputs.base["kind"] == "pinned":
-        require_pinned_base(client, inputs.base_ref)
-    tag = containers.docker_tag(fl, inputs.base["kind"])
-    log(f"containers: docker build {tag} from {fl.dockerfile.relative_to(paths.ROOT)} on {inputs.base_ref}")
+    """`docker build` of a flavour's Dockerfile through the engine's API on the host network, on the
+    base inputs names (made here first for BASE=debian) and from its wheel folder, tagged by lock and
+    base, with its metadata read back from the built image."""
+    engine = client(timeout=600)
+    if inputs.base == "debian":
+        base = container_base.debian_base(engine, log, inputs.refresh_base)
+    else:
+        base = container_base.pinned_base(fl.base)
+        require_pinned_base(engine, base["ref"])
+    image_tag = tag(fl, base["kind"])
+    dockerfile = recipe(fl).path
+    log(f"containers: docker build {image_tag} from {dockerfile.relative_to(paths.ROOT)} on {base['ref']}")
     started = time.monotonic()
-    image_id = stream_build(client, fl, tag, {"BASE": inputs.base_ref, "WHEELS": inputs.wheels}, log)
+    image_id = stream_build(engine, fl, image_tag, dockerfile, {"BASE": base["ref"], "WHEELS": inputs.wheels}, log)
 
-    facts, packages, _ = read_from_image(client, tag)
-    meta = containers.write_image_meta(containers.meta_path(tag, fl.stack.name, fl.name), fl, tag,
-                                       image_id.removeprefix("sha256:"), "docker", facts, packages, inputs.base)
-    size_mb = client.images.get(tag).attrs["Size"] / 1e6
-    log(f"containers: {tag} {image_id} ({size_mb:.0f} MB, built in {time.monotonic() - started:.0f} s)")
+    facts, packages, _ = read_from_image(engine, image_tag)
+    meta = containers.write_image_meta(meta_path(fl.stack.name, fl.name), fl, image_tag,
+                                       image_id.removeprefix("sha256:"), "docker", facts, packages, base)
+    size_mb = engine.images.get(image_tag).attrs["Size"] / 1e6
+    log(f"containers: {image_tag} {image_id} ({size_mb:.0f} MB, built in {time.monotonic() - started:.0f} s)")
     return meta
 
 
-def require_pinned_base(client, ref: str) -> None:
+def require_pinned_base(engine, ref: str) -> None:
     import docker
 
     try:
-        client.images.get(ref)
+        engine.images.get(ref)
     except docker.errors.ImageNotFound:
         try:
-            client.images.pull(ref)
+            engine.images.pull(ref)
         except docker.errors.APIError as exc:
             raise UsageError(f"cannot pull the pinned base {ref} ({str(exc).splitlines()[0][:120]}); "
                              "build on a Debian base made here instead: make containers BASE=debian") from None
 
 
-def stream_build(client, fl, tag: str, buildargs: dict, log) -> str:
+def stream_build(engine, fl, tag: str, dockerfile: Path, buildargs: dict, log) -> str:
     """Builds, logging each step; raises RuntimeError with the build's last lines when it fails."""
     context = io.BytesIO()
     with tarfile.open(fileobj=context, mode="w") as tar:  # only what the Dockerfile copies
         tar.add(fl.stack.dir, arcname=f"containers/{fl.stack.name}")
     context.seek(0)
     image_id, tail = None, []
-    for chunk in client.api.build(fileobj=context, custom_context=True, tag=tag, rm=True, forcerm=True,
+    for chunk in engine.api.build(fileobj=context, custom_context=True, tag=tag, rm=True, forcerm=True,
                                   network_mode="host", buildargs=buildargs, decode=True,
-                                  dockerfile=f"containers/{fl.stack.name}/{fl.dockerfile.name}"):
+                                  dockerfile=f"containers/{fl.stack.name}/{dockerfile.name}"):
         if "error" in chunk:
             raise RuntimeError(f"docker build of {tag} failed: {chunk['error'].strip()}; last output: "
                                + " | ".join(tail[-5:]))
