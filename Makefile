@@ -18,6 +18,8 @@ PRECHECK ?=
 NO_PRECHECK ?=
 TELEMETRY ?=
 CPU_BIND ?=
+FLAVOUR ?=
+WHEELS ?=
 DRY_RUN ?=
 TINY ?=
 RECORD ?=
@@ -44,18 +46,27 @@ run: $(VENV)/.installed
 		$(call opt,--data-dir,$(DATA_DIR)) $(call opt,--timeout,$(TIMEOUT)) \
 		$(call opt,--stall,$(STALL)) $(if $(filter 1 yes true,$(DRY_RUN)),--dry-run) \
 		$(if $(filter 1 yes true,$(PRECHECK)),--precheck) $(if $(filter 1 yes true,$(NO_PRECHECK)),--no-precheck) \
-		$(call opt,--telemetry-interval,$(TELEMETRY)) $(call opt,--cpu-bind,$(CPU_BIND)) -- $(ARGS)
+		$(call opt,--telemetry-interval,$(TELEMETRY)) $(call opt,--cpu-bind,$(CPU_BIND)) \
+		$(call opt,--flavour,$(FLAVOUR)) $(call opt,--wheels,$(WHEELS)) -- $(ARGS)
 
 # make doctor [CLUSTER=name]: what the cluster profile needs here and what is missing, one line each
 doctor: $(VENV)/.installed
-	$(SUITE) doctor $(call opt,--cluster,$(CLUSTER))
+	$(SUITE) doctor $(call opt,--cluster,$(CLUSTER)) $(call opt,--flavour,$(FLAVOUR))
 
 data: $(VENV)/.installed
 	$(SUITE) data --case "$(CASE)" $(call opt,--data-dir,$(DATA_DIR)) $(call opt,--cluster,$(CLUSTER)) \
 		$(if $(filter 1 yes true,$(SYNTHETIC)),--synthetic) $(if $(strip $(SRC)),--src "$(SRC)") -- $(ARGS)
 
+# make install CASE=... [FLAVOUR=cpu|cuda] [WHEELS=folder]: the case's local stack, ahead of a run
 install: $(VENV)/.installed
-	$(SUITE) install --case "$(CASE)"
+	$(SUITE) install --case "$(CASE)" $(call opt,--flavour,$(FLAVOUR)) $(call opt,--wheels,$(WHEELS))
+
+# make wheels CASE=... WHEELS=folder [FLAVOUR=cpu|cuda]: every file of the stack's locks, for machines
+# without network (README, "Installing")
+.PHONY: wheels
+wheels: $(VENV)/.installed
+	$(if $(strip $(WHEELS)),,$(error make wheels needs WHEELS=<folder>))
+	$(SUITE) wheels --case "$(CASE)" $(call opt,--flavour,$(FLAVOUR)) --dest "$(WHEELS)"
 
 cases: $(VENV)/.installed
 	$(SUITE) cases
@@ -74,7 +85,8 @@ compare-frameworks: $(VENV)/.installed
 		$(call opt,--cluster,$(CLUSTER)) $(call opt,--runtime,$(RUNTIME)) $(call opt,--scheduler,$(SCHEDULER)) \
 		$(call opt,--data-dir,$(DATA_DIR)) $(call opt,--timeout,$(TIMEOUT)) \
 		$(call opt,--stall,$(STALL)) $(if $(filter 1 yes true,$(DRY_RUN)),--dry-run) \
-		$(call opt,--cpu-bind,$(CPU_BIND)) $(if $(filter 1 yes true,$(TINY)),--tiny) -- $(ARGS)
+		$(call opt,--cpu-bind,$(CPU_BIND)) $(call opt,--flavour,$(FLAVOUR)) $(call opt,--wheels,$(WHEELS)) \
+		$(if $(filter 1 yes true,$(TINY)),--tiny) -- $(ARGS)
 
 # make rerun RECORD=reports/results/<run_id>.json [CLUSTER=name | HOSTFILE=file] [ALLOW_DRIFT=1] [DRY_RUN=1]
 rerun: $(VENV)/.installed
@@ -99,4 +111,5 @@ clean-runs:
 containers: $(VENV)/.installed
 	$(SUITE) containers build $(if $(strip $(STACK)),--stack "$(STACK)") \
 		$(if $(strip $(FLAVOUR)),--flavour "$(FLAVOUR)") $(if $(strip $(TOOL)),--tool "$(TOOL)") \
-		$(if $(strip $(BASE)),--base "$(BASE)") $(if $(filter 1 yes true,$(BASE_REFRESH)),--refresh-base)
+		$(if $(strip $(BASE)),--base "$(BASE)") $(if $(filter 1 yes true,$(BASE_REFRESH)),--refresh-base) \
+		$(call opt,--wheels,$(WHEELS))

@@ -43,7 +43,7 @@ sys.path.insert(0, str(ROOT))
 
 from suite.binding import parse_cpu_list  # noqa: E402
 from suite.cases import load_case, option_args  # noqa: E402
-from suite.containers import host_gpus  # noqa: E402
+from suite.gpus import host_gpus  # noqa: E402
 from suite.stacks import ensure_installed, load_stack  # noqa: E402
 
 SIZES = {

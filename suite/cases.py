@@ -70,6 +70,23 @@ class Case:
                 raise UsageError(f"case {self.name}: {data_dir / rel} is not in the expected format (starts with "
                                  f"'{start}', expected '{signature}'); prepare it with 'make data CASE={self.name}'")
 
+    def check_requirements(self, stack_env, where: str) -> None:
+        """The case's [requires] table (package -> version specifier, e.g. torch = ">=2.0") against the
+        packages of the prepared stack; the first one missing or too old is refused in one line."""
+        from packaging.specifiers import SpecifierSet
+        from packaging.version import InvalidVersion, Version
+
+        for package, spec in self.spec.get("requires", {}).items():
+            found = stack_env.version(package)
+            if found is None:
+                raise UsageError(f"case {self.name} needs {package}{spec}; the stack ({where}) has no {package}")
+            try:
+                ok = Version(found) in SpecifierSet(spec, prereleases=True)
+            except InvalidVersion:
+                continue  # a site build with a version pip cannot read: let the case try
+            if not ok:
+                raise UsageError(f"case {self.name} needs {package}{spec}; the stack ({where}) has {package} {found}")
+
     def tiny_args(self, **overrides) -> list[str]:
         """Case argv for the smallest run that still exercises the case (its [tiny] table), for tests and
         `make bench --tiny`. Overrides use underscores for dashes (num_iters=500) and replace or add

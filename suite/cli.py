@@ -12,6 +12,7 @@ from suite import paths, plugins, request
 from suite.cases import known_cases, load_case
 from suite.clusters import load_cluster
 from suite.errors import UsageError
+from suite.gpus import FLAVOURS
 from suite.options import build_parser
 
 RUN_EPILOG = """Case options go after '--' (Make: ARGS) and are checked against the case before anything
@@ -50,6 +51,8 @@ def build_cli() -> argparse.ArgumentParser:
     doctor.add_argument("--cluster", default=None, help="cluster profile hostfiles/NAME.toml (default: this machine)")
     doctor.add_argument("--case", action="append", default=None,
                         help="check only this case's stack, image and data (repeatable; default: every case)")
+    doctor.add_argument("--flavour", choices=FLAVOURS, default=None,
+                        help="the stacks' cpu or cuda flavour (default: what this host fits) (Make: FLAVOUR)")
 
     data = sub.add_parser("data", help="prepare a case's dataset (download, pack, or generate with --synthetic)")
     data.add_argument("--case", required=True, help="case folder under cases/ (Make: CASE)")
@@ -62,6 +65,18 @@ def build_cli() -> argparse.ArgumentParser:
     install = sub.add_parser("install", help="install the local stack of a case or stack")
     install.add_argument("--case", help="install the stack this case uses")
     install.add_argument("--stack", help="install this stack (folder under containers/)")
+    install.add_argument("--flavour", choices=FLAVOURS, default=None,
+                         help="cpu or cuda (default: cuda where this host has NVIDIA GPUs) (Make: FLAVOUR)")
+    install.add_argument("--wheels", type=Path, default=None,
+                         help="install from this wheel folder alone, with no network (Make: WHEELS)")
+
+    wheels = sub.add_parser("wheels", help="download every file of a stack's locks (hash-checked, sdists included) "
+                            "into a folder, for installing where there is no network")
+    wheels.add_argument("--case", help="the stack this case uses")
+    wheels.add_argument("--stack", help="this stack (folder under containers/)")
+    wheels.add_argument("--flavour", choices=FLAVOURS, action="append", default=None,
+                        help="cpu or cuda, repeatable (default: both) (Make: FLAVOUR)")
+    wheels.add_argument("--dest", type=Path, required=True, help="the wheel folder (Make: WHEELS)")
 
     sub.add_parser("cases", help="list the cases and their options")
 
@@ -97,6 +112,8 @@ def build_cli() -> argparse.ArgumentParser:
                             "container.toml; debian: a Debian base made here from Debian's packages (Make: BASE)")
     containers.add_argument("--refresh-base", action="store_true",
                             help="make the Debian base again rather than reuse the one made before (Make: BASE_REFRESH=1)")
+    containers.add_argument("--wheels", type=Path, default=None,
+                            help="build from this wheel folder (make wheels) instead of filling one now (Make: WHEELS)")
 
     validate = sub.add_parser("validate", help="check result records against the record schema")
     validate.add_argument("records", nargs="+", type=Path)
@@ -146,10 +163,11 @@ def cmd_compare_frameworks(args, case_args, argv) -> int:
 def cmd_doctor(args, case_args, argv) -> int:
     from suite.doctor import doctor
 
-    return doctor(args.cluster, args.case)
+    return doctor(args.cluster, args.case, args.flavour)
 
 
 def cmd_data(args, case_args, argv) -> int:
+    from suite.plan import StackRequest
     from suite.runtimes import local
     from suite.stacks import load_stack
 
@@ -159,22 +177,53 @@ def cmd_data(args, case_args, argv) -> int:
     cluster = load_cluster(args.cluster) if args.cluster else None
     data_dir = Path(args.data_dir or (cluster and cluster.data_dir) or paths.data_dir()).resolve()
     extra = (["--synthetic"] if args.synthetic else []) + (["--src", args.src] if args.src else [])
-    stack_env = local.prepare(load_stack(case.stack))
+    stack_env = local.prepare(StackRequest(load_stack(case.stack), wheels=cluster.wheels if cluster else None))
     argv = stack_env.argv("python", str(case.data_script), "--data-dir", str(data_dir), *extra, *case_args)
     return subprocess.run(argv, env={**os.environ, **stack_env.env}).returncode
 
 
-def cmd_install(args, case_args, argv) -> int:
-    from suite.stacks import ensure_installed, load_stack
+def stack_of(args):
+    from suite.stacks import load_stack
 
     if not (args.case or args.stack):
-        raise UsageError("install needs --case NAME or --stack NAME")
+        raise UsageError(f"{args.command} needs --case NAME or --stack NAME")
+    return load_stack(args.stack or load_case(args.case).stack)
+
+
+def cmd_install(args, case_args, argv) -> int:
+    from suite.stacks import ensure_installed, local_flavour
+
+    if args.wheels and not args.wheels.is_dir():
+        raise UsageError(f"WHEELS={args.wheels} is not a folder (fill one with `make wheels`)")
     try:
-        installed = ensure_installed(load_stack(args.stack or load_case(args.case).stack))
+        installed = ensure_installed(local_flavour(stack_of(args), args.flavour), wheels=args.wheels)
     except RuntimeError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     print(installed.prefix)
+    return 0
+
+
+def cmd_wheels(args, case_args, argv) -> int:
+    import time
+
+    from suite import wheelhouse
+    from suite.stacks import load_flavour
+
+    stack = stack_of(args)
+    flavours = [load_flavour(stack, name) for name in (args.flavour or FLAVOURS)]
+    for flavour in flavours:
+        if flavour.no_local and not args.flavour:
+            print(f"wheels: {flavour.id} left out: {flavour.no_local}")
+            continue
+        started, before = time.monotonic(), wheelhouse.size_mb(args.dest) if args.dest.is_dir() else 0.0
+        try:
+            wheelhouse.fill(args.dest, flavour.locks(), flavour.pip_extra_index)
+        except RuntimeError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 1
+        print(f"wheels: {flavour.id}: {wheelhouse.size_mb(args.dest) - before:.0f} MB added in "
+              f"{time.monotonic() - started:.0f} s; install with WHEELS={args.dest} FLAVOUR={flavour.name}")
     return 0
 
 
@@ -245,7 +294,7 @@ def cmd_containers(args, case_args, argv) -> int:
     from suite import containers
 
     if args.action == "build":
-        containers.build(args.stack, args.flavour, args.tool, args.base, args.refresh_base)
+        containers.build(args.stack, args.flavour, args.tool, args.base, args.refresh_base, wheels=args.wheels)
         return 0
     stale = containers.render(check=args.action == "check")
     for path in stale:
@@ -254,6 +303,7 @@ def cmd_containers(args, case_args, argv) -> int:
 
 
 COMMANDS = {"run": cmd_run, "install": cmd_install, "cases": cmd_cases, "validate": cmd_validate,
-            "data": cmd_data, "report": cmd_report, "compare": cmd_compare, "containers": cmd_containers,
+            "data": cmd_data, "wheels": cmd_wheels, "report": cmd_report, "compare": cmd_compare,
+            "containers": cmd_containers,
             "predict": cmd_predict, "doctor": cmd_doctor, "rerun": cmd_rerun,
             "compare-frameworks": cmd_compare_frameworks}

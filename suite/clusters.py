@@ -14,7 +14,7 @@ from suite.errors import UsageError
 
 KEYS = {
     "": {"description", "example", "hostfile", "scheduler", "runtime", "devices_per_node", "device_model",
-         "data_dir", "container_dir", "interconnect", "env", "cpu_bind"},
+         "data_dir", "container_dir", "interconnect", "env", "cpu_bind", "wheels"},
     "interconnect": {"bandwidth_gbit_s", "latency_us", "description"},
 }
 
@@ -35,6 +35,7 @@ class Cluster:
     interconnect: dict = field(default_factory=dict)
     env: dict = field(default_factory=dict)
     cpu_bind: str = "none"  # default --cpu-bind of runs on this cluster (suite/binding.py)
+    wheels: Path | None = None  # local stacks install from this wheel folder alone (compute nodes without internet)
     plugins: dict = field(default_factory=dict)  # the table of each scheduler/runtime, by its name
 
     def section(self, plugin: str) -> dict:
@@ -64,7 +65,7 @@ def load_cluster(name: str) -> Cluster:
     if spec.get("cpu_bind", "none") not in POLICIES:
         raise UsageError(f"cluster profile {path}: cpu_bind must be one of {', '.join(POLICIES)}, got {spec['cpu_bind']!r}")
     relative = {k: _resolve(spec[k], paths.HOSTFILES if k == "hostfile" else paths.ROOT)
-                for k in ("hostfile", "data_dir", "container_dir") if k in spec}
+                for k in ("hostfile", "data_dir", "container_dir", "wheels") if k in spec}
     tables = {name: _with_defaults(spec.pop(name), settings, name, path)
               for name, settings in declared.items() if name in spec}
     return Cluster(name=name, path=path, **{**spec, **relative}, plugins=tables)

@@ -1,4 +1,4 @@
-"""The base image a stack's image is built on, and the wheel folder its pip install reads.
+"""The base image a stack's image is built on.
 
 Two routes to a base (`make containers BASE=...`):
 - pinned: the upstream image named by digest in container.toml (python:3.11-slim-bookworm@sha256:...),
@@ -7,23 +7,17 @@ Two routes to a base (`make containers BASE=...`):
   imported into the engine and tagged by the sha256 of its tarball. No registry is needed: the route
   for build hosts that reach a Debian mirror and a package index but no container registry.
 
-Either way pip inside the build installs from a wheel folder filled on the host by `pip download` of
-the flavour's locks with the host's own pip settings (index, CA bundle, find-links), and served to the
-build over HTTP on the loopback address: nothing of the host's settings ends up in a layer, the lock's
-hashes are checked as in the local stack, and an air-gapped builder needs only that folder."""
+Either way pip inside the build installs from a wheel folder (suite/wheelhouse.py) filled on the host
+with the host's own pip settings and served to the build over HTTP on the loopback address: nothing
+of the host's settings ends up in a layer, the lock's hashes are checked as in the local stack, and an
+air-gapped builder needs only that folder."""
 
-import contextlib
-import functools
 import hashlib
-import http.server
 import os
 import shutil
 import subprocess
-import sys
 import tempfile
-import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 from suite.errors import UsageError
@@ -36,9 +30,6 @@ DEBIAN_MIRROR = "http://deb.debian.org/debian"
 BASE_LABEL = "org.hpc-dl-bench.base"
 BASE_REPOSITORY = "hpc-dl-bench-base"
 RELEASE_DATE_FILE = "/etc/hpc-dl-bench-debian-release-date"
-# The wheel folder is served on this port when it is free: the URL is a build argument, and the same
-# URL keeps the engine's layer cache valid from one build to the next.
-WHEELS_PORT = 38741
 # dpkg's list of installed packages as name=version lines: written into every image, read back here
 DPKG_LIST = "dpkg-query -W -f '${Package}=${Version}\\n'"
 
@@ -143,45 +134,3 @@ def sha256_file(path: Path) -> str:
         for block in iter(lambda: f.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
-
-
-# ---- the wheel folder ------------------------------------------------------------------------------
-
-def fill_wheel_folder(folder: Path, locks: list[tuple[Path, bool]], extra_index: str = "", log=print) -> None:
-    """`pip download` of every lock (path, as sdists?) into folder, hash-checked, with this host's pip
-    settings; the flavour's extra index (torch's CPU builds) only where those settings lack a file,
-    since an index that does not answer costs pip's whole timeout. pip's cache makes a refill cheap."""
-    folder.mkdir(parents=True, exist_ok=True)
-    for lock, sdists in locks:
-        argv = [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--require-hashes",
-                *(["--no-binary", ":all:"] if sdists else []), "--dest", str(folder), "-r", str(lock)]
-        log(f"containers: pip download -r {lock.parent.name}/{lock.name} into the wheel folder")
-        try:
-            run(argv, dict(os.environ))
-        except RuntimeError:
-            if not extra_index:
-                raise
-            log(f"containers: again with the extra index {extra_index}")
-            run([*argv, "--extra-index-url", extra_index], dict(os.environ))
-
-
-class _QuietHandler(http.server.SimpleHTTPRequestHandler):
-    def log_message(self, format, *args):  # noqa: A002 (the base class's name)
-        pass
-
-
-@contextlib.contextmanager
-def served(folder: Path) -> Iterator[str]:
-    """The folder over HTTP on 127.0.0.1 while the block runs; yields the URL pip's --find-links takes."""
-    handler = functools.partial(_QuietHandler, directory=str(folder))
-    try:
-        server = http.server.ThreadingHTTPServer(("127.0.0.1", WHEELS_PORT), handler)
-    except OSError:
-        server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_port}/"
-    finally:
-        server.shutdown()
-        server.server_close()

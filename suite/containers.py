@@ -12,99 +12,27 @@ definition, a Dockerfile), the bases it builds on (`BASES`) and the build (`buil
   python -m suite containers render | check | build [--stack S] [--flavour cpu|cuda] [--tool T]
 """
 
-import hashlib
 import json
 import os
-import re
-import shutil
-import subprocess
 import time
-import tomllib
 from collections.abc import Iterable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
-from suite import __version__, container_base, paths, plugins
+from suite import __version__, container_base, paths, plugins, stacks, wheelhouse
 from suite.errors import UsageError
 from suite.jsonfile import write_json_atomic
-from suite.stacks import Stack, load_stack
+from suite.stacks import DESCRIPTION, FLAVOURS, Flavour, Stack, described_flavours, load_flavour, load_stack
 
-FLAVOURS = ("cpu", "cuda")
-DESCRIPTION = "container.toml"
 PREFIX = "/opt/stack"  # the stack's environment in the image: bin/python, bin/horovodrun ...
 RECIPE = "/opt/recipe"  # the stack folder copied in: locks, post-install.sh, patches
-FACTS = f"{PREFIX}/suite-facts.json"
+FACTS = f"{PREFIX}/{stacks.FACTS}"
 PACKAGES = f"{PREFIX}/suite-packages.json"
 SYSTEM_PACKAGES = f"{PREFIX}/suite-system-packages.txt"  # dpkg's name=version of everything in the image
 # With WHEELS (a build argument; for apptainer build, the environment) pip installs only from that
-# wheel folder (suite.container_base); without it, from the index as pip is configured.
+# wheel folder (suite/wheelhouse.py); without it, from the index as pip is configured.
 USE_WHEELS = 'if [ -n "${WHEELS:-}" ]; then export PIP_NO_INDEX=1 PIP_FIND_LINKS="$WHEELS"; fi'
 LABEL = "org.hpc-dl-bench"
-DIGEST = re.compile(r"@sha256:[0-9a-f]{64}$")
-KEYS = {"base", "base_source", "python", "lock", "pip_extra_index", "apt", "build_env", "build_path", "prepare",
-        "smoke", "check_build", "system_site_packages", "example_case"}
-
-
-@dataclass(frozen=True)
-class Flavour:
-    """One image of a stack, as container.toml describes it."""
-
-    stack: Stack
-    name: str
-    base: str
-    base_source: str
-    python: str
-    lock: str  # relative to the stack folder
-    smoke: str
-    example_case: str
-    pip_extra_index: str = ""  # where wheels that are not on PyPI are found (torch's CPU build)
-    apt: tuple[str, ...] = ()
-    build_env: dict = field(default_factory=dict)
-    build_path: tuple[str, ...] = ()
-    prepare: tuple[str, ...] = ()
-    check_build: bool = False
-    system_site_packages: bool = False
-
-    @property
-    def id(self) -> str:
-        return f"{self.stack.name}/{self.name}"
-
-    @property
-    def lock_path(self) -> Path:
-        return self.stack.dir / self.lock
-
-    @property
-    def lock_sha256(self) -> str:
-        return hashlib.sha256(self.lock_path.read_bytes()).hexdigest()
-
-    @property
-    def base_pinned(self) -> bool:
-        return bool(DIGEST.search(self.base))
-
-
-
-def load_flavour(stack: Stack, name: str) -> Flavour:
-    path = stack.dir / DESCRIPTION
-    if name not in FLAVOURS:
-        raise UsageError(f"unknown container flavour '{name}' (known: {', '.join(FLAVOURS)})")
-    if not path.exists():
-        raise UsageError(f"stack {stack.name} has no container description ({path})")
-    spec = tomllib.loads(path.read_text())
-    merged = {k: v for k, v in spec.items() if not isinstance(v, dict)} | spec.get(name, {})
-    unknown = set(merged) - KEYS
-    if unknown or name not in spec:
-        raise UsageError(f"{path}: " + (f"unknown keys {sorted(unknown)}" if unknown else f"no [{name}] table"))
-    if "@sha256:" not in merged.get("base", ""):
-        raise UsageError(f"{path} [{name}]: base must be pinned by digest (IMAGE@sha256:...), got {merged.get('base')!r}")
-    if '"' in merged.get("smoke", ""):
-        raise UsageError(f"{path} [{name}]: smoke must not contain double quotes (it is run as python -c \"...\")")
-    tuples = {k: tuple(merged[k]) for k in ("apt", "build_path", "prepare") if k in merged}
-    return Flavour(stack=stack, name=name, **{**merged, **tuples})
-
-
-def described_flavours() -> list[Flavour]:
-    stacks = sorted(p.parent.name for p in paths.CONTAINERS.glob(f"*/{DESCRIPTION}"))
-    return [load_flavour(load_stack(s), f) for s in stacks for f in FLAVOURS]
 
 
 # ---- rendering: one list of build steps, written as %post and as RUN instructions ----------------
@@ -122,10 +50,10 @@ def build_steps(fl: Flavour) -> list[list[str]]:
                   f"{PREFIX}/bin/python -m pip install --no-cache-dir --require-hashes --no-deps {index}-r {RECIPE}/{fl.lock}"])
     if fl.stack.post_install:
         path = ":".join([f"{PREFIX}/bin", *fl.build_path, "$PATH"])
-        env = " ".join(f"{k}={v}" for k, v in {"STACK_DIR": RECIPE, "STACK_PREFIX": PREFIX,
-                                                 "SUITE_FACTS_FILE": FACTS, **fl.build_env}.items())
-        steps.append([USE_WHEELS, "mkdir -p /tmp/stack-build", "cd /tmp/stack-build", *fl.prepare,
-                      f'env {env} PATH="{path}" bash {RECIPE}/post-install.sh', "cd /", "rm -rf /tmp/stack-build"])
+        base_env = [f"export {' '.join(f'{k}={v}' for k, v in fl.build_env.items())}"] if fl.build_env else []
+        steps.append([USE_WHEELS, *base_env, f'export PATH="{path}"', "mkdir -p /tmp/stack-build",
+                      "cd /tmp/stack-build", *stacks.post_install_script(fl, RECIPE, PREFIX, FACTS).splitlines(),
+                      "cd /", "rm -rf /tmp/stack-build"])
     steps.append([f"{PREFIX}/bin/python -m pip list --format=json > {PACKAGES}",
                   f"{container_base.DPKG_LIST} > {SYSTEM_PACKAGES}",
                   f"if [ ! -e {FACTS} ]; then echo '{{}}' > {FACTS}; fi"])
@@ -142,7 +70,7 @@ def test_commands(fl: Flavour) -> list[str]:
 def labels(fl: Flavour, base: str = "") -> dict[str, str]:
     """The image's labels; base: what the Dockerfile's LABEL writes for the base it was built on."""
     return {f"{LABEL}.stack": fl.stack.name, f"{LABEL}.flavour": fl.name, f"{LABEL}.lock": fl.lock,
-            f"{LABEL}.lock_sha256": fl.lock_sha256, f"{LABEL}.recipe_sha256": fl.stack.recipe_sha256,
+            f"{LABEL}.lock_sha256": fl.lock_sha256, f"{LABEL}.recipe_sha256": fl.recipe_sha256,
             f"{LABEL}.suite_version": __version__, f"{LABEL}.base_ref": base or fl.base.removeprefix("docker://")}
 
 
@@ -206,21 +134,6 @@ def render(check: bool = False) -> list[Path]:
 
 # ---- images: where they are, what is recorded about them ---------------------------------------
 
-def host_gpus() -> int:
-    """NVIDIA GPUs of this host, as nvidia-smi lists them (0 without a driver)."""
-    if not shutil.which("nvidia-smi"):
-        return 0
-    out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True)
-    return sum(line.startswith("GPU ") for line in out.stdout.splitlines()) if out.returncode == 0 else 0
-
-
-def pick_flavour(gpus: int) -> str:
-    name = os.environ.get("SUITE_CONTAINER_FLAVOUR") or ("cuda" if gpus else "cpu")
-    if name not in FLAVOURS:
-        raise UsageError(f"SUITE_CONTAINER_FLAVOUR must be one of {', '.join(FLAVOURS)}, got '{name}'")
-    return name
-
-
 def build_dir() -> Path:
     """Where images and their metadata go; SUITE_IMAGE_DIR moves it (e.g. a cluster's shared folder)."""
     return Path(os.environ.get("SUITE_IMAGE_DIR") or paths.CONTAINERS / "build")
@@ -230,7 +143,7 @@ def write_image_meta(path: Path, fl: Flavour, image: str, image_sha256: str, too
                      packages: dict, base: dict) -> dict:
     meta = {"stack": fl.stack.name, "flavour": fl.name, "image": image, "image_sha256": image_sha256,
             "tool": tool, "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            "lock": fl.lock, "lock_sha256": fl.lock_sha256, "recipe_sha256": fl.stack.recipe_sha256,
+            "lock": fl.lock, "lock_sha256": fl.lock_sha256, "recipe_sha256": fl.recipe_sha256,
             "base": base, "facts": facts, "packages": packages}
     write_json_atomic(path, meta)
     return meta
@@ -320,13 +233,14 @@ class BuildInputs:
 
 
 def build(stack: str | None, flavour: str | None, tool: str, base: str = "pinned", refresh_base: bool = False,
-          log=print) -> list[dict]:
-    """Builds the selected images; one named explicitly with an unpinned base is refused, a selection
-    of several skips such images with a warning."""
+          log=print, wheels: Path | None = None) -> list[dict]:
+    """Builds the selected images from a wheel folder (`wheels`, filled before by `make wheels`; else
+    one filled now); one named explicitly with an unpinned base is refused, a selection of several
+    skips such images with a warning."""
     if stack is not None:
         load_flavour(load_stack(stack), flavour or "cpu")  # names a bad stack or flavour in one line
     elif flavour is not None and flavour not in FLAVOURS:
-        raise UsageError(f"unknown container flavour '{flavour}' (known: {', '.join(FLAVOURS)})")
+        raise UsageError(f"unknown flavour '{flavour}' (known: {', '.join(FLAVOURS)})")
     if base != "pinned" and flavour is None:
         flavour = "cpu"  # bases made here are Debian's, without CUDA
     flavours = [fl for fl in described_flavours()
@@ -338,16 +252,11 @@ def build(stack: str | None, flavour: str | None, tool: str, base: str = "pinned
     for fl in flavours:
         check_buildable(fl)
     chosen = builder(tool, base, flavours)
-    wheels = build_dir() / "wheels"
-    for fl in flavours:
-        container_base.fill_wheel_folder(wheels, locks_of(fl), fl.pip_extra_index, log)
-    with container_base.served(wheels) as url:
+    if wheels is None:
+        wheels = build_dir() / "wheels"
+        for fl in flavours:
+            wheelhouse.fill(wheels, fl.locks(), fl.pip_extra_index, log)
+    with wheelhouse.served(Path(wheels)) as url:
         first = BuildInputs(base, refresh_base, url)
         return [chosen.build_image(fl, first if i == 0 else replace(first, refresh_base=False), log)
                 for i, fl in enumerate(flavours)]
-
-
-def locks_of(fl: Flavour) -> list[tuple[Path, bool]]:
-    """The flavour's lock (wheels), then the stack's other locks (sdists its post-install builds)."""
-    others = [p for p in sorted(fl.stack.dir.glob("*.lock")) if p.name != "requirements.lock"]
-    return [(fl.lock_path, False), *((p, True) for p in others)]

@@ -9,19 +9,27 @@ from suite import paths, plugins
 from suite.cases import known_cases, load_case
 from suite.clusters import Cluster, load_cluster
 from suite.errors import UsageError
+from suite.gpus import host_gpus, pick_flavour
 
 
-def doctor(cluster_name: str | None, case_names: list[str] | None = None) -> int:
+def doctor(cluster_name: str | None, case_names: list[str] | None = None, flavour: str | None = None) -> int:
     cluster = load_cluster(cluster_name) if cluster_name else Cluster("localhost", paths.HOSTFILES / "localhost")
     cases = [load_case(name) for name in (case_names or known_cases())]
     print(f"cluster {cluster.name}: scheduler {cluster.scheduler}, runtime {cluster.runtime}"
           f"{' (an example profile: adapt it first)' if cluster.example else ''}")
     stacks = sorted({case.stack for case in cases})
-    lines = [*plugin_lines("schedulers", cluster.scheduler, cluster),
-             *plugin_lines("runtimes", cluster.runtime, cluster, stacks), *data_lines(cluster, cases)]
+    lines = [*plugin_lines("schedulers", cluster.scheduler, cluster), gpu_line(flavour),
+             *plugin_lines("runtimes", cluster.runtime, cluster, stacks, flavour), *data_lines(cluster, cases)]
     for line in lines:
         print(line)
     return 1 if any(line.startswith("missing:") for line in lines) else 0
+
+
+def gpu_line(flavour: str | None) -> str:
+    gpus = host_gpus()
+    chosen = pick_flavour(flavour, gpus)
+    how = "as asked (FLAVOUR)" if flavour else "for this host"
+    return f"ok: {gpus} NVIDIA GPU(s) here (nvidia-smi -L); stacks in their {chosen} flavour {how}"
 
 
 def plugin_lines(kind: str, name: str, *args) -> list[str]:

@@ -1,9 +1,26 @@
 """The plain data passed between runtime, launcher and scheduler."""
 
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
 from suite.hostfile import Host, World
 from suite.net import is_local
+
+
+@dataclass(frozen=True)
+class StackRequest:
+    """What a runtime is asked to prepare: a stack (suite.stacks.Stack), and what the run and the
+    cluster profile say about where it comes from."""
+
+    stack: Any
+    flavour: str | None = None  # cpu or cuda; None: what the hosts of the run have
+    wheels: Path | None = None  # a wheel folder to install from, with no network
+    binds: tuple[str, ...] = ()  # folders a container must see besides the checkout
+    image_dir: Path | None = None  # where a container runtime's images are
+    profile: Any = None  # the cluster profile (suite.clusters.Cluster), for the runtime's own table
+    gpus: int | None = None  # GPUs of the run's first host, where known (None: this host's)
+    install: bool = True  # False (a dry run): what is not installed yet is a UsageError, not installed now
 
 
 @dataclass(frozen=True)
@@ -21,6 +38,12 @@ class StackEnv:
     def argv(self, program: str, *args: str) -> list[str]:
         path = f"{self.bin_dir}/{program}" if self.bin_dir else program
         return [*self.prefix, path, *args]
+
+    def version(self, package: str) -> str | None:
+        """The installed version of a package of the stack (its pip list), None where it has none."""
+        packages = self.provenance.get("stack_packages") or {}
+        wanted = package.lower().replace("_", "-")
+        return next((v for name, v in packages.items() if name.lower().replace("_", "-") == wanted), None)
 
 
 @dataclass(frozen=True)

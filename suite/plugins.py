@@ -11,7 +11,8 @@ import importlib
 import importlib.util
 import pkgutil
 import shutil
-from collections.abc import Callable, Iterable
+import subprocess
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -19,7 +20,8 @@ from typing import Any, Protocol, runtime_checkable
 
 from suite.errors import UsageError
 from suite.hostfile import Host, World
-from suite.plan import Launch, Plan, Process, ProcessResult, StackEnv
+from suite.net import is_local
+from suite.plan import Launch, Plan, Process, ProcessResult, StackEnv, StackRequest
 
 KINDS = {"runtimes": "runtime", "launchers": "launcher", "schedulers": "scheduler"}
 # Where plugins are looked for: suite/<kind>/ first; a test or a site may add folders of its own.
@@ -75,13 +77,15 @@ class Runtime(Protocol):
     BUILD_PREFERENCE: int  # `make containers TOOL=auto` tries image runtimes in this order, lowest first
     BASES: tuple[str, ...]  # the bases it builds on: "pinned" (container.toml's digest), "debian" (made here)
 
-    def prepare(self, stack, log: Callable[[str], None], binds: Iterable[Path | str] = (),
-                image_dir: Path | None = None) -> StackEnv:
+    def prepare(self, want: StackRequest, log: Callable[[str], None]) -> StackEnv:
         """Make the stack usable (install it, find its image) and say how to run its programs; raise
-        UsageError for what a user must fix (a missing image), RuntimeError/OSError for failures."""
+        UsageError for what a user must fix (a missing image), RuntimeError/OSError for failures.
+        The provenance it returns names the stack, its flavour, lock and packages (stack_packages:
+        launchers and cases read framework versions from them)."""
 
-    def doctor_lines(self, cluster, stacks: list[str]) -> list[str]:
-        """`ok: ...` / `missing: ...` lines: what this runtime needs on this machine for the stacks."""
+    def doctor_lines(self, cluster, stacks: list[str], flavour: str | None) -> list[str]:
+        """`ok: ...` / `missing: ...` lines: what this runtime needs on this machine for the stacks
+        (flavour: as asked, None: what this host fits)."""
 
     def recipe(self, flavour):
         """The build file of a container flavour (suite.containers.Flavour) as a suite.containers.Recipe
@@ -157,6 +161,11 @@ class Scheduler(Protocol):
         """Facts for the record's execution.<scheduler> about a point run here (e.g. the SLURM
         allocation it runs in); None: nothing to add."""
 
+    def run_on_hosts(self, hosts: list[str], argv: tuple[str, ...], cluster) -> dict[str, str | None]:
+        """The output of a short command (argv) on each host, started as this scheduler starts
+        processes there; None where it cannot run now. The runner reads facts of the hosts this way
+        before launch (their GPUs: suite/gpus.py)."""
+
 
 class _Defaults:
     PROFILE: dict[str, Setting] = {}
@@ -212,6 +221,20 @@ class SchedulerDefaults(_Defaults):
 
     def execution_facts(self, cluster) -> dict | None:
         return None
+
+    def run_on_hosts(self, hosts: list[str], argv: tuple[str, ...], cluster) -> dict[str, str | None]:
+        """Hosts that are this machine run it here; others cannot be reached without a scheduler."""
+        return {host: output_here(argv) if is_local(host) else None for host in hosts}
+
+
+def output_here(argv, timeout_s: float = 60) -> str | None:
+    """What a short command prints on this machine; None when it cannot run or exits non-zero."""
+    try:
+        done = subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout_s, check=False,
+                              stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return done.stdout if done.returncode == 0 else None
 
 
 CONTRACTS = {"runtimes": (Runtime, RuntimeDefaults), "launchers": (Launcher, LauncherDefaults),

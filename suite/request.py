@@ -11,6 +11,7 @@ from pathlib import Path
 
 from suite import paths
 from suite.binding import POLICIES
+from suite.gpus import FLAVOURS
 from suite.errors import UsageError
 
 PRECHECK_FLAGS = {"on": "--precheck", "off": "--no-precheck"}  # "auto": neither
@@ -41,6 +42,8 @@ class RunRequest:
     precheck: str = "auto"  # interconnect check: auto (points of 2+ nodes), on, off (suite/interconnect.py)
     telemetry_interval: float | None = 1.0  # seconds between telemetry samples; 0: no sampler
     cpu_bind: str | None = None  # suite/binding.py; None: the cluster's, else none
+    flavour: str | None = None  # cpu or cuda stack; None: what the hosts have
+    wheels: Path | None = None  # install the stack from this wheel folder alone; None: the cluster's, else the index
     case_args: list[str] = field(default_factory=list)
     argv: list[str] = field(default_factory=list)  # the command line as typed, for provenance; [] : to_argv's
     rerun_of: dict | None = None  # set by `suite rerun`: goes into provenance.rerun_of
@@ -52,7 +55,7 @@ class RunRequest:
 # What a record keeps of its request (provenance.request) and a rerun reads back: what was asked,
 # not where this machine put the files.
 RECORDED = ("case", "nodes", "gpus_per_node", "cluster", "hostfile", "runtime", "scheduler", "repeat", "timeout",
-            "stall", "data_dir", "precheck", "telemetry_interval", "cpu_bind", "case_args")
+            "stall", "data_dir", "precheck", "telemetry_interval", "cpu_bind", "flavour", "case_args")
 # Not command-line options: set by the programs that build a request.
 NOT_OPTIONS = {"case_args", "argv", "rerun_of"}
 
@@ -93,6 +96,10 @@ def add_run_options(parser: argparse.ArgumentParser, runtimes: list[str], schedu
     add("--cpu-bind", default=None, choices=POLICIES, help="how each worker binds itself to cores: none, cores "
         "(its share of the node's), numa, gpu-affine (cores nearest its GPU); default: the cluster's, else none "
         "(Make: CPU_BIND)")
+    add("--flavour", default=None, choices=FLAVOURS, help="the stack's cpu or cuda build (default: cuda where the "
+        "hosts have NVIDIA GPUs, else cpu) (Make: FLAVOUR)")
+    add("--wheels", type=Path, default=None, help="install the stack from this wheel folder alone, with no network "
+        "(filled by `make wheels`; default: the cluster's, else the package index) (Make: WHEELS)")
 
 
 def split_case_args(argv: list[str]) -> tuple[list[str], list[str]]:

@@ -18,15 +18,16 @@ import jsonschema
 
 from suite import paths
 from suite.compare import Row, format_rows, judge
-from suite.errors import UsageError, log
+from suite.errors import UsageError
 from suite.probe import host_info
 from suite.procenv import MASK, recorded_env
 from suite.provenance import git_state
 from suite.records import load_point
 from suite.request import SUITE, RunRequest, from_record
 from suite.results import new_run_id
-from suite.run import Checked, check, run
+from suite.run import Checked, check, prepare, run
 from suite.schema import SCHEMA_VERSION, validate
+from suite.stacks import load_flavour
 
 
 def rerun(args) -> int:
@@ -100,7 +101,8 @@ def request(record: dict, args) -> RunRequest:
                    scheduler=None if args.cluster or args.hostfile else original.scheduler,
                    results_dir=args.results_dir, runs_dir=args.runs_dir, data_dir=args.data_dir, dry_run=args.dry_run,
                    run_id=new_run_id(record["case"], world["nodes"], world["devices"]), baseline=None, argv=[],
-                   cpu_bind=world.get("binding", {}).get("policy") or original.cpu_bind)
+                   cpu_bind=world.get("binding", {}).get("policy") or original.cpu_bind,
+                   flavour=recorded_flavour(record))
 
 
 def host_source(world: dict, args) -> tuple[str | None, str | None]:
@@ -118,7 +120,7 @@ def host_source(world: dict, args) -> tuple[str | None, str | None]:
 # --- what differs -----------------------------------------------------------------------------------
 
 def differences(record: dict, req: RunRequest, checked: Checked) -> list[str]:
-    return [*stack_drift(record, checked), *image_drift(record, req, checked),
+    return [*stack_drift(record, checked, req.flavour or recorded_flavour(record)), *image_drift(record, req, checked),
             *git_drift(record["provenance"], git_state()),
             *option_drift(record["config"]["options"], checked.options, checked.case.name),
             *world_drift(record["world"], checked), *device_drift(record, checked)]
@@ -128,25 +130,32 @@ def short(digest: str | None) -> str:
     return digest[:12] if digest else "none"
 
 
-def stack_drift(record: dict, checked: Checked) -> list[str]:
+def stack_drift(record: dict, checked: Checked, flavour_name: str) -> list[str]:
+    """The record's stack, flavour, lock and build recipe against this checkout's."""
     stack, prov, was = checked.stack, record["provenance"], record["execution"]["stack"]
     if was != stack.name:
         return [f"stack: {was} in the record, {stack.name} in cases/{checked.case.name}/case.toml now"]
-    if prov.get("stack_lock_sha256") != stack.lock_sha256:
-        return [f"stack {stack.name}: requirements.lock sha256 {short(prov.get('stack_lock_sha256'))} in the "
-                f"record, {short(stack.lock_sha256)} in {stack.lock.relative_to(paths.ROOT)}"]
-    if prov.get("stack_recipe_sha256") not in (None, stack.recipe_sha256):
-        return [f"stack {stack.name}: build recipe (locks, post-install.sh, patches) sha256 "
-                f"{short(prov['stack_recipe_sha256'])} in the record, {short(stack.recipe_sha256)} here"]
+    flavour = load_flavour(stack, flavour_name)
+    if prov.get("stack_lock_sha256") != flavour.lock_sha256:
+        return [f"stack {flavour.id}: {flavour.lock} sha256 {short(prov.get('stack_lock_sha256'))} in the "
+                f"record, {short(flavour.lock_sha256)} in {flavour.lock_path.relative_to(paths.ROOT)}"]
+    if prov.get("stack_recipe_sha256") not in (None, flavour.recipe_sha256):
+        return [f"stack {flavour.id}: build recipe (locks, post-install.sh, patches, container.toml) sha256 "
+                f"{short(prov['stack_recipe_sha256'])} in the record, {short(flavour.recipe_sha256)} here"]
     return []
+
+
+def recorded_flavour(record: dict) -> str:
+    """The flavour of the stack that ran (records before flavours ran the cpu one)."""
+    prov = record["provenance"]
+    return prov.get("stack_flavour") or prov.get("image_flavour") or "cpu"
 
 
 def image_drift(record: dict, req: RunRequest, checked: Checked) -> list[str]:
     was = record["provenance"].get("image_sha256")
     if checked.runtime.name == "local" and not was:
         return []  # no image on either side
-    env = checked.runtime.prepare(checked.stack, log, binds=(req.runs_dir, checked.data_dir),
-                                  image_dir=checked.image_dir)
+    env = prepare(req, checked)
     now = env.provenance.get("image_sha256")
     if now == was:
         return []

@@ -16,7 +16,8 @@ from suite.clusters import Cluster, load_cluster
 from suite.errors import INTERRUPTED, RunFailed, UsageError, log
 from suite.hostfile import Host, World, positive_int, positive_ints, read_hostfile, select_world
 from suite.interconnect import run_check, wanted
-from suite.plan import Launch, Plan, StackEnv
+from suite.gpus import PROBE, check_devices, count_from_probe
+from suite.plan import Launch, Plan, StackEnv, StackRequest
 from suite.plugins import BatchJob
 from suite.procenv import masked_env
 from suite.measure import Repetition, measure
@@ -50,6 +51,8 @@ class Checked:
     cluster_profile: Cluster | None = None
     warnings: list[str] = field(default_factory=list)  # what a dry run found missing on this machine
     cpu_bind: str = "none"
+    gpus: dict[str, int | None] = field(default_factory=dict)  # GPUs per host of the plan (None: not known)
+    wheels: Path | None = None  # where a local stack installs from (None: the package index)
 
 
 def check(req: RunRequest) -> Checked:
@@ -72,9 +75,17 @@ def check(req: RunRequest) -> Checked:
     scheduler = plugins.load("schedulers", req.scheduler or (cluster.scheduler if cluster else "local"))
     scheduler.check(cluster, req.dry_run)
     hostfile = str(req.hostfile or (cluster and cluster.hostfile) or paths.HOSTFILES / "localhost")
-    hosts, hostfile, cluster_name = scheduler.hosts(max(nodes)) or (read_hostfile(hostfile), hostfile, None)
+    allocated = scheduler.hosts(max(nodes))
+    hosts, hostfile, cluster_name = allocated or (read_hostfile(hostfile), hostfile, None)
+    found = gpus_of(scheduler, [h.name for h in hosts[:max(nodes)]], cluster, req.dry_run)
+    if gpus == [None] and nodes == [1] and not (allocated or req.hostfile or (cluster and cluster.hostfile)) \
+            and found.get(hosts[0].name):
+        gpus = [found[hosts[0].name]]  # a GPU host's own count, where no hostfile or profile says otherwise
     worlds = sorted((select_world(hosts, n, g, hostfile) for n in nodes for g in gpus),
                     key=lambda w: (w.devices, w.nodes))
+    for world in worlds:
+        check_devices({h.name: h.slots for h in world.hosts}, found,
+                      "GPUS_PER_NODE" if req.gpus_per_node else f"slots in {hostfile}")
     if req.run_id and (len(worlds) > 1 or not re.fullmatch(r"[\w.-]+", req.run_id)):
         raise UsageError(f"--run-id names one run point: a word for a single NODES and GPUS_PER_NODE, got '{req.run_id}'")
     data_dir = Path(req.data_dir or (cluster and cluster.data_dir) or paths.data_dir())
@@ -85,7 +96,8 @@ def check(req: RunRequest) -> Checked:
                       plugins.load("launchers", case.launcher_name(options)), scheduler,
                       load_stack(case.stack), load_baseline(req.baseline),
                       cluster.name if cluster else cluster_name or Path(hostfile).stem, data_dir,
-                      cluster.container_dir if cluster else None, cluster, cpu_bind=cpu_bind)
+                      cluster.container_dir if cluster else None, cluster, cpu_bind=cpu_bind, gpus=found,
+                      wheels=req.wheels or (cluster.wheels if cluster else None))
     try:
         case.check_data(options, data_dir)
     except UsageError as exc:
@@ -96,6 +108,13 @@ def check(req: RunRequest) -> Checked:
     for world in worlds:  # a launcher's refusal must come now, not after earlier points ran
         plan_point(req, checked, world, placeholder, req.runs_dir / "check")
     return checked
+
+
+def gpus_of(scheduler, hosts: list[str], cluster, dry_run: bool) -> dict[str, int | None]:
+    """GPUs per host, by one short probe through the scheduler (a dry run reads this machine only)."""
+    run_on_hosts = plugins.SchedulerDefaults().run_on_hosts if dry_run else scheduler.run_on_hosts
+    outputs = run_on_hosts(list(dict.fromkeys(hosts)), PROBE, cluster)
+    return {host: None if out is None else count_from_probe(out) for host, out in outputs.items()}
 
 
 def plan_point(req: RunRequest, checked: Checked, world: World, stack_env: StackEnv, rep_dir: Path,
@@ -123,6 +142,8 @@ def run(req: RunRequest) -> int:
         failure = INTERRUPTED
     except (RuntimeError, OSError) as exc:
         failure = f"stack {checked.stack.name} could not be prepared: {exc}"
+    if stack_env:
+        check_stack(req, checked, stack_env)
     written = []
     for world in checked.worlds:
         record, path = run_point(req, checked, world, stack_env, failure, sweep_id)
@@ -135,9 +156,19 @@ def run(req: RunRequest) -> int:
     return 0 if all(record["status"] == "ok" for record, _ in written) else 1
 
 
-def prepare(req: RunRequest, checked: Checked) -> StackEnv:
-    return checked.runtime.prepare(checked.stack, log, binds=(req.runs_dir, checked.data_dir),
-                                   image_dir=checked.image_dir)
+def prepare(req: RunRequest, checked: Checked, install: bool = True) -> StackEnv:
+    first = checked.worlds[0].hosts[0].name
+    want = StackRequest(checked.stack, req.flavour, checked.wheels, (str(req.runs_dir), str(checked.data_dir)),
+                        checked.image_dir, checked.cluster_profile, checked.gpus.get(first), install)
+    return checked.runtime.prepare(want, log)
+
+
+def check_stack(req: RunRequest, checked: Checked, stack_env: StackEnv) -> None:
+    """What the prepared stack must have for the case and its launcher (framework versions, launcher
+    options), for every point, before any is launched."""
+    checked.case.check_requirements(stack_env, f"runtime {stack_env.runtime}")
+    for world in checked.worlds:
+        plan_point(req, checked, world, stack_env, req.runs_dir / "check")
 
 
 def run_point(req: RunRequest, checked: Checked, world: World, stack_env, failure: str | None,
@@ -267,7 +298,10 @@ def dry_run(req: RunRequest, checked: Checked) -> int:
     this machine (no container tool or image, no data) is said in warning lines: a plan for a
     cluster is often written elsewhere."""
     try:
-        stack_env = prepare(req, checked)
+        stack_env = prepare(req, checked, install=False)
+        prov = stack_env.provenance
+        print(f"stack {prov.get('stack')}/{prov.get('stack_flavour')}: {prov.get('stack_location')}")
+        check_stack(req, checked, stack_env)
     except (UsageError, RuntimeError, OSError) as exc:
         print(f"warning: on this machine: {exc}")
         stack_env = StackEnv(checked.runtime.name, f"<{checked.runtime.name} stack {checked.stack.name}>/bin")

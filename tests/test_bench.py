@@ -12,7 +12,7 @@ import sys
 import pytest
 
 from conftest import ROOT
-from suite.containers import host_gpus
+from suite.gpus import host_gpus
 
 sys.path.insert(0, str(ROOT / "benchmarks"))
 import harness  # noqa: E402

@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from suite import containers, paths
+from suite import containers, gpus, paths
 from suite.cases import load_case
 from suite.errors import UsageError
 from suite.hostfile import Host, World
 from suite.launchers import tfdist
-from suite.plan import Launch
+from suite.plan import Launch, StackRequest
 from suite.request import RunRequest, recorded
 from suite.results import RunContext, build_record, new_run_id, utc_now
 from suite.schema import validate
@@ -40,11 +40,15 @@ def host(tmp_path, monkeypatch):
     executable(bin_dir, "apptainer", "exit 0")
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
     monkeypatch.setenv("SUITE_IMAGE_DIR", str(tmp_path / "images"))
-    for name in ("SUITE_IMAGE", "SUITE_CONTAINER_FLAVOUR", "SUITE_APPTAINER"):
+    for name in ("SUITE_IMAGE", "SUITE_APPTAINER"):
         monkeypatch.delenv(name, raising=False)
-    monkeypatch.setattr(containers, "host_gpus", lambda: 0)
     (tmp_path / "images").mkdir()
     return tmp_path
+
+
+def want(**given) -> StackRequest:
+    """The tensorflow stack as a run asks for it, on a host with no GPU unless given."""
+    return StackRequest(STACK, **{"gpus": 0, **given})
 
 
 def built_image(folder: Path, flavour: str = "cpu") -> Path:
@@ -59,7 +63,7 @@ def built_image(folder: Path, flavour: str = "cpu") -> Path:
 
 def test_apptainer_runs_each_process_of_the_case_in_the_image(host):
     image = built_image(host)
-    env = apptainer.prepare(STACK, log=lambda m: None, binds=[host])
+    env = apptainer.prepare(want(binds=(str(host),)), log=lambda m: None)
     tool = str(host / "bin" / "apptainer")
     assert env.prefix == (tool, "exec", "--bind", f"{paths.ROOT},{host}", str(image))
     assert env.argv("python", "train.py") == [*env.prefix, "/opt/stack/bin/python", "train.py"]
@@ -73,24 +77,24 @@ def test_apptainer_runs_each_process_of_the_case_in_the_image(host):
 
 
 def test_apptainer_asks_for_gpus_and_the_cuda_image_on_a_gpu_host(host, monkeypatch):
-    monkeypatch.setattr(containers, "host_gpus", lambda: 4)
     image = built_image(host, "cuda")
-    env = apptainer.prepare(STACK, log=lambda m: None)
+    env = apptainer.prepare(want(gpus=4), log=lambda m: None)
     assert env.prefix[1:3] == ("exec", "--nv") and env.prefix[-1] == str(image)
     assert env.provenance["image_flavour"] == "cuda"
 
 
 def test_gpus_are_counted_from_nvidia_smi(host, monkeypatch):
-    monkeypatch.undo()  # the real host_gpus, with a stand-in nvidia-smi first on PATH
     executable(host / "bin", "nvidia-smi", 'echo "GPU 0: NVIDIA H100 (UUID: GPU-1)"; echo "GPU 1: NVIDIA H100 (UUID: GPU-2)"')
-    monkeypatch.setenv("PATH", f"{host / 'bin'}{os.pathsep}{os.environ['PATH']}")
-    assert containers.host_gpus() == 2
-    assert containers.pick_flavour(2) == "cuda" and containers.pick_flavour(0) == "cpu"
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    assert gpus.host_gpus() == 2
+    assert gpus.pick_flavour() == "cuda" and gpus.pick_flavour(None, 0) == "cpu" and gpus.pick_flavour("cpu") == "cpu"
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
+    assert gpus.host_gpus() == 1
 
 
 def test_apptainer_provenance_names_the_image_and_its_digest(host):
     image = built_image(host)
-    env = apptainer.prepare(STACK, log=lambda m: None)
+    env = apptainer.prepare(want(), log=lambda m: None)
     prov = env.provenance
     assert (prov["runtime"], prov["image"], prov["image_sha256"]) == ("apptainer", str(image), SHA)
     assert prov["stack_lock_sha256"] == STACK.lock_sha256 and prov["stack_packages"] == {"tensorflow": "2.21.0"}
@@ -102,13 +106,13 @@ def test_apptainer_provenance_names_the_image_and_its_digest(host):
 def test_apptainer_refuses_a_missing_image_naming_path_and_make_target(host):
     with pytest.raises(UsageError, match=r"no cpu image of stack tensorflow at .*tensorflow-cpu\.sif: build it "
                                          r"with `make containers STACK=tensorflow FLAVOUR=cpu`"):
-        apptainer.prepare(STACK, log=lambda m: None)
+        apptainer.prepare(want(), log=lambda m: None)
 
 
 def test_apptainer_refuses_without_apptainer(host, monkeypatch):
     monkeypatch.setenv("PATH", "/nonexistent")
     with pytest.raises(UsageError, match="needs `apptainer`"):
-        apptainer.prepare(STACK, log=lambda m: None)
+        apptainer.prepare(want(), log=lambda m: None)
 
 
 def test_apptainer_refuses_an_image_of_another_lock_unless_allowed(host, monkeypatch):
@@ -116,19 +120,18 @@ def test_apptainer_refuses_an_image_of_another_lock_unless_allowed(host, monkeyp
     meta = json.loads(apptainer.meta_path(image).read_text())
     apptainer.meta_path(image).write_text(json.dumps({**meta, "lock_sha256": "00" * 32}))
     with pytest.raises(UsageError, match=r"built from another lock than the checkout's \(image 000000000000, checkout "):
-        apptainer.prepare(STACK, log=lambda m: None)
+        apptainer.prepare(want(), log=lambda m: None)
     monkeypatch.setenv("SUITE_ALLOW_STALE_IMAGE", "1")
     said = []
-    env = apptainer.prepare(STACK, log=said.append)
+    env = apptainer.prepare(want(), log=said.append)
     assert any("built from another lock" in m for m in said)
     assert env.provenance["stack_lock_sha256"] == "00" * 32  # the record states the image's lock
 
 
 def test_run_with_missing_image_stops_in_one_line_before_launch(tmp_path):
-    env = {**os.environ, "SUITE_IMAGE_DIR": str(tmp_path), "SUITE_APPTAINER": "/bin/true",
-           "SUITE_CONTAINER_FLAVOUR": "cpu"}
+    env = {**os.environ, "SUITE_IMAGE_DIR": str(tmp_path), "SUITE_APPTAINER": "/bin/true"}
     result = subprocess.run([sys.executable, "-m", "suite", "run", "--case", "pytorch-synthetic", "--runtime",
-                             "apptainer", "--results-dir", str(tmp_path / "results"), "--runs-dir",
+                             "apptainer", "--flavour", "cpu", "--gpus-per-node", "1", "--results-dir", str(tmp_path / "results"), "--runs-dir",
                              str(tmp_path / "runs")], cwd=paths.ROOT, env=env, capture_output=True, text=True)
     assert result.returncode == 2
     [line] = result.stderr.strip().splitlines()
@@ -172,7 +175,7 @@ def test_docker_container_options():
 def test_docker_refuses_without_an_engine(monkeypatch, tmp_path):
     monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/no-engine.sock")
     with pytest.raises(UsageError, match="RUNTIME=docker needs a Docker engine on this host"):
-        docker.prepare(STACK, log=lambda m: None)
+        docker.prepare(want(), log=lambda m: None)
 
 
 def test_local_runtime_records_runtime_and_no_image(tmp_path, monkeypatch):
@@ -180,7 +183,7 @@ def test_local_runtime_records_runtime_and_no_image(tmp_path, monkeypatch):
     folder = tmp_path / "toy"
     folder.mkdir()
     (folder / "requirements.lock").write_text("# no packages\n")
-    prov = local.prepare(Stack("toy", folder), log=lambda m: None).provenance
+    prov = local.prepare(StackRequest(Stack("toy", folder)), log=lambda m: None).provenance
     assert (prov["runtime"], prov["image"], prov["image_sha256"]) == ("local", None, None)
     assert "pip" in prov["stack_packages"]  # pip list of the environment
 

@@ -87,7 +87,7 @@ from suite.runtimes.local import prepare  # noqa: F401
 PROFILE = {"modules": Setting(list, [], "modules that hold the stack")}
 
 
-def doctor_lines(cluster, stacks):
+def doctor_lines(cluster, stacks, flavour):
     return [f"ok: site stack for {', '.join(stacks)}"]
 '''
 

@@ -97,7 +97,7 @@ def set_dirty(r):
 
 
 DRIFT = {
-    "edited lock": (set_lock, "stack pytorch-horovod: requirements.lock sha256 000000000000 in the record, "),
+    "edited lock": (set_lock, "stack pytorch-horovod/cpu: requirements.lock sha256 000000000000 in the record, "),
     "changed default": (set_default, "case option --num-classes: 10 in the record, 1000 now from the same arguments "
                                      "(its default in cases/pytorch-synthetic/case.toml changed)"),
     "device count": (set_devices, "devices per node: 2 in the record, 1 from "),

@@ -132,3 +132,30 @@ def test_horovod_on_loopback_hosts_runs_local_ranks_without_ssh(pytorch_stack, n
     assert [(p["name"], p["host"], p["launch"]) for p in processes] == [("rank-0", "127.0.0.1", "local"),
                                                                       ("rank-1", "127.0.0.2", "local")]
     assert not no_ssh.exists()
+
+
+@pytest.mark.integration
+def test_gpus_of_each_node_are_read_by_a_step_there_and_checked_before_launch(slurm_two_nodes, tmp_path, monkeypatch):
+    """A fake nvidia-smi on PATH (srun passes PATH on) that names the node it runs on: the probe is a
+    step on each node, and asking for more devices than they have is refused before anything starts."""
+    fake = tmp_path / "fake-gpus"
+    fake.mkdir()
+    (fake / "nvidia-smi").write_text('#!/bin/sh\nfor i in 0 1 2; do echo "GPU $i: Fake GPU on $(hostname)"; done\n')
+    (fake / "nvidia-smi").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    code = ("from suite.schedulers import slurm; from suite.gpus import PROBE, count_from_probe; "
+            f"out = slurm.run_on_hosts({list(NODE_NAMES)!r}, PROBE, None); "
+            "print(repr({h: (count_from_probe(o), o.splitlines()[0]) for h, o in out.items()}))")
+    done = subprocess.run(["salloc", "--nodes=2", "--ntasks-per-node=1", "--time=5", PY, "-c", code], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    found = eval(done.stdout.strip().splitlines()[-1])  # noqa: S307 (our own repr)
+    assert found == {node: (3, f"GPU 0: Fake GPU on {node}") for node in NODE_NAMES}
+    refused = subprocess.run(["salloc", "--nodes=2", "--ntasks-per-node=1", "--time=5", PY, "-m", "suite", "run",
+                              "--case", "pytorch-ddp", "--nodes", "2", "--gpus-per-node", "4", "--scheduler", "slurm",
+                              "--results-dir", str(tmp_path / "results"), "--runs-dir", str(tmp_path / "runs")],
+                             cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+    assert f"error: GPUS_PER_NODE=4 but host {NODE_NAMES[0]} has 3 GPU(s)" in refused.stderr
+    assert not (tmp_path / "results").exists()

@@ -270,3 +270,16 @@ def test_doctor_names_what_is_there_and_what_is_missing(loopback_sshd, monkeypat
     lost = doctor()
     assert lost.returncode == 1 and "missing: host 127.0.0.3 over ssh without a password" in lost.stdout
     assert all(line.startswith(("ok: ", "missing: ", "cluster ")) for line in lost.stdout.splitlines())
+
+
+def test_the_gpus_of_each_host_are_read_over_ssh(loopback_sshd):
+    """The probe runs on each host over ssh (forced: these hosts are this machine, so what they report
+    is what this host has); a host that cannot be reached is not known, not refused."""
+    from suite.gpus import PROBE, count_from_probe, host_gpus
+
+    out = ssh.run_on_hosts([*LOOPBACK_HOSTS, "127.0.0.9"], PROBE, FORCED)
+    assert all(out[host] is not None and "CUDA_VISIBLE_DEVICES=" in out[host] for host in LOOPBACK_HOSTS), out
+    assert {count_from_probe(out[host]) for host in LOOPBACK_HOSTS} == {host_gpus()}
+    assert out["127.0.0.9"] is None
+    sessions = loopback_sshd.sessions()
+    assert all(sessions[host] > 0 for host in LOOPBACK_HOSTS)

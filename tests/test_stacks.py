@@ -2,7 +2,7 @@ import pytest
 
 from suite import paths
 from suite.errors import UsageError
-from suite.stacks import Stack, ensure_installed, find_installed, load_stack, local_prefix, lock_pins
+from suite.stacks import Stack, ensure_installed, find_installed, load_flavour, load_stack, local_prefix, lock_pins
 
 
 @pytest.mark.parametrize("lock", sorted(paths.CONTAINERS.glob("*/*.lock")), ids=lambda p: f"{p.parent.name}/{p.name}")
@@ -37,30 +37,30 @@ def toy_stack(tmp_path, monkeypatch):
         '[ -e "$STACK_DIR/fail" ] && exit 1\n'
         'python -c "import sys; assert sys.prefix == \'$STACK_PREFIX\'"\n'
         'echo \'{"built": true}\' > "$SUITE_FACTS_FILE"\n')
-    return Stack("toy", folder)
+    return load_flavour(Stack("toy", folder), "cpu")  # a stack without container.toml: its lock, built here
 
 
 def test_interrupted_install_is_not_taken_for_a_finished_one(toy_stack):
-    (toy_stack.dir / "fail").touch()
+    (toy_stack.stack.dir / "fail").touch()
     with pytest.raises(RuntimeError, match="post-install.sh"):
         ensure_installed(toy_stack, log=lambda m: None)
     assert local_prefix(toy_stack).exists() and find_installed(toy_stack) is None
 
-    (toy_stack.dir / "fail").unlink()
+    (toy_stack.stack.dir / "fail").unlink()
     messages = []
     installed = ensure_installed(toy_stack, log=messages.append)
     assert any("removing an unfinished install" in m for m in messages)
     assert installed.info["facts"] == {"built": True}
-    assert installed.info["lock_sha256"] == toy_stack.lock_sha256
+    assert installed.info["lock_sha256"] == toy_stack.lock_sha256 and installed.info["flavour"] == "cpu"
 
     again = ensure_installed(toy_stack, log=messages.append)
     assert again.prefix == installed.prefix
-    assert (toy_stack.dir / "runs").read_text().count("run") == 2  # the third call built nothing
+    assert (toy_stack.stack.dir / "runs").read_text().count("run") == 2  # the third call built nothing
 
 
 def test_a_changed_recipe_gets_its_own_environment(toy_stack):
     before = local_prefix(toy_stack)
-    (toy_stack.dir / "requirements.lock").write_text("# changed\n")
+    (toy_stack.stack.dir / "requirements.lock").write_text("# changed\n")
     assert local_prefix(toy_stack) != before
     assert str(local_prefix(toy_stack)).startswith(str(paths.stack_home()))
 

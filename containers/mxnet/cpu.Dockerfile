@@ -19,7 +19,7 @@ LABEL org.hpc-dl-bench.stack="mxnet"
 LABEL org.hpc-dl-bench.flavour="cpu"
 LABEL org.hpc-dl-bench.lock="requirements.lock"
 LABEL org.hpc-dl-bench.lock_sha256="f225cac04d9a9a0345846b8d5eb6cbd3e11bd999e2dbdfadbad9f00bf10dae06"
-LABEL org.hpc-dl-bench.recipe_sha256="ac15c9b9d6ba3035565914b3bc0154ee803a7c6f63b8d499169cb44e32a91d97"
+LABEL org.hpc-dl-bench.recipe_sha256="0b64ddd0e05ebb5a10fd210c7a425938ebb1ea205381722809ee1c63322104ab"
 LABEL org.hpc-dl-bench.suite_version="0.1.0"
 LABEL org.hpc-dl-bench.base_ref="${BASE}"
 COPY containers/mxnet /opt/recipe

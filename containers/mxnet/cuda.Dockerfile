@@ -19,7 +19,7 @@ LABEL org.hpc-dl-bench.stack="mxnet"
 LABEL org.hpc-dl-bench.flavour="cuda"
 LABEL org.hpc-dl-bench.lock="cuda/requirements.lock"
 LABEL org.hpc-dl-bench.lock_sha256="acd3b19b8b5fde20b33ed1522a170302df6f5dc9c8f5c9d60907bdeaa6973eb9"
-LABEL org.hpc-dl-bench.recipe_sha256="ac15c9b9d6ba3035565914b3bc0154ee803a7c6f63b8d499169cb44e32a91d97"
+LABEL org.hpc-dl-bench.recipe_sha256="93c6f1d1edf961ad747408d0095fec685aae9f637202306b4f93c026c1cc919c"
 LABEL org.hpc-dl-bench.suite_version="0.1.0"
 LABEL org.hpc-dl-bench.base_ref="${BASE}"
 COPY containers/mxnet /opt/recipe

@@ -19,7 +19,7 @@ LABEL org.hpc-dl-bench.stack="pytorch-horovod"
 LABEL org.hpc-dl-bench.flavour="cpu"
 LABEL org.hpc-dl-bench.lock="requirements.lock"
 LABEL org.hpc-dl-bench.lock_sha256="309d8da6da12be6ff2ea679a12ebe50a34b47b095c5232b49fa512fb9ee23057"
-LABEL org.hpc-dl-bench.recipe_sha256="52fb1c20ab5c8dd0f25a3cb9aef1fdeabc3e2aee9801d00daa6e9fbe1fa9f984"
+LABEL org.hpc-dl-bench.recipe_sha256="93704bcf8a13d7d7df69af9c254a36c8fd9a0e82f501bc7a9b78ac4ce2e8ce33"
 LABEL org.hpc-dl-bench.suite_version="0.1.0"
 LABEL org.hpc-dl-bench.base_ref="${BASE}"
 COPY containers/pytorch-horovod /opt/recipe
@@ -31,9 +31,11 @@ RUN if [ -n "${WHEELS:-}" ]; then export PIP_NO_INDEX=1 PIP_FIND_LINKS="$WHEELS"
     python3.11 -m venv /opt/stack && \
     /opt/stack/bin/python -m pip install --no-cache-dir --require-hashes --no-deps --extra-index-url https://download.pytorch.org/whl/cpu -r /opt/recipe/requirements.lock
 RUN if [ -n "${WHEELS:-}" ]; then export PIP_NO_INDEX=1 PIP_FIND_LINKS="$WHEELS"; fi && \
+    export PATH="/opt/stack/bin:$PATH" && \
     mkdir -p /tmp/stack-build && \
     cd /tmp/stack-build && \
-    env STACK_DIR=/opt/recipe STACK_PREFIX=/opt/stack SUITE_FACTS_FILE=/opt/stack/suite-facts.json PATH="/opt/stack/bin:$PATH" bash /opt/recipe/post-install.sh && \
+    export STACK_DIR=/opt/recipe STACK_PREFIX=/opt/stack SUITE_FACTS_FILE=/opt/stack/suite-facts.json && \
+    bash /opt/recipe/post-install.sh && \
     cd / && \
     rm -rf /tmp/stack-build
 RUN /opt/stack/bin/python -m pip list --format=json > /opt/stack/suite-packages.json && \

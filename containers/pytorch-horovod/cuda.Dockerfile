@@ -19,7 +19,7 @@ LABEL org.hpc-dl-bench.stack="pytorch-horovod"
 LABEL org.hpc-dl-bench.flavour="cuda"
 LABEL org.hpc-dl-bench.lock="cuda/requirements.lock"
 LABEL org.hpc-dl-bench.lock_sha256="bc7a70db9431de5ed7959df19ad7bab704979ac33867b268ddb387563e14f411"
-LABEL org.hpc-dl-bench.recipe_sha256="52fb1c20ab5c8dd0f25a3cb9aef1fdeabc3e2aee9801d00daa6e9fbe1fa9f984"
+LABEL org.hpc-dl-bench.recipe_sha256="03131fb479e02f90d3014cce32c6b1e43a9a7da1ab09d2bdf50b0942f5be5499"
 LABEL org.hpc-dl-bench.suite_version="0.1.0"
 LABEL org.hpc-dl-bench.base_ref="${BASE}"
 COPY containers/pytorch-horovod /opt/recipe
@@ -31,13 +31,16 @@ RUN if [ -n "${WHEELS:-}" ]; then export PIP_NO_INDEX=1 PIP_FIND_LINKS="$WHEELS"
     python3.11 -m venv /opt/stack && \
     /opt/stack/bin/python -m pip install --no-cache-dir --require-hashes --no-deps -r /opt/recipe/cuda/requirements.lock
 RUN if [ -n "${WHEELS:-}" ]; then export PIP_NO_INDEX=1 PIP_FIND_LINKS="$WHEELS"; fi && \
+    export HOROVOD_GPU_OPERATIONS=NCCL HOROVOD_WITH_MPI=1 HOROVOD_CUDA_HOME=/usr/local/cuda && \
+    export PATH="/opt/stack/bin:/usr/local/cuda/bin:$PATH" && \
     mkdir -p /tmp/stack-build && \
     cd /tmp/stack-build && \
-    nccl_include="$(dirname "$(find /opt/stack/lib -name nccl.h -path "*nvidia*" | head -n 1)")" && \
+    export STACK_DIR=/opt/recipe STACK_PREFIX=/opt/stack SUITE_FACTS_FILE=/opt/stack/suite-facts.json && \
+    nccl_include="$(dirname "$(find "$STACK_PREFIX/lib" -name nccl.h -path "*nvidia*" | head -n 1)")" && \
     export HOROVOD_NCCL_INCLUDE="$nccl_include" HOROVOD_NCCL_LIB="$(dirname "$nccl_include")/lib" && \
     test -f "$HOROVOD_NCCL_INCLUDE/nccl.h" && \
     ln -sf libnccl.so.2 "$HOROVOD_NCCL_LIB/libnccl.so" && \
-    env STACK_DIR=/opt/recipe STACK_PREFIX=/opt/stack SUITE_FACTS_FILE=/opt/stack/suite-facts.json HOROVOD_GPU_OPERATIONS=NCCL HOROVOD_WITH_MPI=1 HOROVOD_CUDA_HOME=/usr/local/cuda PATH="/opt/stack/bin:/usr/local/cuda/bin:$PATH" bash /opt/recipe/post-install.sh && \
+    bash /opt/recipe/post-install.sh && \
     cd / && \
     rm -rf /tmp/stack-build
 RUN /opt/stack/bin/python -m pip list --format=json > /opt/stack/suite-packages.json && \

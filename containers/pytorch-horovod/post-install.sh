@@ -18,19 +18,27 @@ if command -v mpicxx >/dev/null 2>&1; then
 else
   export HOROVOD_WITHOUT_MPI=1; mpi=false
 fi
-if command -v nvcc >/dev/null 2>&1 && python -c 'import torch, sys; sys.exit(not torch.version.cuda)'; then
-  export HOROVOD_GPU_OPERATIONS=NCCL
+# NCCL operations where the CUDA toolkit is found (nvcc on PATH, in $CUDA_HOME, or /usr/local/cuda)
+# and torch is a CUDA build; the facts say which toolkit, or none.
+cuda_home="${HOROVOD_CUDA_HOME:-${CUDA_HOME:-}}"
+if [ -z "$cuda_home" ] && command -v nvcc >/dev/null 2>&1; then cuda_home="$(dirname "$(dirname "$(command -v nvcc)")")"; fi
+if [ -z "$cuda_home" ] && [ -x /usr/local/cuda/bin/nvcc ]; then cuda_home=/usr/local/cuda; fi
+if [ -n "$cuda_home" ] && [ -x "$cuda_home/bin/nvcc" ] && python -c 'import torch, sys; sys.exit(not torch.version.cuda)'; then
+  export HOROVOD_GPU_OPERATIONS=NCCL HOROVOD_CUDA_HOME="$cuda_home" PATH="$cuda_home/bin:$PATH"
+else
+  cuda_home=""
 fi
 export MAKEFLAGS="-j$(nproc)"
 pip install --no-deps --no-build-isolation --no-cache-dir .
 cd ..  # away from the source tree, so that the checks import the installed package
 
 horovodrun --check-build
-python - "$mpi" <<'PY'
+python - "$mpi" "$cuda_home" <<'PY'
 import json, os, sys
 import horovod.torch as hvd
 facts = {"horovod_mpi": hvd.mpi_built(), "horovod_gloo": hvd.gloo_built(),
-         "horovod_nccl": hvd.nccl_built() > 0, "mpi_found_at_build": sys.argv[1] == "true"}
+         "horovod_nccl": hvd.nccl_built() > 0, "mpi_found_at_build": sys.argv[1] == "true",
+         "cuda_toolkit": sys.argv[2] or None}
 if os.environ.get("SUITE_FACTS_FILE"):
     with open(os.environ["SUITE_FACTS_FILE"], "w") as f:
         json.dump(facts, f)

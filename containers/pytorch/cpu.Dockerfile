@@ -19,7 +19,7 @@ LABEL org.hpc-dl-bench.stack="pytorch"
 LABEL org.hpc-dl-bench.flavour="cpu"
 LABEL org.hpc-dl-bench.lock="requirements.lock"
 LABEL org.hpc-dl-bench.lock_sha256="c00160bdd815d5b852709559d3a15f33dd9bd9ad7778fe33c778bad569e73d91"
-LABEL org.hpc-dl-bench.recipe_sha256="4b768b50869ae58a236c1e22fb4e28fcd05eca4611641b6f649cad61da6c9c24"
+LABEL org.hpc-dl-bench.recipe_sha256="e2a22487607748a9d1525393d461c4ac7439b15ee4695f982d03c5d8ee0210b5"
 LABEL org.hpc-dl-bench.suite_version="0.1.0"
 LABEL org.hpc-dl-bench.base_ref="${BASE}"
 COPY containers/pytorch /opt/recipe

@@ -19,7 +19,7 @@ LABEL org.hpc-dl-bench.stack="pytorch"
 LABEL org.hpc-dl-bench.flavour="cuda"
 LABEL org.hpc-dl-bench.lock="cuda/requirements.lock"
 LABEL org.hpc-dl-bench.lock_sha256="c9e06f8f042b4db0c0578d489b63161289c1f745bc421080c1ac83418aedd59f"
-LABEL org.hpc-dl-bench.recipe_sha256="4b768b50869ae58a236c1e22fb4e28fcd05eca4611641b6f649cad61da6c9c24"
+LABEL org.hpc-dl-bench.recipe_sha256="e1f9c0f8f876e1922a16503c9a55981e6368312507f486c725681b1a3432e774"
 LABEL org.hpc-dl-bench.suite_version="0.1.0"
 LABEL org.hpc-dl-bench.base_ref="${BASE}"
 COPY containers/pytorch /opt/recipe

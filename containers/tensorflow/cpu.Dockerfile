@@ -19,7 +19,7 @@ LABEL org.hpc-dl-bench.stack="tensorflow"
 LABEL org.hpc-dl-bench.flavour="cpu"
 LABEL org.hpc-dl-bench.lock="requirements.lock"
 LABEL org.hpc-dl-bench.lock_sha256="b5324550d135b7bb20ee60ebe9f154bd77faaeada9294fe40e90b55327a3fc5e"
-LABEL org.hpc-dl-bench.recipe_sha256="4976837a61fef82da0971e9cfa2752241681e209874c175dda94456213bd1222"
+LABEL org.hpc-dl-bench.recipe_sha256="9b32d011042d018bdc124b59e5bbca46c1594438763b679a58596278808e86f9"
 LABEL org.hpc-dl-bench.suite_version="0.1.0"
 LABEL org.hpc-dl-bench.base_ref="${BASE}"
 COPY containers/tensorflow /opt/recipe

@@ -19,7 +19,7 @@ LABEL org.hpc-dl-bench.stack="tensorflow"
 LABEL org.hpc-dl-bench.flavour="cuda"
 LABEL org.hpc-dl-bench.lock="cuda/requirements.lock"
 LABEL org.hpc-dl-bench.lock_sha256="fca4d7bd5b75e96323222cca453d32ea67fdac28180e53ae9c60a899fa4b11bd"
-LABEL org.hpc-dl-bench.recipe_sha256="4976837a61fef82da0971e9cfa2752241681e209874c175dda94456213bd1222"
+LABEL org.hpc-dl-bench.recipe_sha256="70b35d26628a980051808b654ed95df98f3589013148ed461c49f63ae5e4277e"
 LABEL org.hpc-dl-bench.suite_version="0.1.0"
 LABEL org.hpc-dl-bench.base_ref="${BASE}"
 COPY containers/tensorflow /opt/recipe

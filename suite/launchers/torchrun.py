@@ -5,9 +5,10 @@ torchrun's own guess takes every loopback address for the host); workers then co
 first node's agent address.
 
 When a worker dies the agent of its node stops the node's other workers and exits non-zero (no
-restarts); the scheduler then ends the agents of the other nodes, which stop their workers within
---shutdown-timeout. Workers run in process groups of their own, so ending a job relies on the agent
-(or, over ssh, on the job marker every process inherits)."""
+restarts); the scheduler then ends the agents of the other nodes, which signal their workers at once
+and kill them after --shutdown-timeout (torch 2.12 and later; older agents wait 30 s). Workers run in
+process groups of their own, so ending a job relies on the agent (or, over ssh, on the job marker
+every process inherits)."""
 
 from pathlib import Path
 
@@ -15,6 +16,20 @@ from suite.net import free_port
 from suite.plan import Launch, Plan, Process
 
 SHUTDOWN_S = 5  # agent's wait for its workers after SIGTERM before SIGKILL; within the scheduler's grace
+# Options of torchrun that not every torch has: the release that brought them. The stack's torch
+# (its package list) decides which are passed; an unknown version gets them all.
+SINCE = {"--shutdown-timeout": (2, 12)}
+
+
+def has_option(launch: Launch, option: str) -> bool:
+    version = launch.stack_env.version("torch")
+    if version is None:
+        return True
+    try:
+        found = tuple(int(part) for part in version.split("+")[0].split(".")[:2])
+    except ValueError:
+        return True
+    return found >= SINCE[option]
 
 
 def rendezvous_id(run_dir: str) -> str:
@@ -32,7 +47,8 @@ def plan(launch: Launch) -> Plan:
             "torchrun", "--nnodes", str(world.nodes), "--nproc-per-node", str(host.slots),
             "--rdzv-backend", "c10d", "--rdzv-endpoint", endpoint, "--rdzv-id", rendezvous_id(launch.run_dir),
             "--rdzv-conf", f"is_host={int(index == 0)}", "--local-addr", host.name, "--max-restarts", "0",
-            "--shutdown-timeout", str(SHUTDOWN_S), launch.script, *launch.case_argv)
+            *(["--shutdown-timeout", str(SHUTDOWN_S)] if has_option(launch, "--shutdown-timeout") else []),
+            launch.script, *launch.case_argv)
         env = launch.env(host, SUITE_PROCESSES_ON_HOST=str(launch.processes_on_machine(host)))
         processes.append(Process(f"torchrun-{index}", host.name, argv, env, launch.run_dir))
     details = {"launcher": "torchrun", "rdzv_endpoint": endpoint, "nproc_per_node": [h.slots for h in world.hosts],

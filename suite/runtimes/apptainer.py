@@ -5,32 +5,32 @@ and scheduler use there (the hybrid model: the host's ssh, srun or mpirun start 
 The image is <image dir>/<stack>-<flavour>.sif (image dir: the cluster's container_dir, else
 $SUITE_IMAGE_DIR, else containers/build/; $SUITE_IMAGE names one file), with its metadata beside it
 (IMAGE.sif.json). The flavour is cuda when this host has NVIDIA GPUs, else cpu
-($SUITE_CONTAINER_FLAVOUR overrides). `make containers TOOL=apptainer` builds it from
+(FLAVOUR overrides). `make containers TOOL=apptainer` builds it from
 containers/<stack>/<flavour>.def, rendered here from container.toml and the locks."""
 
 import json
 import os
 import shutil
 import subprocess
-from collections.abc import Iterable
 from pathlib import Path
 
 from suite import container_base, containers, paths
 from suite.containers import Recipe, bind_list
 from suite.errors import UsageError
-from suite.plan import StackEnv
-from suite.stacks import Stack
+from suite.gpus import host_gpus, pick_flavour
+from suite.plan import StackEnv, StackRequest
 
 IMAGES = "apptainer"  # what it builds images with (make containers TOOL=apptainer)
 BUILD_PREFERENCE = 0  # TOOL=auto tries it first: it is what HPC sites run
 BASES = ("pinned",)
 
 
-def prepare(stack: Stack, log=print, binds: Iterable[Path | str] = (), image_dir: Path | None = None) -> StackEnv:
+def prepare(want: StackRequest, log=print) -> StackEnv:
+    stack = want.stack
     tool = apptainer_program()
-    gpus = containers.host_gpus()
-    flavour = containers.pick_flavour(gpus)
-    image = image_path(stack.name, flavour, image_dir)
+    gpus = host_gpus() if want.gpus is None else want.gpus
+    flavour = pick_flavour(want.flavour, gpus)
+    image = image_path(stack.name, flavour, want.image_dir)
     build_hint = f"make containers STACK={stack.name} FLAVOUR={flavour}"
     if not image.exists():
         raise UsageError(f"no {flavour} image of stack {stack.name} at {image}: build it with `{build_hint}` "
@@ -40,7 +40,7 @@ def prepare(stack: Stack, log=print, binds: Iterable[Path | str] = (), image_dir
         raise UsageError(f"{image} holds stack {meta.get('stack')!r}, not {stack.name}")
     containers.refuse_stale_image(stack, flavour, meta.get("lock_sha256"), log)
     log(f"stack {stack.name}: apptainer image {image} ({flavour}, sha256:{meta['image_sha256'][:12]})")
-    return stack_env(tool, image, meta, gpus > 0, bind_list(binds))
+    return stack_env(tool, image, meta, gpus > 0, bind_list(want.binds))
 
 
 def found_program() -> str | None:
@@ -82,14 +82,15 @@ def stack_env(tool: str, image: Path, meta: dict, gpus: bool, binds: list[str]) 
             "image": str(image),
             "image_sha256": meta["image_sha256"],
             "image_flavour": meta.get("flavour"),
+            "stack_flavour": meta.get("flavour"),
         },
     )
 
 
-def doctor_lines(cluster, stacks: list[str]) -> list[str]:
+def doctor_lines(cluster, stacks: list[str], flavour: str | None = None) -> list[str]:
     tool = found_program()
     lines = [f"ok: apptainer ({tool})" if tool else "missing: apptainer (or singularity) on PATH (runtime apptainer)"]
-    flavour = containers.pick_flavour(containers.host_gpus())
+    flavour = pick_flavour(flavour)
     for stack in stacks:
         image = image_path(stack, flavour, cluster.container_dir if cluster else None)
         lines.append(f"ok: image {image}" if image.exists() else

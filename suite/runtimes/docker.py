@@ -18,14 +18,14 @@ import sys
 import tarfile
 import time
 import uuid
-from collections.abc import Iterable
 from pathlib import Path
 
 from suite import container_base, containers, paths
 from suite.container_base import BASE_LABEL, parse_dpkg_list
 from suite.containers import Recipe, bind_list
 from suite.errors import UsageError
-from suite.plan import StackEnv
+from suite.gpus import host_gpus, pick_flavour
+from suite.plan import StackEnv, StackRequest
 from suite.procenv import forwarded_env
 from suite.stacks import Stack, load_stack
 
@@ -54,16 +54,17 @@ def client(timeout: int = 60):
     return docker.from_env(timeout=timeout)
 
 
-def prepare(stack: Stack, log=print, binds: Iterable[Path | str] = (), image_dir: Path | None = None) -> StackEnv:
+def prepare(want: StackRequest, log=print) -> StackEnv:
+    stack = want.stack
     problem = engine_problem()
     if problem:
         raise UsageError(f"RUNTIME=docker needs a Docker engine on this host: {problem}")
     import docker
 
     engine = client()
-    gpus = containers.host_gpus()
-    flavour = containers.pick_flavour(gpus)
-    ref = image_ref(stack, flavour, image_dir)
+    gpus = host_gpus() if want.gpus is None else want.gpus
+    flavour = pick_flavour(want.flavour, gpus)
+    ref = image_ref(stack, flavour, want.image_dir)
     try:
         image = engine.images.get(ref)
     except docker.errors.ImageNotFound:
@@ -75,7 +76,7 @@ def prepare(stack: Stack, log=print, binds: Iterable[Path | str] = (), image_dir
     containers.refuse_stale_image(stack, flavour, labels.get(f"{containers.LABEL}.lock_sha256"), log)
     facts, packages, system_packages = read_from_image(engine, ref)
     log(f"stack {stack.name}: docker image {ref} ({image.id[:19]})")
-    env = stack_env(ref, image.id, labels, facts, packages, gpus > 0, bind_list(binds), uuid.uuid4().hex[:16])
+    env = stack_env(ref, image.id, labels, facts, packages, gpus > 0, bind_list(want.binds), uuid.uuid4().hex[:16])
     env.provenance["image_system_packages"] = system_packages
     return env
 
@@ -136,18 +137,19 @@ def stack_env(ref: str, image_id: str, labels: dict, facts: dict, packages: dict
             "image": ref,
             "image_sha256": image_id.removeprefix("sha256:"),
             "image_flavour": labels.get(f"{containers.LABEL}.flavour"),
+            "stack_flavour": labels.get(f"{containers.LABEL}.flavour"),
             "image_base": base_of(labels),
         },
     )
 
 
-def doctor_lines(cluster, stacks: list[str]) -> list[str]:
+def doctor_lines(cluster, stacks: list[str], flavour: str | None = None) -> list[str]:
     problem = engine_problem()
     if problem:
         return [f"missing: Docker engine ({problem})"]
     import docker
 
-    engine, flavour = client(), containers.pick_flavour(containers.host_gpus())
+    engine, flavour = client(), pick_flavour(flavour)
     lines = ["ok: Docker engine"]
     for name in stacks:
         ref = image_ref(load_stack(name), flavour, cluster.container_dir if cluster else None)

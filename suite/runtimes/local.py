@@ -1,25 +1,31 @@
-"""Runs a stack from its local virtual environment, built from the stack's lock on first use."""
-
-from collections.abc import Iterable
-from pathlib import Path
+"""Runs a stack from its local virtual environment, built on first use from the flavour of its lock
+that fits the hosts (cuda where they have GPUs, cpu otherwise; FLAVOUR overrides), from the package
+index or from a wheel folder (WHEELS, for machines without network)."""
 
 from suite import paths
-from suite.plan import StackEnv
-from suite.stacks import Stack, ensure_installed, find_installed, load_stack, local_prefix
+from suite.errors import UsageError
+from suite.plan import StackEnv, StackRequest
+from suite.stacks import ensure_installed, find_installed, load_stack, local_flavour, local_prefix
 
 
-def prepare(stack: Stack, log=print, binds: Iterable[Path | str] = (), image_dir: Path | None = None) -> StackEnv:
-    """binds and image_dir concern container runtimes; a local environment sees every folder."""
-    installed = ensure_installed(stack, log)
+def prepare(want: StackRequest, log=print) -> StackEnv:
+    """A local environment sees every folder: binds and image_dir concern container runtimes."""
+    flavour = local_flavour(want.stack, want.flavour, want.gpus, log)
+    installed = find_installed(flavour)
+    if installed is None and not want.install:
+        raise UsageError(f"stack {flavour.id} is not installed yet at {local_prefix(flavour)} (a real run installs "
+                         f"it first; or now: make install CASE=<a case of it> FLAVOUR={flavour.name})")
+    installed = installed or ensure_installed(flavour, log, want.wheels)
     return StackEnv(
         runtime="local",
         bin_dir=str(installed.prefix / "bin"),
         env={"PYTHONPATH": str(paths.ROOT)},
         facts=installed.info.get("facts", {}),
         provenance={
-            "stack": stack.name,
-            "stack_lock_sha256": stack.lock_sha256,
-            "stack_recipe_sha256": stack.recipe_sha256,
+            "stack": flavour.stack.name,
+            "stack_flavour": flavour.name,
+            "stack_lock_sha256": flavour.lock_sha256,
+            "stack_recipe_sha256": flavour.recipe_sha256,
             "stack_location": str(installed.prefix),
             "stack_packages": installed.info.get("packages", {}),
             "runtime": "local",
@@ -29,11 +35,12 @@ def prepare(stack: Stack, log=print, binds: Iterable[Path | str] = (), image_dir
     )
 
 
-def doctor_lines(cluster, stacks: list[str]) -> list[str]:
+def doctor_lines(cluster, stacks: list[str], flavour: str | None = None) -> list[str]:
     lines = []
     for name in stacks:
-        stack = load_stack(name)
-        lines.append(f"ok: stack {name} built at {local_prefix(stack)}" if find_installed(stack) else
-                     f"missing: stack {name} at {local_prefix(stack)} (built on first use, or now: make install "
-                     f"CASE=<a case of it>)")
+        chosen = local_flavour(load_stack(name), flavour, log=lambda m: None)
+        where = local_prefix(chosen)
+        lines.append(f"ok: stack {chosen.id} built at {where}" if find_installed(chosen) else
+                     f"missing: stack {chosen.id} at {where} (built on first use, or now: make install "
+                     f"CASE=<a case of it> FLAVOUR={chosen.name}; without network: WHEELS=<folder of make wheels>)")
     return lines

@@ -25,6 +25,7 @@ import signal
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import hostlist
@@ -33,7 +34,7 @@ from suite import paths
 from suite.errors import INTERRUPTED, UsageError, log
 from suite.hostfile import Host
 from suite.plan import Plan, Process, ProcessResult
-from suite.plugins import BatchJob, Setting, TakenOver, command_line
+from suite.plugins import BatchJob, Setting, TakenOver, command_line, output_here
 from suite.schedulers.local import Placement, run_plan
 
 POLL_S = 2.0  # the job's output; its state every POLL_S for the first minute, then every STATE_POLL_S
@@ -192,6 +193,21 @@ def execute(plan: Plan, log_dir: Path, timeout_s: float, stall_s: float | None =
 
 def placement(cluster) -> str:
     return "srun"
+
+
+def run_on_hosts(hosts: list[str], argv: tuple[str, ...], cluster) -> dict[str, str | None]:
+    """Inside an allocation: one step on each node at once. Outside one the nodes are not known yet
+    (the batch job's own run reads them)."""
+    if not inside_allocation():
+        return {host: None for host in hosts}
+    step = f"hpcdl-probe-{secrets.token_hex(3)}"
+
+    def one(host: str) -> str | None:
+        return output_here(["srun", "--overlap", "--nodes=1", "--ntasks=1", f"--nodelist={host}", f"--job-name={step}",
+                            "--quiet", *argv], REACH_TIMEOUT_S * 4)
+
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        return dict(zip(hosts, pool.map(one, hosts)))
 
 
 def execution_facts(cluster) -> dict | None:

@@ -35,7 +35,7 @@ from suite.errors import UsageError
 from suite.hostfile import profile_hostfile, read_hostfile
 from suite.net import is_local
 from suite.plan import Plan, Process, ProcessResult
-from suite.plugins import BatchJob, Setting, command_line
+from suite.plugins import BatchJob, Setting, command_line, output_here
 from suite.procenv import forwarded_env, masked_env
 from suite.schedulers.local import Placement, run_plan
 
@@ -204,6 +204,19 @@ def doctor_lines(cluster) -> list[str]:
         return [*lines, f"missing: {exc}"]
     with ThreadPoolExecutor(max_workers=8) as pool:
         return [*lines, *pool.map(lambda host: reach_line(ssh, host), hosts)]
+
+
+def run_on_hosts(hosts: list[str], argv: tuple[str, ...], cluster) -> dict[str, str | None]:
+    """Hosts that are this machine run it here, the others over ssh, all at once."""
+    ssh = settings(cluster)
+
+    def one(host: str) -> str | None:
+        if not ssh.force and is_local(host):
+            return output_here(argv)
+        return output_here([*ssh.argv(host, "-o", "ConnectTimeout=10"), "--", shlex.join(argv)], REACH_TIMEOUT_S * 4)
+
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        return dict(zip(hosts, pool.map(one, hosts)))
 
 
 def reach_line(ssh: SshSettings, host: str) -> str:
