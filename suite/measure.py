@@ -29,6 +29,7 @@ class Repetition:
     command: list[str] = field(default_factory=list)
     processes: list[dict] = field(default_factory=list)
     launched_at: float | None = None
+    profile: dict = field(default_factory=dict)  # where the ranks' time went (time_profile)
 
     def summary(self) -> dict:
         mean = sum(self.samples) / len(self.samples) if self.samples else None
@@ -36,7 +37,7 @@ class Repetition:
                 "throughput": mean, "images": self.images, "timed_seconds": self.seconds,
                 "warmup": self.warmup, "epochs": self.epochs, "results": self.results,
                 "exit_codes": self.exit_codes, "command": self.command, "processes": self.processes,
-                "launched_at": self.launched_at,
+                "launched_at": self.launched_at, "profile": self.profile,
                 "cpus": [s.get("binding", {}).get("cpus") for s in self.starts]}  # per rank, read back by the probe
 
 
@@ -86,6 +87,22 @@ def measure(rep: Repetition, expected_ranks: int) -> None:
         rep.samples.append(combined["throughput"])
         rep.images += combined["images"]
         rep.seconds += combined["seconds"]
+    rep.profile = time_profile(units)
+
+
+def time_profile(units: list[tuple[dict, ...]]) -> dict:
+    """Where each rank's time went over the timed units, as shares of its own timed seconds, averaged
+    over the ranks: waiting for data, its training thread busy, its process's CPU time (in cores);
+    None where the probe lines do not say (older records, cases that do not time their input)."""
+    per_rank = list(zip(*units))
+
+    def share(key: str) -> float | None:
+        if any(key not in e for events in per_rank for e in events):
+            return None
+        shares = [sum(e[key] for e in events) / sum(e["seconds"] for e in events) for events in per_rank]
+        return round(sum(shares) / len(shares), 4)
+
+    return {"data_wait_share": share("data_wait_s"), "thread_busy": share("thread_s"), "cores_per_rank": share("cpu_s")}
 
 
 def _aligned(events: dict[int, list[dict]], kind: str) -> list[tuple[dict, ...]]:

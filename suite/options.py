@@ -40,6 +40,10 @@ def build_parser(case: dict) -> argparse.ArgumentParser:
         parser.add_argument("--same-work", action="store_true", help=(
             "the same work as every framework's case: ResNet-50 v1.5, 224 px, 1000 classes, batch 32 per device, "
             f"float32, a random batch in device memory; sets {' '.join(same_work_argv(case))} (later options win)"))
+    if presets := case.get("presets"):
+        shown = "; ".join(f"{name}: {' '.join(preset_argv(case, name))}" for name in presets)
+        parser.add_argument("--preset", choices=sorted(presets), default=None, help=(
+            f"option values as a published figure was measured ({shown}); later options win"))
     for name, spec in case.get("options", {}).items():
         flag = f"--{name}"
         if spec["type"] == "flag":
@@ -75,7 +79,8 @@ def parse_options(case: dict, argv: list[str]) -> dict:
     """Option values by option name (dashes kept), or OptionError with a one-line message; the case's
     [[rules]] between options are checked too."""
     namespace = build_parser(case).parse_args(with_same_work(case, argv))
-    names = [*case.get("options", {}), *(["same-work"] if "same_work" in case else [])]
+    names = [*case.get("options", {}), *(["same-work"] if "same_work" in case else []),
+             *(["preset"] if "presets" in case else [])]
     options = {name: getattr(namespace, name.replace("-", "_")) for name in names}
     check_rules(case, options)
     return options
@@ -95,9 +100,21 @@ def same_work_argv(case: dict) -> list[str]:
     return option_args({k: v for k, v in case.get("same_work", {}).items() if not isinstance(v, dict)})
 
 
+def preset_argv(case: dict, name: str) -> list[str]:
+    """The option values of one of the case's [presets.NAME] tables (its `source` left out)."""
+    return option_args({k: v for k, v in case.get("presets", {}).get(name, {}).items() if k != "source"})
+
+
 def with_same_work(case: dict, argv: list[str]) -> list[str]:
-    """--same-work stands for the case's [same_work] values, placed first so that later options win."""
-    return [*same_work_argv(case), *argv] if "same_work" in case and "--same-work" in argv else list(argv)
+    """--same-work and --preset NAME stand for their tables' values, placed first so that later
+    options win (a preset name that is not the case's is left for the parser to refuse)."""
+    argv = list(argv)
+    first = same_work_argv(case) if "same_work" in case and "--same-work" in argv else []
+    named = [argv[i + 1] for i, a in enumerate(argv[:-1]) if a == "--preset"]
+    named += [a.split("=", 1)[1] for a in argv if a.startswith("--preset=")]
+    for name in named:
+        first += preset_argv(case, name)
+    return [*first, *argv]
 
 
 OPERATORS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Lt: operator.lt,

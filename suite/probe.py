@@ -5,6 +5,12 @@ versions, host facts), then either a `warmup` line and one `iteration` line per 
 (step-based cases) or one `epoch` line per epoch (epoch-based cases: the first epoch is the warmup),
 optional `result` lines, and one `end` line. A line is written after the timed work, so the probe
 adds no I/O inside a timed window.
+
+Beside its wall time every timed unit says where the rank's time went, for the run's diagnosis
+(suite/diagnosis.py): `cpu_s`, the CPU time of the rank's process (all its threads); `thread_s`, the
+CPU time of the thread that trains (on a GPU: the thread that launches the work, busy all the time
+when the host bounds the step); `data_wait_s`, the time the loop waited for its next batch, where the
+case times it (`with probe.data_wait(): batch = next(batches)`).
 """
 
 import json
@@ -28,6 +34,8 @@ class Probe:
         self._iterations = 0
         self._mllog = MLLog(os.path.join(run_dir, "ranks", f"rank-{rank:05d}.mllog"), rank)
         self._trained = 0
+        self._waited = None  # seconds waiting for data in the current unit; None: the case does not time it
+        self._unit = _Usage()
 
     def _write(self, event: str, **fields) -> None:
         self._file.write(json.dumps({"event": event, "rank": self.rank, "time": time.time(), **fields}) + "\n")
@@ -52,12 +60,30 @@ class Probe:
         self._say(f"warmup done in {elapsed():.1f} s")
 
     @contextmanager
+    def data_wait(self):
+        """Times how long the loop waits for its next batch (inside a timed unit)."""
+        begin = time.perf_counter()
+        try:
+            yield
+        finally:
+            self._waited = (self._waited or 0.0) + time.perf_counter() - begin
+
+    def _usage(self) -> dict:
+        """Where the rank's time went since the unit began (and begins the next)."""
+        used = self._unit.since()
+        if self._waited is not None:
+            used["data_wait_s"] = self._waited
+        self._waited, self._unit = None, _Usage()
+        return used
+
+    @contextmanager
     def iteration(self, images: int, sync=None, total: int | None = None):
         """Times one iteration of `images` images on this rank; `sync` waits for the device."""
+        self._usage()
         with _timed(sync) as elapsed:
             yield
         seconds = elapsed()
-        self._write("iteration", index=self._iterations, images=images, seconds=seconds)
+        self._write("iteration", index=self._iterations, images=images, seconds=seconds, **self._usage())
         self._mllog.timed("block", self._iterations, images * self.size, seconds)
         self._trained += images
         self._iterations += 1
@@ -70,6 +96,7 @@ class Probe:
         """For epoch-based cases (e.g. from a Keras callback): marks the start of an epoch."""
         if sync:
             sync()
+        self._usage()
         self._epoch_began = time.perf_counter()
 
     def epoch_end(self, images: int, sync=None, total: int | None = None, **metrics) -> None:
@@ -78,7 +105,7 @@ class Probe:
             sync()
         seconds = time.perf_counter() - self._epoch_began
         index = self._epochs = getattr(self, "_epochs", 0) + 1
-        self._write("epoch", index=index - 1, images=images, seconds=seconds, metrics=metrics)
+        self._write("epoch", index=index - 1, images=images, seconds=seconds, metrics=metrics, **self._usage())
         self._mllog.timed("epoch", index - 1, images * self.size, seconds)
         self._trained += images
         shown = ", ".join(f"{k} {v:.4g}" for k, v in metrics.items() if isinstance(v, (int, float)))
@@ -134,6 +161,16 @@ class MLLog:
         self.log("start", f"{unit}_start", metadata=number, at=end - seconds)
         self.log("end", f"{unit}_stop", metadata=number, at=end)
         self.log("event", "tracked_stats", {"throughput": images / seconds}, metadata={"step": index}, at=end)
+
+
+class _Usage:
+    """CPU time of this process and of the calling thread from now on."""
+
+    def __init__(self):
+        self.process, self.thread = time.process_time(), time.thread_time()
+
+    def since(self) -> dict:
+        return {"cpu_s": time.process_time() - self.process, "thread_s": time.thread_time() - self.thread}
 
 
 @contextmanager

@@ -189,6 +189,17 @@ def joules_per_image(point: Point) -> float | None:
     return (point.record["metrics"].get("telemetry") or {}).get("joules_per_image")
 
 
+def bound(point: Point) -> str:
+    """What bounded the run (metrics.diagnosis), with its leading figure; "-" for older records."""
+    diagnosis = point.record["metrics"].get("diagnosis")
+    return f"{diagnosis['verdict']}: {diagnosis['why']}" if diagnosis else "-"
+
+
+def published_cell(point: Point) -> str:
+    found = point.record["metrics"].get("published")
+    return f"{found['ratio']:.2f}x {found['source']}" if found else "-"
+
+
 def _joules_cell(point: Point) -> str:
     value = joules_per_image(point)
     return "-" if value is None else f"{value:.3g}"
@@ -250,19 +261,20 @@ def _index_body(series: list[Series], points: list[Point], skipped: int) -> str:
             f"<td>{html.escape(s.stack)}</td><td>{html.escape(s.cluster)}</td><td>{html.escape(s.config_label)}</td>"
             f"<td>{', '.join(str(p.devices) for p in s.points)}</td><td>{top.devices}</td>"
             f"<td>{tp['mean']:.1f}{ci}</td><td>{tp['per_device']:.1f}</td><td>{_joules_cell(top)}</td>"
-            f"<td>{s.efficiency(top):.0f}%</td>"
+            f"<td>{s.efficiency(top):.0f}%</td><td>{html.escape(bound(top))}</td>"
+            f"<td>{html.escape(published_cell(top))}</td>"
             f"<td>{html.escape(top.finished_at)}</td></tr>")
     return (f"<p>{len(points)} records used ({span}); {skipped} file(s) skipped. "
             f"<a href=\"frameworks.html\">All cases side by side</a> · <a href=\"summary.csv\">CSV</a></p>"
             "<table><tr><th>case</th><th>stack</th><th>cluster</th><th>configuration</th><th>devices measured</th>"
             "<th>largest</th><th>img/s there</th><th>img/s per device</th><th>J/img</th><th>efficiency</th>"
-            "<th>latest</th></tr>"
+            "<th>bound</th><th>vs published</th><th>latest</th></tr>"
             + "".join(rows) + "</table>")
 
 
 CSV_COLUMNS = ["case", "stack", "cluster", "devices", "nodes", "throughput", "ci95", "per_device", "speedup",
                "efficiency_pct", "epoch_seconds", "model", "image_size", "batch_per_device", "dtype", "run_id",
-               "finished_at", "joules_per_image"]
+               "finished_at", "joules_per_image", "bound", "published_ratio"]
 
 
 def _csv_rows(series: list[Series]):
@@ -272,7 +284,8 @@ def _csv_rows(series: list[Series]):
             yield [s.case, s.stack, s.cluster, p.devices, p.nodes, p.throughput["mean"], p.throughput["ci95"],
                    p.throughput["per_device"], s.speedup(p), s.efficiency(p), p.epoch_seconds, cfg.get("model"),
                    cfg.get("image_size"), cfg.get("batch_per_device"), cfg.get("dtype"), p.record["run_id"], p.finished_at,
-                   joules_per_image(p)]
+                   joules_per_image(p), (p.record["metrics"].get("diagnosis") or {}).get("verdict"),
+                   (p.record["metrics"].get("published") or {}).get("ratio")]
 
 
 def write_report(results_dir: Path, out_dir: Path, warn=print) -> list[Path]:

@@ -16,6 +16,9 @@ from suite.clusters import Cluster, load_cluster
 from suite.errors import INTERRUPTED, RunFailed, UsageError, log
 from suite.hostfile import Host, World, positive_int, positive_ints, read_hostfile, select_world
 from suite.interconnect import run_check, wanted
+from suite.diagnosis import diagnose, summary_line
+from suite.references import comparison
+from suite.references import summary_line as published_line
 from suite.gpus import PROBE, check_devices, count_from_probe
 from suite.plan import Launch, Plan, StackEnv, StackRequest
 from suite.plugins import BatchJob
@@ -215,6 +218,10 @@ def run_point(req: RunRequest, checked: Checked, world: World, stack_env, failur
     if facts := checked.scheduler.execution_facts(checked.cluster_profile):
         record["execution"][checked.scheduler.name] = facts
     record["metrics"].update(hardware_metrics(reps, world, req.telemetry_interval, interconnect))
+    if record["status"] == "ok":
+        record["metrics"]["diagnosis"] = diagnose(record)
+        if published := comparison(record):
+            record["metrics"]["published"] = published
     record["provenance"]["system_description"] = system_description(record)
     path = write_record(record, req.results_dir)
     print_summary(record, path)
@@ -343,6 +350,10 @@ def print_summary(record: dict, path: Path) -> None:
         ci = f" ± {tp['ci95']:.2f}" if tp["ci95"] is not None else ""
         print(f"   throughput: {tp['mean']:.2f}{ci} img/s total, {tp['per_device']:.2f} img/s per device "
               f"(mean{' ± 95% CI' if ci else ''}, n={tp['n']} {tp['ci95_basis']})")
+    if diagnosis := record["metrics"].get("diagnosis"):
+        print(f"   {summary_line(diagnosis)}")
+    if published := record["metrics"].get("published"):
+        print(f"   {published_line(published)}")
     if record["status"] != "ok":
         print(f"   FAILED: {record['reason']}", file=sys.stderr)
     print(f"   record: {path}")

@@ -1,5 +1,7 @@
 """ResNet-50 v1.5 in plain PyTorch, shared by the PyTorch cases (pytorch-synthetic, pytorch-ddp) so
-that they train the same model, and usable where torchvision cannot be imported.
+that they train the same model, and usable where torchvision cannot be imported; ResNet-18; and a
+tiny CNN whose step costs almost nothing, so that a run measures what an input pipeline delivers
+(pytorch-ddp --model tiny-cnn).
 
 v1.5 puts the stride of a downsampling bottleneck on its 3x3 convolution (v1 has it on the first
 1x1). Module names, shapes and layer settings equal torchvision's `resnet50()`; tests/test_model.py
@@ -44,8 +46,30 @@ class Bottleneck(nn.Module):
         return self.relu(out + shortcut)
 
 
+class BasicBlock(nn.Module):
+    """Two 3x3 convolutions (ResNet-18 and -34), torchvision's names."""
+
+    expansion = 1
+
+    def __init__(self, in_ch: int, width: int, stride: int = 1):
+        super().__init__()
+        self.conv1 = conv3x3(in_ch, width, stride)
+        self.bn1 = nn.BatchNorm2d(width)
+        self.conv2 = conv3x3(width, width)
+        self.bn2 = nn.BatchNorm2d(width)
+        self.relu = nn.ReLU(inplace=True)
+        self.downsample = None
+        if stride != 1 or in_ch != width:
+            self.downsample = nn.Sequential(conv1x1(in_ch, width, stride), nn.BatchNorm2d(width))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        shortcut = x if self.downsample is None else self.downsample(x)
+        out = self.relu(self.bn1(self.conv1(x)))
+        return self.relu(self.bn2(self.conv2(out)) + shortcut)
+
+
 class ResNet(nn.Module):
-    def __init__(self, blocks_per_stage: list[int], num_classes: int = 1000):
+    def __init__(self, blocks_per_stage: list[int], num_classes: int = 1000, block=Bottleneck):
         super().__init__()
         self.conv1 = nn.Conv2d(3, 64, kernel_size=7, stride=2, padding=3, bias=False)
         self.bn1 = nn.BatchNorm2d(64)
@@ -56,9 +80,9 @@ class ResNet(nn.Module):
             width = 64 * 2**stage
             stride = 1 if stage == 0 else 2
             layers = []
-            for block in range(blocks):
-                layers.append(Bottleneck(in_ch, width, stride if block == 0 else 1))
-                in_ch = width * Bottleneck.expansion
+            for index in range(blocks):
+                layers.append(block(in_ch, width, stride if index == 0 else 1))
+                in_ch = width * block.expansion
             setattr(self, f"layer{stage + 1}", nn.Sequential(*layers))
         self.avgpool = nn.AdaptiveAvgPool2d((1, 1))
         self.fc = nn.Linear(in_ch, num_classes)
@@ -82,4 +106,22 @@ def resnet50(num_classes: int = 1000) -> ResNet:
     return ResNet([3, 4, 6, 3], num_classes)
 
 
-MODELS = {"resnet50": resnet50}
+def resnet18(num_classes: int = 1000) -> ResNet:
+    return ResNet([2, 2, 2, 2], num_classes, BasicBlock)
+
+
+class TinyCNN(nn.Module):
+    """Two small strided convolutions and a linear layer."""
+
+    def __init__(self, num_classes: int = 1000):
+        super().__init__()
+        self.features = nn.Sequential(nn.Conv2d(3, 8, 3, stride=2, padding=1), nn.ReLU(inplace=True),
+                                      nn.Conv2d(8, 16, 3, stride=2, padding=1), nn.ReLU(inplace=True),
+                                      nn.AdaptiveAvgPool2d((1, 1)))
+        self.fc = nn.Linear(16, num_classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(torch.flatten(self.features(x), 1))
+
+
+MODELS = {"resnet50": resnet50, "resnet18": resnet18, "tiny-cnn": TinyCNN}

@@ -20,6 +20,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel
 
+from cases._shared.timed import min_seconds, timed_iterations
 from cases._shared.torch_resnet import MODELS
 from pipeline import Normalise, make_loader
 from suite.binding import bind_cpus
@@ -27,6 +28,7 @@ from suite.options import parse_case_args
 from suite.probe import Probe
 
 DEFAULTS = {"synthetic": (32, 224), "imagefolder": (64, 160)}  # batch per device, image size
+MODEL_NAMES = {"resnet50": "resnet50-v1.5", "resnet18": "resnet18", "tiny-cnn": "tiny-cnn"}  # as the record names them
 
 
 def place() -> dict[str, int]:
@@ -109,14 +111,56 @@ def data_facts(args) -> dict:
     return {"data": label, "data_path": str((folder / "train").resolve()), "data_source": manifest.get("source")}
 
 
-def train_synthetic(args, probe, step, batch, sync, fixed) -> None:
+def agree(count: int, device: torch.device) -> int:
+    """Rank 0's count, on every rank."""
+    value = torch.tensor([count], dtype=torch.int64, device=device)
+    dist.broadcast(value, src=0)
+    return int(value.item())
+
+
+def step_without_exchange(args, model, device, fixed, sync) -> float:
+    """Seconds of a forward and backward pass with DDP's gradient exchange switched off (no_sync;
+    gradients dropped, weights untouched): beside the timed step's seconds, what the exchange (and
+    the optimizer's update) costs, for the run's diagnosis."""
+    passes = max(1, args.num_batches_per_iter)
+    if sync:
+        sync()
+    began = time.perf_counter()
+    with model.no_sync():
+        for _ in range(passes):
+            with torch.autocast(device.type, dtype=amp_dtype(device), enabled=args.amp):
+                loss = F.cross_entropy(model(fixed[0]), fixed[1])
+            loss.backward()
+            model.zero_grad(set_to_none=True)
+    if sync:
+        sync()
+    return (time.perf_counter() - began) / passes
+
+
+def train_synthetic(args, probe, step, batch, sync, fixed, device, model) -> None:
     with probe.warmup(images=batch * args.num_warmup_batches, sync=sync):
         for _ in range(args.num_warmup_batches):
             step(*fixed)
-    for _ in range(args.num_iters):
-        with probe.iteration(images=batch * args.num_batches_per_iter, sync=sync, total=args.num_iters):
-            for _ in range(args.num_batches_per_iter):
-                step(*fixed)
+    if dist.get_world_size() > 1:
+        probe.result(step_without_exchange_s=step_without_exchange(args, model, device, fixed, sync))
+
+    def one_iteration():
+        for _ in range(args.num_batches_per_iter):
+            step(*fixed)
+
+    timed_iterations(probe, args.num_iters, min_seconds(args.min_seconds, device.type == "cuda"),
+                     batch * args.num_batches_per_iter, one_iteration, sync, lambda n: agree(n, device))
+
+
+def batches(loader, probe):
+    """The loader's batches, the wait for each timed by the probe (the diagnosis's data wait)."""
+    iterator = iter(loader)
+    while True:
+        with probe.data_wait():
+            batch = next(iterator, None)
+        if batch is None:
+            return
+        yield batch
 
 
 def train_epochs(args, probe, step, loader, sampler, normalise, sync) -> None:
@@ -124,7 +168,7 @@ def train_epochs(args, probe, step, loader, sampler, normalise, sync) -> None:
         sampler.set_epoch(epoch)
         probe.epoch_begin(sync)
         images, losses = 0, []
-        for batch in loader:
+        for batch in batches(loader, probe):
             losses.append(step(*normalise(*batch)))
             images += len(batch[1])
         probe.epoch_end(images=images, sync=sync, total=args.epochs, loss=float(torch.stack(losses).mean()))
@@ -164,7 +208,7 @@ def main() -> None:
     probe = Probe(where["rank"], where["world"], where["local_rank"], where["local_world"])
     probe.start(
         config={
-            "model": args.model, "parameters": parameters, "device_type": device.type,
+            "model": args.model, "model_name": MODEL_NAMES[args.model], "parameters": parameters, "device_type": device.type,
             "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
             "dtype": f"amp-{str(amp_dtype(device)).removeprefix('torch.')}" if args.amp else "float32",
             **data_facts(args), "batch_per_device": batch, "global_batch": batch * where["world"],
@@ -186,7 +230,7 @@ def main() -> None:
     if loader:
         train_epochs(args, probe, step, loader, sampler, Normalise(device, memory_format), sync)
     else:
-        train_synthetic(args, probe, step, batch, sync, fixed)
+        train_synthetic(args, probe, step, batch, sync, fixed, device, model)
     probe.end()
     dist.destroy_process_group()
 

@@ -9,6 +9,7 @@ import numpy
 import torch
 import torch.nn.functional as F
 
+from cases._shared.timed import min_seconds, timed_iterations
 from cases._shared.torch_resnet import MODELS
 from suite.binding import bind_cpus
 from suite.options import parse_case_args
@@ -92,10 +93,16 @@ def main() -> None:
     with probe.warmup(images=args.batch_size * args.num_warmup_batches, sync=sync):
         for _ in range(args.num_warmup_batches):
             step()
-    for _ in range(args.num_iters):
-        with probe.iteration(images=args.batch_size * args.num_batches_per_iter, sync=sync, total=args.num_iters):
-            for _ in range(args.num_batches_per_iter):
-                step()
+
+    def one_iteration():
+        for _ in range(args.num_batches_per_iter):
+            step()
+
+    def agree(count: int) -> int:  # rank 0's count, on every rank
+        return int(hvd.broadcast(torch.tensor([count]), root_rank=0, name="timed_iterations").item())
+
+    timed_iterations(probe, args.num_iters, min_seconds(args.min_seconds, device.type == "cuda"),
+                     args.batch_size * args.num_batches_per_iter, one_iteration, sync, agree)
     probe.end()
     hvd.shutdown()
 
