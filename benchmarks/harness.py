@@ -350,7 +350,8 @@ class Bench:
         template = make_large_record(Path(tempfile.mkdtemp(dir=self.work)), self.work / "runs")
         results, out = Path(tempfile.mkdtemp(dir=self.work)), Path(tempfile.mkdtemp(dir=self.work))
         size = sum(copies(template, results, RECORDS)) / RECORDS
-        settings = {"records": RECORDS, "record_kb": round(size / 1000, 1), "source": "fixture_records.make_large_record"}
+        settings = {"records": RECORDS, "record_kb": round(size / 1000, 1),
+                    "source": "fixture_records.make_large_record"}
         seconds, cpu_s = self.suite_command("report", "--results-dir", str(results), "--out", str(out))
         warm_s = self.suite_command("report", "--results-dir", str(results), "--out", str(out))[0]
         self.record("report_10k_records_s", seconds, cpu_s=cpu_s, warm_s=round(warm_s, 3), **settings)
@@ -394,8 +395,9 @@ def copies(template: dict, results: Path, count: int):
         clock = f"{i // 3600 % 24:02d}{i // 60 % 60:02d}{i % 60:02d}"
         record["run_id"] = f"20260101T{clock}Z-{record['case']}-bench-{i:05d}"
         record["finished_at"] = f"2026-01-{1 + i // 86400:02d}T{clock[:2]}:{clock[2:4]}:{clock[4:]}Z"
+        hosts = record["world"]["hosts"]
         record["world"].update(devices=devices, cluster=cluster, hostfile=f"hostfiles/{cluster}",
-                               slots={host: devices // len(record["world"]["hosts"]) for host in record["world"]["hosts"]})
+                               slots={host: devices // len(hosts) for host in hosts})
         tp = record["metrics"]["throughput"]
         tp["per_device"] = per_device * (0.9 ** (i % 5)) * (1 + (i % 7) / 100)
         tp["mean"] = tp["per_device"] * devices

@@ -102,7 +102,8 @@ def build_cli() -> argparse.ArgumentParser:
     query.add_argument("--fingerprint", help="only this environment fingerprint (for now the stack lock's sha256), "
                        "or its first characters (Make: FINGERPRINT)")
     query.add_argument("--devices", help="only these device counts, e.g. 8 or 1,2,4 (Make: DEVICES)")
-    query.add_argument("--since", help="only records finished at or after this UTC date, YYYY-MM-DD[THH:MM:SS] (Make: SINCE)")
+    query.add_argument("--since", help="only records finished at or after this UTC date, YYYY-MM-DD[THH:MM:SS] "
+                       "(Make: SINCE)")
     query.add_argument("--until", help="only records finished on or before this UTC date (Make: UNTIL)")
     query.add_argument("--status", choices=["ok", "failed", "all"], default="all", help="default all (Make: STATUS)")
     query.add_argument("--format", choices=["table", "csv"], default="table", help="default table (Make: FORMAT)")

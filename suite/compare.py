@@ -2,7 +2,7 @@
 
 A side is a record file, a folder of records, or a folder with a selection of its records after `?`
 in the fields of `suite query` (read from the folder's results index, suite/index.py):
-  reports/results?case=pytorch-ddp&cluster=jsc&stack=pytorch&fingerprint=ab12&devices=8,16&since=2026-11-01&until=2026-11-30
+  reports/results?case=pytorch-ddp&cluster=jsc&stack=pytorch&fingerprint=ab12&devices=8,16&since=2026-11-01
 --case, --cluster and --since narrow both sides further. When a configuration has several records on a
 side, the latest counts. Verdicts:
   faster / slower     the difference is beyond --tolerance and beyond noise
@@ -38,11 +38,15 @@ class Row:
 
 
 SIDE_FIELDS = ("case", "cluster", "stack", "fingerprint", "devices", "since", "until")
+NEWEST_PER = ("case_name", "cluster", "stack", "devices")  # the index's columns of _latest's key
 
 
 def select(source: str, case: str | None, cluster: str | None, since: str | None, warn=print) -> list[Point]:
-    path, selection = side(source)
-    points = load_points(path, warn, selection)
+    """The records of a side that count: of a folder only the latest per configuration, chosen by the
+    index (of 10,000 records, a few dozen are read)."""
+    path, chosen = side(source)
+    given = Selection(case=case, cluster=cluster, since=since)
+    points = load_points(path, warn, chosen, given, newest_per=NEWEST_PER)
     return [p for p in points if (not case or p.case == case) and (not cluster or p.cluster == cluster)
             and (not since or p.finished_at >= since)]
 
@@ -59,7 +63,8 @@ def side(source: str) -> tuple[Path, Selection]:
     try:
         fields = dict(parse_qsl(query, strict_parsing=True))
     except ValueError:
-        raise UsageError(f"selection {query!r}: FIELD=VALUE pairs joined by '&', e.g. case=pytorch-ddp&since=2026-11-01") from None
+        raise UsageError(f"selection {query!r}: FIELD=VALUE pairs joined by '&', "
+                         "e.g. case=pytorch-ddp&since=2026-11-01") from None
     unknown = sorted(set(fields) - set(SIDE_FIELDS))
     if unknown:
         raise UsageError(f"selection {query!r}: unknown field(s) {', '.join(unknown)}; known: {', '.join(SIDE_FIELDS)}")

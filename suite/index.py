@@ -83,9 +83,9 @@ class Selection:
         if self.status not in STATUSES:
             raise UsageError(f"status {self.status!r}: one of {', '.join(STATUSES)}")
 
-    def where(self) -> tuple[str, list]:
-        """The SQL condition on the files table, and its values."""
-        clauses, values = ["problem IS NULL"], []
+    def where(self) -> tuple[list[str], list]:
+        """The SQL conditions on the files table, and their values."""
+        clauses, values = [], []
         for column, value in (("case_name", self.case), ("cluster", self.cluster), ("stack", self.stack),
                               ("status", None if self.status == "all" else self.status)):
             if value:
@@ -104,7 +104,7 @@ class Selection:
             until = self.until.rstrip("Z")
             clauses.append("substr(finished_at, 1, ?) <= ?")
             values += [len(until), until]
-        return " AND ".join(clauses), values
+        return clauses, values
 
 
 @dataclass(frozen=True)
@@ -137,11 +137,16 @@ def devices_list(text: str) -> tuple[int, ...]:
     return counts
 
 
-def select(folder: Path, selection: Selection = Selection(), warn=print, summaries: bool = True) -> list[Entry]:
-    """The records of `folder` that `selection` admits, by file name, with the index brought up to
-    date first; every file that is not a record is named in one warning line."""
+def select(folder: Path, *selections: Selection, warn=print, summaries: bool = True,
+           newest_per: tuple[str, ...] = ()) -> list[Entry]:
+    """The records of `folder` that every one of `selections` admits, by file name, with the index
+    brought up to date first; with `newest_per` (columns, e.g. case_name, devices) only the most
+    recently finished record per value of them (ties: the last by name). Every file that is not a
+    record is named in one warning line."""
     folder = Path(folder)
-    problems, entries = _read(folder, selection, summaries)
+    assert set(newest_per) <= set(COLUMNS), newest_per
+    problems, entries = _read(folder, lambda db, present: _entries(db, folder, present, selections, summaries,
+                                                                    newest_per))
     for name, why in problems:
         warn(f"warning: skipped {folder / name}: {why}")
     return entries
@@ -172,14 +177,15 @@ def _without(node, bulky: dict):
 
 # -- where the index lives, and what is done when it cannot be used -------------------------------
 
-def _read(folder: Path, selection: Selection, summaries: bool):
-    """(problems, entries) through the first index that can be used: the folder's, the cache's, memory's."""
+def _read(folder: Path, entries):
+    """(problems, entries(db, present)) through the first index that can be used: the folder's, the
+    cache's, memory's."""
     for location in _locations(folder):
         for _ in range(2):
             try:
                 with closing(_connect(location)) as db:
                     present = _refresh(db, folder)
-                    return _problems(db, present), _entries(db, folder, selection, summaries, present)
+                    return _problems(db, present), entries(db, present)
             except (sqlite3.OperationalError, OSError):  # read-only, or locked past the timeout
                 if location == MEMORY:
                     raise
@@ -286,8 +292,8 @@ def _examine(db: sqlite3.Connection, folder: Path, names: list[str], check) -> l
     found = {f.sha256: _seen(db, f.sha256) for f in files if f.data is not None}
     new = {f.sha256: f.data for f in files if f.data is not None and found[f.sha256] is None}
     found.update(zip(new, check(list(new.values()))))
-    return [(f.name, f.size, f.mtime_ns, f.sha256, *(found[f.sha256] if f.data is not None else _not_a_record(f.problem)))
-            for f in files]
+    return [(f.name, f.size, f.mtime_ns, f.sha256,
+             *(found[f.sha256] if f.data is not None else _not_a_record(f.problem))) for f in files]
 
 
 def _read_file(path: Path) -> _File | None:
@@ -362,8 +368,16 @@ def _problems(db: sqlite3.Connection, present: dict) -> list[tuple[str, str]]:
     return [(name, why) for name, why in rows if name in present]
 
 
-def _entries(db: sqlite3.Connection, folder: Path, selection: Selection, summaries: bool, present: dict) -> list[Entry]:
-    clause, values = selection.where()
-    rows = db.execute(f"SELECT name, {', '.join(COLUMNS)}, {'summary' if summaries else 'NULL'} FROM files "
-                      f"WHERE {clause} ORDER BY name", values)
-    return [Entry(folder / name, *rest) for name, *rest in rows if name in present]
+def _entries(db: sqlite3.Connection, folder: Path, present: dict, selections, summaries: bool,
+             newest_per: tuple[str, ...]) -> list[Entry]:
+    clauses, values = ["problem IS NULL"], []
+    for selection in selections:
+        more, given = selection.where()
+        clauses, values = clauses + more, values + given
+    rows = f"SELECT * FROM files WHERE {' AND '.join(clauses)}"
+    if newest_per:
+        rows = (f"SELECT * FROM (SELECT *, row_number() OVER (PARTITION BY {', '.join(newest_per)} "
+                f"ORDER BY finished_at DESC, name DESC) AS newest FROM ({rows})) WHERE newest = 1")
+    found = db.execute(f"SELECT name, {', '.join(COLUMNS)}, {'summary' if summaries else 'NULL'} FROM ({rows}) "
+                       "ORDER BY name", values)
+    return [Entry(folder / name, *rest) for name, *rest in found if name in present]

@@ -5,7 +5,7 @@ through its results index (suite/index.py); a single file directly, with the ful
 import json
 import statistics
 import tomllib
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from suite import index, paths
@@ -105,14 +105,15 @@ def load_point(path: Path, warn=print) -> Point | None:
     return Point(record, str(path)) if record["status"] == "ok" else None
 
 
-def load_points(source: Path, warn=print, selection: index.Selection = index.Selection()) -> list[Point]:
-    """Every usable record of a folder (its *.json files, through the index; those `selection` admits)
-    or of a single file."""
+def load_points(source: Path, warn=print, *selections: index.Selection,
+                newest_per: tuple[str, ...] = ()) -> list[Point]:
+    """Every usable record of a single file, or of a folder (its *.json files, through the index: those
+    every one of `selections` admits, and with `newest_per` the latest per value of those columns)."""
     source = Path(source)
     if not source.is_dir():
         return [p for p in [load_point(source, warn)] if p is not None]
-    return [Point(json.loads(e.summary), str(e.path), complete=False)
-            for e in index.select(source, replace(selection, status="ok"), warn)]
+    entries = index.select(source, index.Selection(status="ok"), *selections, warn=warn, newest_per=newest_per)
+    return [Point(json.loads(e.summary), str(e.path), complete=False) for e in entries]
 
 
 def case_spec(case: str) -> dict:

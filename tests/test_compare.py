@@ -79,12 +79,15 @@ def test_sides_may_be_selections_of_one_folder(one_folder):
     [row] = compare(october, november, tolerance=0.05)
     assert row.verdict == "slower" and row.diff_pct == pytest.approx(-20, abs=0.5)
     assert len(select(f"{one_folder}?since=2026-11-01", None, None, None)) == 2
+    whole = {p.case: p for p in select(str(one_folder), None, None, None)}  # the latest per configuration
+    assert len(whole) == 2 and whole["pytorch-synthetic"].finished_at.startswith("2026-11-02")
     assert select(f"{one_folder}?since=2026-11-01", "other-case", None, None)[0].case == "other-case"  # --case too
 
 
 def test_cli_compares_selections_and_refuses_bad_ones(one_folder):
     def suite_compare(a, b):
-        return subprocess.run([sys.executable, "-m", "suite", "compare", a, b], cwd=ROOT, capture_output=True, text=True)
+        return subprocess.run([sys.executable, "-m", "suite", "compare", a, b], cwd=ROOT, capture_output=True,
+                              text=True)
 
     done = suite_compare(f"{one_folder}?until=2026-10-31", f"{one_folder}?since=2026-11-01&case=pytorch-synthetic")
     assert done.returncode == 1 and "slower" in done.stdout and done.stdout.count("\n") == 2, done.stdout + done.stderr

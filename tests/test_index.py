@@ -50,7 +50,8 @@ def checks(monkeypatch) -> list:
     """The full checks of content made by the index (in this process: no worker processes)."""
     made = []
     original = index.problem
-    monkeypatch.setattr(index, "problem", lambda r: made.append(r.get("run_id") if isinstance(r, dict) else r) or original(r))
+    monkeypatch.setattr(index, "problem",
+                        lambda r: made.append(r.get("run_id") if isinstance(r, dict) else r) or original(r))
     monkeypatch.setattr(index, "PARALLEL_FROM", 10_000)
     return made
 
@@ -201,7 +202,8 @@ def varied(tmp_path, template):
 
 @pytest.mark.parametrize("selection, expected", [
     (Selection(), {0, 1, 2, 3}), (Selection(case="case-a"), {0, 1, 3}), (Selection(cluster="x"), {0, 2, 3}),
-    (Selection(stack="tensorflow"), {2}), (Selection(fingerprint="cdcd"), {3}), (Selection(fingerprint="aa" * 32), {0, 1, 2}),
+    (Selection(stack="tensorflow"), {2}), (Selection(fingerprint="cdcd"), {3}),
+    (Selection(fingerprint="aa" * 32), {0, 1, 2}),
     (Selection(devices=(1, 8)), {0, 3}), (Selection(since="2026-11-01"), {1, 2, 3}),
     (Selection(until="2026-11-30"), {0, 1, 2, 3}), (Selection(until="2026-11-29"), {0, 1, 2}),
     (Selection(since="2026-11-01T00:00:01", until="2026-11-15T12:00:00"), {2}),
@@ -209,6 +211,15 @@ def varied(tmp_path, template):
     (Selection(case="case-a", cluster="x", since="2026-11-01"), {3})])
 def test_query_selects_by_every_field(varied, template, selection, expected):
     assert run_ids(select(varied, selection, warn=pytest.fail)) == {record(template, n)["run_id"] for n in expected}
+
+
+def test_the_newest_record_per_configuration_is_chosen_by_the_index(varied, template):
+    newest = select(varied, Selection(status="ok"), warn=pytest.fail, newest_per=("case_name", "cluster"))
+    assert [e.run_id for e in newest] == [record(template, n)["run_id"] for n in (1, 3)]  # y's only; x's newest ok
+    tied = record(template, 9, case="case-a", finished_at="2026-11-30T23:59:59Z", **{"world.cluster": "x"})
+    write(varied, tied, "zz-last-by-name.json")
+    newest = select(varied, warn=pytest.fail, newest_per=("case_name", "cluster"))
+    assert {e.path.name for e in newest if e.case == "case-a" and e.cluster == "x"} == {"zz-last-by-name.json"}
 
 
 def test_query_writes_a_table_or_csv(varied, template):

@@ -119,7 +119,8 @@ def test_records_are_validated_without_rechecking_the_schema_each_time(tmp_path,
     monkeypatch.setattr(suite.index, "PARALLEL_FROM", 10_000)  # all in this process, where the calls are counted
     warnings = []
     assert len(load_points(tmp_path / "many", warn=warnings.append)) == 200
-    assert len(warnings) == 3 and all(": not a valid record: case: " in w and "is not of type 'string'" in w for w in warnings)
+    assert len(warnings) == 3
+    assert all(": not a valid record: case: " in w and "is not of type 'string'" in w for w in warnings)
     assert len(checks) == 1
 
 
