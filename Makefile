@@ -32,7 +32,7 @@ opt = $(if $(strip $(2)),$(1) "$(2)")
 VENV := .venv
 SUITE := $(VENV)/bin/python -m suite
 
-.PHONY: run data install report compare bench test cases clean-runs doctor rerun compare-frameworks
+.PHONY: run data install report compare query bench test cases clean-runs doctor rerun compare-frameworks
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -74,9 +74,19 @@ cases: $(VENV)/.installed
 report: $(VENV)/.installed
 	$(SUITE) report
 
-# make compare A=reports/results-old B=reports/results
+# make compare A=reports/results-old B=reports/results, or selections of one folder (README, "Reports"):
+# make compare A='reports/results?cluster=jsc&until=2026-10-31' B='reports/results?cluster=jsc&since=2026-11-01'
 compare: $(VENV)/.installed
 	$(SUITE) compare "$(A)" "$(B)"
+
+# make query [CASE=name] [CLUSTER=name] [STACK=name] [FINGERPRINT=sha256-prefix] [DEVICES=8|1,2,4]
+#            [SINCE=YYYY-MM-DD] [UNTIL=YYYY-MM-DD] [STATUS=ok|failed|all] [FORMAT=table|csv] [RESULTS=folder]
+# The records in the results index; CASE only when given on the command line (its default is for `run`).
+query: $(VENV)/.installed
+	$(SUITE) query $(call opt,--results-dir,$(RESULTS)) $(if $(filter command line,$(origin CASE)),--case "$(CASE)") \
+		$(call opt,--cluster,$(CLUSTER)) $(call opt,--stack,$(STACK)) $(call opt,--fingerprint,$(FINGERPRINT)) \
+		$(call opt,--devices,$(DEVICES)) $(call opt,--since,$(SINCE)) $(call opt,--until,$(UNTIL)) \
+		$(call opt,--status,$(STATUS)) $(call opt,--format,$(FORMAT))
 
 # make compare-frameworks NODES=1 GPUS_PER_NODE=1,4 [TINY=1] [ARGS=...]: every case's --same-work run, one table
 compare-frameworks: $(VENV)/.installed

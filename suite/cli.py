@@ -20,6 +20,13 @@ starts, e.g.  python -m suite run --case pytorch-synthetic --gpus-per-node 2 -- 
 """
 
 
+COMPARE_EPILOG = """A selection picks records of a folder by the fields of `suite query` (quote it in a shell):
+  python -m suite compare 'reports/results?case=pytorch-ddp&cluster=jsc&until=2026-10-31' \\
+                          'reports/results?case=pytorch-ddp&cluster=jsc&since=2026-11-01'
+fields: case, cluster, stack, fingerprint (first characters), devices (8 or 1,2,4), since, until (UTC dates)
+"""
+
+
 def case_options_help() -> str:
     sections = []
     for name in known_cases():
@@ -93,12 +100,28 @@ def build_cli() -> argparse.ArgumentParser:
     predict.add_argument("--fit-up-to", type=int, default=None, help="fit only measurements at or below this many devices")
     predict.add_argument("--fit-network", action="store_true", help="fit bandwidth and latency even when the profile gives them")
 
-    compare = sub.add_parser("compare", help="compare the throughput of records B against records A")
-    compare.add_argument("a", help="side A: a record file or a folder of records (the reference)")
-    compare.add_argument("b", help="side B: a record file or a folder of records (the candidate)")
-    compare.add_argument("--case", help="only this case")
-    compare.add_argument("--cluster", help="only this cluster")
-    compare.add_argument("--since", help="only records finished at or after this UTC date (YYYY-MM-DD)")
+    compare = sub.add_parser(
+        "compare", help="compare the throughput of records B against records A", epilog=COMPARE_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    compare.add_argument("a", help="side A (the reference): a record file, a folder of records, or FOLDER?SELECTION")
+    compare.add_argument("b", help="side B (the candidate): a record file, a folder of records, or FOLDER?SELECTION")
+    compare.add_argument("--case", help="only this case (both sides)")
+    compare.add_argument("--cluster", help="only this cluster (both sides)")
+    compare.add_argument("--since", help="only records finished at or after this UTC date (YYYY-MM-DD; both sides)")
+
+    query = sub.add_parser("query", help="list the records of a results folder from its index (table or CSV)")
+    query.add_argument("--results-dir", type=Path, default=paths.RESULTS)
+    query.add_argument("--case", help="only this case (Make: CASE)")
+    query.add_argument("--cluster", help="only this cluster (Make: CLUSTER)")
+    query.add_argument("--stack", help="only this stack (Make: STACK)")
+    query.add_argument("--fingerprint", help="only this environment fingerprint (for now the stack lock's sha256), "
+                       "or its first characters (Make: FINGERPRINT)")
+    query.add_argument("--devices", help="only these device counts, e.g. 8 or 1,2,4 (Make: DEVICES)")
+    query.add_argument("--since", help="only records finished at or after this UTC date, YYYY-MM-DD[THH:MM:SS] "
+                       "(Make: SINCE)")
+    query.add_argument("--until", help="only records finished on or before this UTC date (Make: UNTIL)")
+    query.add_argument("--status", choices=["ok", "failed", "all"], default="all", help="default all (Make: STATUS)")
+    query.add_argument("--format", choices=["table", "csv"], default="table", help="default table (Make: FORMAT)")
     compare.add_argument("--tolerance", type=float, default=0.05, help="slowdown that counts as a regression (0.05 = 5%%)")
 
     containers = sub.add_parser("containers", help="render, check or build the stacks' container images")
@@ -257,6 +280,17 @@ def cmd_report(args, case_args, argv) -> int:
     return 0
 
 
+def cmd_query(args, case_args, argv) -> int:
+    from suite.index import Selection, devices_list
+    from suite.query import query
+
+    selection = Selection(case=args.case, cluster=args.cluster, stack=args.stack, fingerprint=args.fingerprint,
+                          devices=devices_list(args.devices) if args.devices else (), since=args.since,
+                          until=args.until, status=args.status)
+    query(args.results_dir, selection, args.format, sys.stdout, warn=lambda m: print(m, file=sys.stderr))
+    return 0
+
+
 def cmd_predict(args, case_args, argv) -> int:
     from suite.predict import predict
 
@@ -304,6 +338,6 @@ def cmd_containers(args, case_args, argv) -> int:
 
 COMMANDS = {"run": cmd_run, "install": cmd_install, "cases": cmd_cases, "validate": cmd_validate,
             "data": cmd_data, "wheels": cmd_wheels, "report": cmd_report, "compare": cmd_compare,
-            "containers": cmd_containers,
-            "predict": cmd_predict, "doctor": cmd_doctor, "rerun": cmd_rerun,
+            "containers": cmd_containers, "predict": cmd_predict, "query": cmd_query, "doctor": cmd_doctor,
+            "rerun": cmd_rerun,
             "compare-frameworks": cmd_compare_frameworks}

@@ -1,7 +1,10 @@
 """`suite compare A B`: throughput of B against A, per case x cluster x stack x device count.
 
-A side is a record file or a folder of records (optionally narrowed by case, cluster and date). When a
-configuration has several records on a side, the latest counts. Verdicts:
+A side is a record file, a folder of records, or a folder with a selection of its records after `?`
+in the fields of `suite query` (read from the folder's results index, suite/index.py):
+  reports/results?case=pytorch-ddp&cluster=jsc&stack=pytorch&fingerprint=ab12&devices=8,16&since=2026-11-01
+--case, --cluster and --since narrow both sides further. When a configuration has several records on a
+side, the latest counts. Verdicts:
   faster / slower     the difference is beyond --tolerance and beyond noise
   same                within the tolerance, or not distinguishable from noise
   not comparable      model, image size, batch, dtype, data or stack lock differ
@@ -13,10 +16,12 @@ counts as exact). Exit status 1 when any configuration is slower.
 
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import parse_qsl
 
 from scipy import stats
 
 from suite.errors import UsageError
+from suite.index import Selection, devices_list
 from suite.records import Point, latest, load_points
 from suite.stats import fmt_number
 
@@ -32,12 +37,40 @@ class Row:
     note: str = ""
 
 
+SIDE_FIELDS = ("case", "cluster", "stack", "fingerprint", "devices", "since", "until")
+NEWEST_PER = ("case_name", "cluster", "stack", "devices")  # the index's columns of _latest's key
+
+
 def select(source: str, case: str | None, cluster: str | None, since: str | None, warn=print) -> list[Point]:
-    if not Path(source).exists():
-        raise UsageError(f"no such record file or folder: {source}")
-    points = load_points(Path(source), warn)
+    """The records of a side that count: of a folder only the latest per configuration, chosen by the
+    index (of 10,000 records, a few dozen are read)."""
+    path, chosen = side(source)
+    given = Selection(case=case, cluster=cluster, since=since)
+    points = load_points(path, warn, chosen, given, newest_per=NEWEST_PER)
     return [p for p in points if (not case or p.case == case) and (not cluster or p.cluster == cluster)
             and (not since or p.finished_at >= since)]
+
+
+def side(source: str) -> tuple[Path, Selection]:
+    """A side as given: a record file or folder, or FOLDER?FIELD=VALUE&... (SIDE_FIELDS)."""
+    folder, mark, query = source.partition("?")
+    if Path(source).exists() or not mark:
+        if not Path(source).exists():
+            raise UsageError(f"no such record file or folder: {source}")
+        return Path(source), Selection()
+    if not Path(folder).is_dir():
+        raise UsageError(f"a selection (after '?') needs a folder of records: no such folder {folder}")
+    try:
+        fields = dict(parse_qsl(query, strict_parsing=True))
+    except ValueError:
+        raise UsageError(f"selection {query!r}: FIELD=VALUE pairs joined by '&', "
+                         "e.g. case=pytorch-ddp&since=2026-11-01") from None
+    unknown = sorted(set(fields) - set(SIDE_FIELDS))
+    if unknown:
+        raise UsageError(f"selection {query!r}: unknown field(s) {', '.join(unknown)}; known: {', '.join(SIDE_FIELDS)}")
+    if "devices" in fields:
+        fields["devices"] = devices_list(fields["devices"])
+    return Path(folder), Selection(**fields)
 
 
 def _latest(points: list[Point]) -> dict[tuple, Point]:

@@ -14,9 +14,13 @@ def data_dir() -> Path:
     return Path(os.environ.get("DATA_DIR") or ROOT / "data")
 
 
+def cache_home() -> Path:
+    """The user's cache folder for the suite, outside every checkout."""
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "hpc-dl-bench"
+
+
 def stack_home() -> Path:
     """Where local stacks live: outside the checkout, shared by every checkout of the user."""
     if os.environ.get("SUITE_STACK_HOME"):
         return Path(os.environ["SUITE_STACK_HOME"])
-    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    return cache / "hpc-dl-bench" / "stacks"
+    return cache_home() / "stacks"

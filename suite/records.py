@@ -1,5 +1,6 @@
 """Reading result records back: every valid record under a folder, as flat points for reports and
-comparisons. A file that is not a valid record is named in a warning and skipped."""
+comparisons. A file that is not a valid record is named in a warning and skipped. A folder is read
+through its results index (suite/index.py); a single file directly, with the full check."""
 
 import json
 import statistics
@@ -7,18 +8,29 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import jsonschema
-
-from suite import paths
-from suite.schema import validate
+from suite import index, paths
+from suite.schema import problem
 
 
 @dataclass(frozen=True)
 class Point:
-    """One successful record, reduced to what plots, tables and comparisons need."""
+    """One successful record, reduced to what plots, tables and comparisons need. `record` is the whole
+    record, or where `complete` is False (read through the index) the record without its bulky parts
+    (index.BULKY): full_record() reads the rest."""
 
     record: dict = field(repr=False, compare=False)
     path: str
+    complete: bool = field(default=True, repr=False, compare=False)
+
+    def full_record(self) -> dict:
+        """The whole record, from its file where the point holds only the index's summary of it (the
+        summary where the file cannot be read any more)."""
+        if self.complete:
+            return self.record
+        try:
+            return json.loads(Path(self.path).read_text())
+        except (OSError, ValueError):
+            return self.record
 
     @property
     def case(self) -> str:
@@ -30,8 +42,7 @@ class Point:
 
     @property
     def cluster(self) -> str:
-        world = self.record["world"]
-        return world.get("cluster") or Path(world["hostfile"]).stem
+        return index.cluster_of(self.record["world"])
 
     @property
     def devices(self) -> int:
@@ -83,19 +94,26 @@ def latest(points, key) -> dict:
 def load_point(path: Path, warn=print) -> Point | None:
     """The record in `path` if it is a valid successful record; failed records are not plotted."""
     try:
-        record = json.loads(path.read_text())
-        validate(record)
-    except (OSError, ValueError, jsonschema.ValidationError) as exc:
+        record = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as exc:
         warn(f"warning: skipped {path}: {str(exc).splitlines()[0][:200]}")
+        return None
+    why = problem(record)
+    if why:
+        warn(f"warning: skipped {path}: {why}")
         return None
     return Point(record, str(path)) if record["status"] == "ok" else None
 
 
-def load_points(source: Path, warn=print) -> list[Point]:
-    """Every usable record of a folder (its *.json files) or of a single file."""
+def load_points(source: Path, warn=print, *selections: index.Selection,
+                newest_per: tuple[str, ...] = ()) -> list[Point]:
+    """Every usable record of a single file, or of a folder (its *.json files, through the index: those
+    every one of `selections` admits, and with `newest_per` the latest per value of those columns)."""
     source = Path(source)
-    files = sorted(source.glob("*.json")) if source.is_dir() else [source]
-    return [p for p in (load_point(f, warn) for f in files) if p is not None]
+    if not source.is_dir():
+        return [p for p in [load_point(source, warn)] if p is not None]
+    entries = index.select(source, index.Selection(status="ok"), *selections, warn=warn, newest_per=newest_per)
+    return [Point(json.loads(e.summary), str(e.path), complete=False) for e in entries]
 
 
 def case_spec(case: str) -> dict:

@@ -212,7 +212,7 @@ def telemetry_figures(series: list[Series]) -> list[go.Figure]:
 
 def telemetry_figure(point: Point) -> go.Figure | None:
     hosts = {host: facts["series"] for host, facts in
-             ((point.record["metrics"].get("telemetry") or {}).get("hosts") or {}).items()
+             ((point.full_record()["metrics"].get("telemetry") or {}).get("hosts") or {}).items()
              if isinstance(facts, dict) and facts.get("series")}
     if not hosts:
         return None

@@ -26,7 +26,7 @@ CHECKED = ["harness_overhead_pytorch", "startup_pytorch", "scaling_pytorch", "in
            "input_pipeline_ddp", "scaling_mxnet", "report_10k_records", "gpu_amp_pytorch"]
 NAMES = {"harness_overhead.pytorch-synthetic", "startup.pytorch-synthetic", "scaling.pytorch-synthetic",
          "input_pipeline.tf-cifar", "input_pipeline.mxnet-imagenet", "input_pipeline.pytorch-ddp",
-         "scaling.mxnet-imagenet", "report_10k_records_s"}
+         "scaling.mxnet-imagenet", "report_10k_records_s", "query_10k_records_s", "compare_10k_records_s"}
 
 
 def met(value: float, op: str, target: float) -> bool:
@@ -60,7 +60,8 @@ def test_make_bench_tiny_writes_ratios(tmp_path, pytorch_stack):
                 name, entry["sides"])
             if name != "startup.pytorch-synthetic":
                 assert len(entry["settings"]["round_ratios"]) == 2
-    assert {k for k, e in data["results"].items() if not e["sides"]} - {"gpu_amp.pytorch-synthetic"} == {"report_10k_records_s"}
+    assert {k for k, e in data["results"].items() if not e["sides"]} - {"gpu_amp.pytorch-synthetic"} == {
+        "report_10k_records_s", "query_10k_records_s", "compare_10k_records_s"}
     startup = data["results"]["startup.pytorch-synthetic"]
     assert startup["value"] >= 0 and min(startup["settings"]["suite_s"] + startup["settings"]["direct_s"]) > 0
     half = len(os.sched_getaffinity(0)) // 2
@@ -114,3 +115,16 @@ def test_missed_targets_and_negative_times_print_as_missed(capsys, tmp_path):
 
 def test_rounds_alternate_which_side_runs_first():
     assert list(harness.abba(["a", "b"], 4)) == [["a", "b"], ["b", "a"], ["a", "b"], ["b", "a"]]
+
+
+def test_records_items_time_report_query_and_compare_over_large_records(monkeypatch, capsys, tmp_path):
+    """The report, query and compare items at 40 records (10,000 in `make bench`): each a line of the
+    form of every line, over records of the largest kind (2 nodes, telemetry series, interconnect)."""
+    monkeypatch.setattr(harness, "RECORDS", 40)
+    bench = harness.Bench("tiny", 2, tmp_path)
+    bench.report_10k_records()
+    lines = {m["name"]: m for m in map(LINE.match, capsys.readouterr().out.splitlines()) if m}
+    assert set(lines) == {"report_10k_records_s", "query_10k_records_s", "compare_10k_records_s"}
+    report = bench.results["report_10k_records_s"]["settings"]
+    assert report["records"] == 40 and report["record_kb"] > 12 and report["warm_s"] > 0
+    assert all(entry["value"] > 0 and entry["settings"]["cpu_s"] > 0 for entry in bench.results.values())
