@@ -115,6 +115,13 @@ test: $(VENV)/.installed
 clean-runs:
 	rm -rf runs
 
+# make gpu-check [RUNTIME=...] [FLAVOUR=cuda] [GPU_CHECK_ARGS="--rounds 5 --min-seconds 60"]: on a GPU host,
+# the suite against a bare DDP loop and the published figures (benchmarks/gpu_check.py); exit 2 without a GPU
+.PHONY: gpu-check
+gpu-check: $(VENV)/.installed
+	$(VENV)/bin/python benchmarks/gpu_check.py $(GPU_CHECK_ARGS) -- $(call opt,--runtime,$(RUNTIME)) \
+		$(call opt,--flavour,$(FLAVOUR)) $(call opt,--cluster,$(CLUSTER)) $(call opt,--wheels,$(WHEELS))
+
 # make containers [STACK=tensorflow] [FLAVOUR=cpu|cuda] [TOOL=apptainer|docker] [BASE=pinned|debian] [BASE_REFRESH=1]
 # (README, "Containers"): images into containers/build/ or the Docker engine
 .PHONY: containers

@@ -239,8 +239,9 @@ def _gpus() -> list[dict]:
         return []
     gpus = []
     for line in out.strip().splitlines():
-        name, driver, memory = (part.strip() for part in line.split(","))
-        gpus.append({"name": name, "driver": driver, "memory": memory})
+        parts = [part.strip() for part in line.split(",")]
+        if len(parts) == 3:  # anything else is not an answer to the query (a stand-in nvidia-smi, an error)
+            gpus.append(dict(zip(("name", "driver", "memory"), parts)))
     return gpus
 
 

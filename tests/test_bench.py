@@ -40,8 +40,10 @@ def test_make_bench_tiny_writes_ratios(tmp_path, pytorch_stack):
                             cwd=ROOT, capture_output=True, text=True, timeout=1200)
     assert result.returncode == 0, result.stdout + result.stderr
     lines = {m["name"]: m for m in map(LINE.match, result.stdout.splitlines()) if m}
-    gpu_line = host_gpus() and "gpu_amp.pytorch-synthetic: skipped" not in result.stdout
-    assert set(lines) == NAMES | ({"gpu_amp.pytorch-synthetic"} if gpu_line else set()), result.stdout
+    # What this host has decides the GPU line: a figure where there is a GPU (a failed run fails the
+    # bench), a line saying it did not run where there is none; never a silent skip.
+    assert set(lines) == NAMES | ({"gpu_amp.pytorch-synthetic"} if host_gpus() else set()), result.stdout
+    assert "skipped" not in result.stdout
     assert "different settings" not in result.stdout, result.stdout
     [path] = out.glob("*-tiny.json")
     data = json.loads(path.read_text())
@@ -78,29 +80,43 @@ def test_make_bench_tiny_writes_ratios(tmp_path, pytorch_stack):
     why = r"^  why: decoding and cropping an image takes [0-9.]+ ms of one core; .* at most 0\.[0-9]+ of synthetic"
     assert re.search(why, result.stdout, re.M), result.stdout
     if not host_gpus():
-        assert "gpu_amp.pytorch-synthetic: skipped (no GPU on this machine)" in result.stdout
+        assert "gpu_amp.pytorch-synthetic: not run (no GPU on this machine)" in result.stdout
 
 
-def fake_record(per_device: float) -> dict:
-    return {"metrics": {"throughput": {"mean": per_device, "per_device": per_device}},
-            "config": {"reported_by_case": {"device_name": "NVIDIA A100-SXM4-80GB"}}, "provenance": {"image": "x.sif"}}
+def fake_record(per_device: float, published: dict | None = None) -> dict:
+    return {"metrics": {"throughput": {"mean": per_device, "per_device": per_device},
+                        **({"published": published} if published else {})},
+            "config": {"reported_by_case": {"device_name": "NVIDIA A100-SXM4-80GB"}},
+            "provenance": {"image": None, "stack_flavour": "cuda"}}
 
 
-def test_gpu_line_has_the_form_of_every_line_and_runs_the_cuda_image(monkeypatch, capsys, tmp_path):
-    """Without a GPU: the GPU line as a GPU machine prints it (the run itself faked)."""
+def test_gpu_line_has_the_form_of_every_line_and_a_failed_run_fails(monkeypatch, capsys, tmp_path):
+    """Without a GPU: the GPU line as a GPU machine prints it (the run itself faked), and a GPU run
+    that fails fails the bench instead of printing a line that reads as fine."""
     started = []
     monkeypatch.setattr(harness, "host_gpus", lambda: 1)
-    monkeypatch.setattr(harness, "gpu_runtime", lambda: "apptainer")
+    monkeypatch.delenv("BENCH_GPU_RUNTIME", raising=False)
     monkeypatch.setattr(harness.Bench, "suite_run", lambda self, *argv, **kw: started.append(argv) or (fake_record(2400.0), 0, 0))
     bench = harness.Bench("tiny", 2, tmp_path)
     bench.gpu_amp_pytorch()
     line = LINE.match(capsys.readouterr().out)
     assert line and line["name"] == "gpu_amp.pytorch-synthetic" and not line["missed"]
     assert float(line["value"]) == pytest.approx(2400 / harness.A100_AMP_IMG_S, abs=1e-3)
-    assert started[0][-2:] == ("--runtime", "apptainer") and "--amp" in started[0][1]
-    monkeypatch.setattr(harness, "gpu_runtime", lambda: None)
+    assert started[0][-2:] == ("--runtime", "local") and "--amp" in started[0][1]
+    published = {"source": "MLPerf", "published_per_device": 7000.0, "ratio": 0.5}
+    monkeypatch.setattr(harness.Bench, "suite_run", lambda self, *a, **kw: (fake_record(3500.0, published), 0, 0))
     bench.gpu_amp_pytorch()
-    assert capsys.readouterr().out.startswith("gpu_amp.pytorch-synthetic: skipped (no apptainer or docker")
+    assert float(LINE.match(capsys.readouterr().out)["value"]) == pytest.approx(0.5, abs=1e-3)
+
+    def failing(self, *argv, **kw):
+        raise RuntimeError("suite run of pytorch-synthetic failed: CUDA error: invalid device ordinal")
+
+    monkeypatch.setattr(harness.Bench, "suite_run", failing)
+    with pytest.raises(RuntimeError, match="invalid device ordinal"):
+        bench.gpu_amp_pytorch()
+    monkeypatch.setattr(harness, "host_gpus", lambda: 0)
+    bench.gpu_amp_pytorch()
+    assert capsys.readouterr().out == "gpu_amp.pytorch-synthetic: not run (no GPU on this machine)\n"
 
 
 def test_missed_targets_and_negative_times_print_as_missed(capsys, tmp_path):

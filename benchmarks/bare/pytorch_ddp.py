@@ -1,0 +1,77 @@
+"""The pytorch-ddp synthetic training loop without the suite: the same model, batch, image size,
+precision and memory format, DistributedDataParallel over a world of one (NCCL on a GPU, Gloo on a
+CPU), no probe, no launcher, no telemetry. Times its iterations for about --seconds and prints one JSON
+line: what `make gpu-check` sets the suite's figure against.
+
+    <stack python> benchmarks/bare/pytorch_ddp.py --batch-size 256 --image-size 224 --amp --channels-last
+"""
+
+import argparse
+import json
+import os
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch.nn.parallel import DistributedDataParallel
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
+from cases._shared.torch_resnet import resnet50  # noqa: E402
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--batch-size", type=int, default=256)
+    parser.add_argument("--image-size", type=int, default=224)
+    parser.add_argument("--warmup", type=int, default=20, help="steps before timing")
+    parser.add_argument("--steps-per-iter", type=int, default=10)
+    parser.add_argument("--seconds", type=float, default=30.0, help="time iterations until this long")
+    parser.add_argument("--amp", action="store_true")
+    parser.add_argument("--channels-last", action="store_true")
+    args = parser.parse_args()
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=os.environ.get("MASTER_PORT", "29581"))
+    cuda = torch.cuda.is_available()
+    device = torch.device("cuda", 0) if cuda else torch.device("cpu")
+    if cuda:
+        torch.cuda.set_device(device)
+        torch.backends.cudnn.benchmark = True
+    dist.init_process_group("nccl" if cuda else "gloo", rank=0, world_size=1)
+    fmt = torch.channels_last if args.channels_last else torch.contiguous_format
+    model = DistributedDataParallel(resnet50().to(device, memory_format=fmt), device_ids=[0] if cuda else None)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    scaler = torch.amp.GradScaler("cuda", enabled=args.amp and cuda)
+    generator = torch.Generator().manual_seed(42)
+    images = torch.randn(args.batch_size, 3, args.image_size, args.image_size, generator=generator)
+    images = images.to(device).contiguous(memory_format=fmt)
+    labels = torch.randint(0, 1000, (args.batch_size,), generator=generator).to(device)
+    dtype = torch.float16 if cuda else torch.bfloat16
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
+
+    def step():
+        optimizer.zero_grad()
+        with torch.autocast(device.type, dtype=dtype, enabled=args.amp):
+            loss = F.cross_entropy(model(images), labels)
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
+
+    for _ in range(args.warmup):
+        step()
+    sync()
+    samples, began = [], time.perf_counter()
+    while time.perf_counter() - began < args.seconds or len(samples) < 3:
+        start = time.perf_counter()
+        for _ in range(args.steps_per_iter):
+            step()
+        sync()
+        samples.append(args.batch_size * args.steps_per_iter / (time.perf_counter() - start))
+    dist.destroy_process_group()
+    print(json.dumps({"samples": samples, "throughput": sum(samples) / len(samples), "device": str(device),
+                      "device_name": torch.cuda.get_device_name(device) if cuda else "cpu",
+                      "settings": vars(args)}))
+
+
+if __name__ == "__main__":
+    main()
