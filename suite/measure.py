@@ -30,6 +30,7 @@ class Repetition:
     processes: list[dict] = field(default_factory=list)
     launched_at: float | None = None
     profile: dict = field(default_factory=dict)  # where the ranks' time went (time_profile)
+    ran_on: dict = field(default_factory=dict)  # process name -> hosts it announced (suite.probe.announce)
 
     def summary(self) -> dict:
         mean = sum(self.samples) / len(self.samples) if self.samples else None
@@ -37,7 +38,7 @@ class Repetition:
                 "throughput": mean, "images": self.images, "timed_seconds": self.seconds,
                 "warmup": self.warmup, "epochs": self.epochs, "results": self.results,
                 "exit_codes": self.exit_codes, "command": self.command, "processes": self.processes,
-                "launched_at": self.launched_at, "profile": self.profile,
+                "launched_at": self.launched_at, "profile": self.profile, "ran_on": self.ran_on,
                 "cpus": [s.get("binding", {}).get("cpus") for s in self.starts]}  # per rank, read back by the probe
 
 

@@ -185,6 +185,34 @@ def _timed(sync):
     result["seconds"] = time.perf_counter() - begin
 
 
+def announce() -> None:
+    """Says where this process runs, for the record's `ran_on`: every process of a plan (servers and
+    schedulers that never reach a probe line too) writes $SUITE_RUN_DIR/where/<process>@<host>.json.
+    The workers a launcher program starts (horovodrun, torchrun's agent) inherit its name: its entry
+    lists every host they ran on. Nothing where the runner did not name the process."""
+    run_dir, name = os.environ.get("SUITE_RUN_DIR"), os.environ.get("SUITE_PROCESS")
+    if not run_dir or not name:
+        return
+    host = socket.gethostname()
+    os.makedirs(os.path.join(run_dir, "where"), exist_ok=True)
+    with open(os.path.join(run_dir, "where", f"{name}@{host}.json"), "w") as f:
+        json.dump({"process": name, "host": host, "pid": os.getpid(), "time": time.time()}, f)
+
+
+def announced(run_dir: str) -> dict[str, list[str]]:
+    """process name -> the hosts it (or what it started) announced, from a repetition's folder."""
+    found: dict[str, set[str]] = {}
+    folder = os.path.join(run_dir, "where")
+    for entry in sorted(os.listdir(folder)) if os.path.isdir(folder) else []:
+        try:
+            with open(os.path.join(folder, entry)) as f:
+                said = json.load(f)
+        except (OSError, ValueError):
+            continue
+        found.setdefault(said["process"], set()).add(said["host"])
+    return {name: sorted(hosts) for name, hosts in found.items()}
+
+
 def host_info() -> dict:
     """What the machine is, for the record: CPU, memory, GPUs and driver where nvidia-smi exists."""
     info = {

@@ -11,8 +11,8 @@ from pathlib import Path
 
 from suite import paths
 from suite.binding import POLICIES
-from suite.gpus import FLAVOURS
 from suite.errors import UsageError
+from suite.gpus import FLAVOURS
 
 PRECHECK_FLAGS = {"on": "--precheck", "off": "--no-precheck"}  # "auto": neither
 SUITE = ("python", "-m", "suite")  # how a record's provenance writes the runner's command line

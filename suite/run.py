@@ -13,24 +13,32 @@ from suite import paths, plugins
 from suite.binding import POLICIES
 from suite.cases import Case, load_case
 from suite.clusters import Cluster, load_cluster
+from suite.diagnosis import diagnose, summary_line
 from suite.errors import INTERRUPTED, RunFailed, UsageError, log
+from suite.gpus import PROBE, check_devices, count_from_probe
 from suite.hostfile import Host, World, positive_int, positive_ints, read_hostfile, select_world
 from suite.interconnect import run_check, wanted
-from suite.diagnosis import diagnose, summary_line
-from suite.references import comparison
-from suite.references import summary_line as published_line
-from suite.gpus import PROBE, check_devices, count_from_probe
+from suite.measure import Repetition, measure
 from suite.plan import Launch, Plan, StackEnv, StackRequest
 from suite.plugins import BatchJob
+from suite.probe import announced
 from suite.procenv import masked_env
-from suite.measure import Repetition, measure
 from suite.records import Point
+from suite.references import comparison
+from suite.references import summary_line as published_line
 from suite.request import SUITE, RunRequest, recorded, to_argv
 from suite.results import RunContext, build_record, new_run_id, utc_now, write_record
 from suite.stacks import Stack, load_stack
-from suite.sweeps import load_baseline, new_sweep_id, print_sweep, summarize_sweep, write_sweep
+from suite.sweeps import (
+    load_baseline,
+    new_sweep_id,
+    print_sweep,
+    summarize_sweep,
+    write_sweep,
+)
 from suite.sysdesc import system_description
-from suite.telemetry_summary import summarize as summarize_telemetry, with_samplers  # noqa: I001
+from suite.telemetry_summary import summarize as summarize_telemetry  # noqa: I001
+from suite.telemetry_summary import with_samplers
 
 
 @dataclass
@@ -127,7 +135,12 @@ def plan_point(req: RunRequest, checked: Checked, world: World, stack_env: Stack
                     str(rep_dir), str(checked.data_dir), checked.options,
                     checked.scheduler.placement(checked.cluster_profile), checked.cpu_bind)
     checked.launcher.check(launch)
-    return checked.launcher.plan(launch)
+    return named(checked.launcher.plan(launch))
+
+
+def named(plan: Plan) -> Plan:
+    """Every process told its name (SUITE_PROCESS), which it writes with its host (suite.probe.announce)."""
+    return replace(plan, processes=tuple(replace(p, env={**p.env, "SUITE_PROCESS": p.name}) for p in plan.processes))
 
 
 def run(req: RunRequest) -> int:
@@ -276,6 +289,7 @@ def run_repetition(index, plan, scheduler, rep_dir: Path, timeout_s: float, stal
     rep.launched_at = time.time()
     results = scheduler.execute(plan, rep_dir / "logs", timeout_s, stall_s, cluster=cluster)
     rep.exit_codes = {r.name: r.returncode for r in results}
+    rep.ran_on = announced(str(rep_dir))
     # The process that failed by itself, rather than one stopped because of it.
     bad = next((r for r in results if not r.ok and r.reason is None), None) or next((r for r in results if not r.ok), None)
     if bad:

@@ -10,8 +10,8 @@ from bisect import bisect_left
 from dataclasses import replace
 from pathlib import Path
 
-from suite.plan import Plan, Process
 from suite.measure import read_rank_events
+from suite.plan import Plan, Process
 
 GIB = 2**30
 SERIES_POINTS = 300  # per host in the record, for the report's plot over time

@@ -80,3 +80,25 @@ def write(path: Path, text: str) -> Path:
 
 
 os.environ.setdefault("PYTHONUNBUFFERED", "1")
+# The tests run the CPU paths on every machine, GPU hosts included (there `make gpu-check` runs the GPU
+# paths): CUDA sees no device, so runs take the cpu flavour and worker processes, while what the host
+# has (nvidia-smi's list, NVML) stays visible to the checks that report it. SUITE_TEST_ON_GPUS=1 keeps
+# the GPUs visible to the tests.
+if os.environ.get("SUITE_TEST_ON_GPUS") != "1":
+    os.environ["CUDA_VISIBLE_DEVICES"] = ""
+
+
+def listed_gpus() -> int:
+    """The NVIDIA GPUs this host has, as nvidia-smi lists them (whatever CUDA_VISIBLE_DEVICES says)."""
+    from suite.gpus import count_from_probe
+
+    try:
+        listed = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=60).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return 0
+    return count_from_probe(listed)
+
+
+def usable_cores() -> list[int]:
+    """The cores this process may run on (its affinity mask), in order."""
+    return sorted(os.sched_getaffinity(0))

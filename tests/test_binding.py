@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from conftest import ROOT, records_in, tiny
+from conftest import ROOT, records_in, tiny, usable_cores
 from suite import paths
 from suite.binding import cpu_share, gpu_cpus, numa_cpus, parse_cpu_list, slots
 from suite.clusters import load_cluster
@@ -17,7 +17,7 @@ from suite.plan import Launch, Process, StackEnv
 from suite.probe import cpus_allowed
 from suite.schedulers import slurm
 
-TWO_CORES = pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 cores to bind 2 ranks apart")
+CORES = usable_cores()
 
 # `nvidia-smi topo -m` of a 2-socket node with 2 GPUs (tab-separated, as the tool prints it)
 TOPO = ("\tGPU0\tGPU1\tNIC0\tCPU Affinity\tNUMA Affinity\tGPU NUMA ID\n"
@@ -60,19 +60,22 @@ def test_numa_and_gpu_affinity_are_read_from_the_system(tmp_path):
     assert gpu_cpus([0], "no GPUs") == set()
 
 
-@TWO_CORES
 def test_a_rank_binds_every_thread_it_has_and_reports_its_share():
+    """The second of two ranks on this machine: its share of the cores this process may use (on one
+    core both share it), for every thread it has, and as many threads as that share."""
     code = ("import os, threading, time; from suite.binding import bind_cpus; from suite.probe import cpus_allowed\n"
             "t = threading.Thread(target=time.sleep, args=(2,)); t.start()\n"
             "threads = bind_cpus(1, 2)\n"
             "print(threads, cpus_allowed(), sorted(os.sched_getaffinity(t.native_id)))")
-    second = sorted(os.sched_getaffinity(0))[1]
+    share = cpu_share(CORES, 1, 2, 2)  # slots [1, 2) of 2
     env = {**os.environ, "PYTHONPATH": str(ROOT), "SUITE_CPU_BIND": "cores"}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
-    assert out.split() == ["1", str(second), f"[{second}]"]
+    threads, allowed, thread_cpus = out.split(maxsplit=2)
+    assert int(threads) == len(share) and parse_cpu_list(allowed) == set(share)
+    assert thread_cpus.strip().replace(" ", "") == str(share).replace(" ", "")
     env["SUITE_CPU_BIND"] = "none"
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
-    assert out.split()[:2] == ["1", cpus_allowed()]  # not bound, but threads for its share
+    assert out.split()[:2] == [str(max(1, len(CORES) // 2)), cpus_allowed()]  # not bound, but threads for its share
 
 
 def test_srun_steps_leave_the_binding_to_the_ranks():
@@ -99,16 +102,17 @@ def bindings(results) -> tuple[list[str], dict]:
 
 
 @pytest.mark.integration
-@TWO_CORES
-def test_two_workers_bound_to_cores_each_run_on_a_core_of_its_own(suite_cli, pytorch_stack, tmp_path):
+def test_two_workers_bound_to_cores_each_run_on_their_share(suite_cli, pytorch_stack, tmp_path):
+    """Each of two workers bound to its share of this machine's cores (one core each on two, a half
+    each on more, the same one on a single core), with as many threads as its share has cores."""
     done = suite_cli("run", "--case", "pytorch-synthetic", "--gpus-per-node", "2", "--cpu-bind", "cores",
                      "--telemetry-interval", "0", case_args=tiny("pytorch-synthetic"))
     assert done.returncode == 0, done.stdout + done.stderr
     cpus, record = bindings(suite_cli.results)
     assert record["world"]["binding"]["policy"] == "cores"
-    assert len(cpus) == 2 and len(set(cpus)) == 2 and all(len(parse_cpu_list(c)) == 1 for c in cpus), cpus
+    assert [parse_cpu_list(c) for c in cpus] == [set(cpu_share(CORES, rank, rank + 1, 2)) for rank in (0, 1)], cpus
     assert record["repetitions"][0]["cpus"] == cpus
-    assert record["config"]["reported_by_case"]["threads_per_worker"] == 1
+    assert record["config"]["reported_by_case"]["threads_per_worker"] == len(cpu_share(CORES, 0, 1, 2))
     for path in suite_cli.results.glob("*.json"):
         path.rename(tmp_path / path.name)
     done = suite_cli("run", "--case", "pytorch-synthetic", "--gpus-per-node", "2", "--telemetry-interval", "0",

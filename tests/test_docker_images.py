@@ -3,6 +3,7 @@ run inside them (RUNTIME=docker): what is installed in each image is exactly its
 of a case runs in a container of the image whose ID the record states, and no container of a run
 outlives it. The engine and the images are tests/docker_fixtures.py's."""
 
+import hashlib
 import json
 import re
 import signal
@@ -16,7 +17,7 @@ from cluster_fixtures import LOOPBACK_HOSTS, loopback_sshd  # noqa: F401 (fixtur
 from conftest import records_in, tiny
 from docker_fixtures import CPU_STACKS, cpu_images, docker_engine  # noqa: F401 (fixtures)
 
-from suite import containers
+from suite import containers, wheelhouse
 from suite.runtimes import apptainer
 from suite.schema import validate
 from suite.stacks import load_stack, lock_pins
@@ -63,7 +64,8 @@ def test_image_holds_exactly_its_locks(cpu_images, stack):
     if "setuptools" not in expected:
         installed.pop("setuptools", None)  # Python 3.11's venv seeds it
     assert installed == expected
-    assert meta["packages"] and meta["lock_sha256"] == containers.load_flavour(load_stack(stack), "cpu").lock_sha256
+    lock = load_stack(stack).dir / "requirements.lock"
+    assert meta["packages"] and meta["lock_sha256"] == hashlib.sha256(lock.read_bytes()).hexdigest()
 
 
 def test_images_rest_on_the_debian_base_made_here(cpu_images):
@@ -93,6 +95,9 @@ def record_of(suite_cli, result) -> dict:
 def assert_ran_in(record: dict, meta: dict, devices: int) -> None:
     prov = record["provenance"]
     assert (prov["runtime"], prov["image"], prov["image_sha256"]) == ("docker", meta["image"], meta["image_sha256"])
+    # The record's lock is the checkout's lock file (hashed here, not taken from the image's labels).
+    lock = load_stack(meta["stack"]).dir / "requirements.lock"
+    assert prov["stack_lock_sha256"] == hashlib.sha256(lock.read_bytes()).hexdigest() and prov["stack_flavour"] == "cpu"
     assert prov["image_base"]["kind"] == "debian" and prov["image_base"]["tar_sha256"] == meta["base"]["tar_sha256"]
     assert prov["image_system_packages"]["python3"].startswith("3.11")
     assert record["world"]["devices"] == devices
@@ -170,19 +175,18 @@ KILL_RANK_1 = ('for p in /proc/[0-9]*; do if tr "\\0" "\\n" < "$p/environ" 2>/de
 def test_a_fault_ends_the_job_within_60_s_and_no_container_survives(cpu_images, tmp_path, fault):
     """Rank 1 killed inside its container mid-run (as the kernel's OOM killer would), or Ctrl-C to
     the runner: the job ends within 60 s with a failed record, and no container of the run is left."""
-    from test_faults import failed_record_after, wait_for_ranks
+    from faults import alive, failed_record_after, start_run, wait_for_ranks
 
-    runner = subprocess.Popen([sys.executable, "-m", "suite", "run", "--results-dir", str(tmp_path / "results"),
-                               "--runs-dir", str(tmp_path / "runs"), "--case", "pytorch-ddp", "--runtime", "docker",
-                               "--gpus-per-node", "2", "--", *tiny("pytorch-ddp", num_iters=1000)],
-                              cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    wait_for_ranks(tmp_path, 2)
+    runner = start_run(tmp_path, "--case", "pytorch-ddp", "--runtime", "docker", "--gpus-per-node", "2",
+                       case_args=tiny("pytorch-ddp", num_iters=1000))
+    pids = wait_for_ranks(tmp_path, 2)
     [container] = session_containers()  # torchrun and both ranks
+    assert container.status == "running" and all(alive(p) for p in pids.values())  # positive control
     if fault == "the runner interrupted":
         runner.send_signal(signal.SIGINT)
     else:
         assert b"killed" in container.exec_run(["sh", "-c", KILL_RANK_1]).output
-    record = failed_record_after(runner, session_containers, tmp_path)
+    record = failed_record_after(runner, tmp_path, leftovers=session_containers)
     if fault == "the runner interrupted":
         assert record["reason"].startswith("interrupted"), record["reason"]
     else:
@@ -225,7 +229,7 @@ def test_definition_post_and_test_sections_run_in_the_base(cpu_images, tmp_path,
     environment = tmp_path / "environment"
     environment.write_text(sections["environment"].replace("$PATH", "/usr/local/bin:/usr/bin:/bin"))
     script = "\n".join([sections["post"], f". {environment}", sections["test"]])
-    with containers.container_base.served(Path(containers.build_dir()) / "wheels") as wheels:
+    with wheelhouse.served(Path(containers.build_dir()) / "wheels") as wheels:
         out = in_image(cpu_images[stack]["base"]["ref"], "bash", "-c", script, network_mode="host",
                        environment={"WHEELS": wheels},
                        volumes={str(fl.stack.dir): {"bind": containers.RECIPE, "mode": "ro"},

@@ -3,6 +3,8 @@
 import pytest
 
 from conftest import records_in, tiny, write
+
+from suite.gpus import host_gpus
 from suite.schema import validate
 
 TINY = tiny("pytorch-synthetic")
@@ -19,7 +21,7 @@ def test_horovod_run_writes_a_valid_record(suite_cli, pytorch_stack, workers):
     assert record["status"] == "ok" and record["reason"] is None
     world = record["world"]
     assert (world["nodes"], world["devices"], world["hosts"], world["slots"]) == (1, workers, ["localhost"], {"localhost": workers})
-    assert (world["device_type"], world["cluster"]) == ("cpu", "localhost")
+    assert (world["device_type"], world["cluster"]) == ("cuda" if host_gpus() else "cpu", "localhost")
     tp = record["metrics"]["throughput"]
     assert len(tp["samples"]) == 3 and all(s > 0 for s in tp["samples"])
     assert tp["per_device"] == pytest.approx(tp["mean"] / workers)

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from cluster_fixtures import LOOPBACK_HOSTS, alive, loopback_sshd, processes_with_env  # noqa: F401 (fixture)
 from conftest import ROOT, records_in, tiny
-from test_faults import descendants, failed_record_after, wait_for_ranks
+from faults import descendants, failed_record_after, start_run, wait_for_ranks
 
 from suite.hostfile import Host, World
 from suite.launchers import ranks, torchrun
@@ -182,15 +182,13 @@ def test_the_sampler_gives_each_rank_distinct_images(ddp_stack, jpeg_tree):
 @pytest.mark.integration
 @pytest.mark.parametrize("launcher", ["torchrun", "ranks"])
 def test_a_dying_ddp_worker_ends_the_job(tmp_path, ddp_stack, launcher):
-    command = [sys.executable, "-m", "suite", "run", *CASE, "--gpus-per-node", "2", "--results-dir",
-               str(tmp_path / "results"), "--runs-dir", str(tmp_path / "runs"), "--",
-               *tiny("pytorch-ddp", num_iters=500), "--launcher", launcher]
-    runner = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    runner = start_run(tmp_path, *CASE, "--gpus-per-node", "2",
+                       case_args=(*tiny("pytorch-ddp", num_iters=500), "--launcher", launcher))
     pids = wait_for_ranks(tmp_path, 2)
     family = descendants(runner.pid)
-    assert set(pids.values()) <= family
+    assert set(pids.values()) <= family and alive(pids[1])  # positive control
     os.kill(pids[1], signal.SIGKILL)
-    record = failed_record_after(runner, family, tmp_path)
+    record = failed_record_after(runner, tmp_path, family)
     expected = ("torchrun-0 on localhost exited with 1" if launcher == "torchrun"
                 else "rank-1 on localhost was killed by signal 9 (SIGKILL)")
     assert record["reason"].startswith(f"repetition 0: {expected}"), record["reason"]
@@ -198,14 +196,14 @@ def test_a_dying_ddp_worker_ends_the_job(tmp_path, ddp_stack, launcher):
 
 @pytest.mark.integration
 def test_a_dying_worker_on_one_host_ends_the_torchrun_job_on_both(tmp_path, ddp_stack, loopback_sshd):
-    command = [sys.executable, "-m", "suite", "run", *CASE, "--cluster", "loopback-ssh", "--nodes", "2", "--results-dir",
-               str(tmp_path / "results"), "--runs-dir", str(tmp_path / "runs"), "--", *tiny("pytorch-ddp", num_iters=500)]
-    runner = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    runner = start_run(tmp_path, *CASE, "--cluster", "loopback-ssh", "--nodes", "2",
+                       case_args=tiny("pytorch-ddp", num_iters=500))
     pids = wait_for_ranks(tmp_path, 2)
     [logs] = tmp_path.glob("runs/*/rep-0/logs")
     marker = f"{ssh.JOB_MARKER}={logs.resolve()}"
     assert set(pids.values()) <= set(processes_with_env(marker))  # the agents' workers carry the job marker
+    assert alive(pids[1])
     os.kill(pids[1], signal.SIGKILL)
     record = failed_record_after(
-        runner, lambda: [p for p in processes_with_env(marker) + list(pids.values()) if alive(p)], tmp_path)
+        runner, tmp_path, leftovers=lambda: [p for p in processes_with_env(marker) + list(pids.values()) if alive(p)])
     assert record["reason"].startswith("repetition 0: torchrun-1 on 127.0.0.3 exited with 1"), record["reason"]

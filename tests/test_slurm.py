@@ -200,17 +200,16 @@ def test_sbatch_tf_cifar_on_one_node(suite_cli, slurm_cluster, tmp_path):
 
 @pytest.mark.integration
 def test_stopping_the_runner_cancels_the_job(slurm_cluster, pytorch_stack, tmp_path):
-    from test_faults import LONG, failed_record_after, wait_for_ranks
+    from faults import alive, failed_record_after, start_run, wait_for_ranks
+    from test_faults import LONG
 
-    command = [PY, "-m", "suite", "run", "--results-dir", str(tmp_path / "results"), "--runs-dir",
-               str(tmp_path / "runs"), *SLURM, "--gpus-per-node", "2", "--", *LONG]
-    runner = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    runner = start_run(tmp_path, *SLURM, "--gpus-per-node", "2", case_args=LONG)
     pids = wait_for_ranks(tmp_path, 2)
     [script] = tmp_path.glob("runs/*/job.sbatch")
     [job_id] = [p.stem.removeprefix("job-") for p in script.parent.glob("job-*.out")]
-    assert set(pids.values()) <= set(job_processes(job_id))
+    assert set(pids.values()) <= set(job_processes(job_id)) and all(alive(p) for p in pids.values())
     runner.send_signal(signal.SIGTERM)
-    record = failed_record_after(runner, lambda: job_processes(job_id), tmp_path)
+    record = failed_record_after(runner, tmp_path, leftovers=lambda: job_processes(job_id))
     assert record["reason"].startswith("interrupted")
     assert record["execution"]["slurm"]["job_id"] == job_id and record["execution"]["slurm"]["state"] == "CANCELLED"
     assert record["world"]["hosts"] == [slurm_cluster.node]

@@ -86,6 +86,10 @@ def test_every_case_on_two_slurm_nodes_without_ssh(slurm_two_nodes, datasets, no
     processes = record["repetitions"][0]["processes"]
     assert {p["name"]: p["host"] for p in processes} == placed
     assert {p["launch"] for p in processes} == {"srun"}
+    # Where each process really ran, as it said itself (not how it was meant to start): every rank,
+    # ps-lite server and scheduler, torchrun agent's workers, and Horovod's rendezvous server.
+    helpers = {"rendezvous": N1} if name == "horovod" else {}
+    assert record["repetitions"][0]["ran_on"] == {p: [host] for p, host in {**placed, **helpers}.items()}
     job = record["execution"]["slurm"]
     assert job["job_id"].isdigit() and job["nodelist"] == "hpcdl-n[1-2]" and job["inside_allocation"] is True
     if how == "sbatch":  # the batch job the runner submitted and followed

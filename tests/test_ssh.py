@@ -228,20 +228,20 @@ def test_tf_cifar_multi_worker_on_two_hosts(suite_cli, loopback_sshd, cifar_data
 @pytest.mark.integration
 @pytest.mark.parametrize("fault", ["a remote worker dies", "the runner is stopped"])
 def test_a_fault_ends_the_job_on_every_host(loopback_sshd, pytorch_stack, tmp_path, fault):
-    from test_faults import LONG, failed_record_after, wait_for_ranks
+    from faults import failed_record_after, start_run, wait_for_ranks
+    from test_faults import LONG
 
-    command = [PY, "-m", "suite", "run", "--results-dir", str(tmp_path / "results"), "--runs-dir",
-               str(tmp_path / "runs"), *LOOPBACK_SSH, "--", *LONG]
-    runner = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    runner = start_run(tmp_path, *LOOPBACK_SSH, case_args=LONG)
     pids = wait_for_ranks(tmp_path, 2)
     [log_dir] = tmp_path.glob("runs/*/rep-0/logs")
     assert set(pids.values()) <= set(job_processes(log_dir))  # the workers horovodrun started carry the marker
+    assert all(alive(pid) for pid in pids.values())
     if fault == "a remote worker dies":
         os.kill(pids[1], signal.SIGKILL)
     else:
         runner.send_signal(signal.SIGTERM)
     record = failed_record_after(
-        runner, lambda: job_processes(log_dir) + [pid for pid in pids.values() if alive(pid)], tmp_path)
+        runner, tmp_path, leftovers=lambda: job_processes(log_dir) + [pid for pid in pids.values() if alive(pid)])
     assert record["reason"].startswith("repetition 0: horovodrun on 127.0.0.2" if fault == "a remote worker dies"
                                        else "interrupted")
 

@@ -12,7 +12,7 @@ from types import SimpleNamespace
 
 import pytest
 from cluster_fixtures import alive
-from conftest import ROOT, records_in, tiny
+from conftest import ROOT, listed_gpus, records_in, tiny
 
 from suite import interconnect, telemetry
 from suite.hostfile import Host, World
@@ -228,12 +228,15 @@ def test_a_run_records_telemetry_per_host_and_its_samplers_end_with_it(tmp_path,
     assert 0 <= host["cpu_util_pct"]["mean"] <= host["cpu_util_pct"]["max"] <= 100
     assert 0 < host["memory_used_gib"]["mean"] <= host["memory_used_gib"]["max"] <= host["memory_total_gib"]
     assert 0 < host["run_rss_gib"]["max"] < host["memory_total_gib"] and host["run_processes"] >= 2
-    assert host["gpus"].startswith("not available") and host["energy_j"] is None
+    if listed_gpus():  # what this host has is what the record says
+        assert len(host["gpus"]) == listed_gpus() and all(g["util_pct"] is not None for g in host["gpus"])
+    else:
+        assert host["gpus"].startswith("not available") and host["energy_j"] is None
     assert host["timed_seconds"] == pytest.approx(record["metrics"]["timed_seconds"], rel=0.2, abs=0.5)
     assert [p["name"] for p in record["repetitions"][0]["processes"]] == ["horovodrun"]
     assert "interconnect" not in record["metrics"]  # one node: no check unless asked for
     described = record["provenance"]["system_description"]  # MLPerf's system-description field names
-    assert described["number_of_nodes"] == 1 and described["accelerators_per_node"] == 0
+    assert described["number_of_nodes"] == 1 and described["accelerators_per_node"] == listed_gpus()
     assert described["host_processor_vcpu_count"] >= 1 and "torch" in described["framework"]
     check_mllog_lines(Path(record["repetitions"][0]["run_dir"]) / "ranks" / "rank-00000.mllog", record)
     check_report_draws_telemetry(tmp_path, record)

@@ -21,6 +21,9 @@ for _name in ("DMLC_NODE_HOST", "DMLC_PS_ROOT_URI"):
         os.environ[_name] = socket.gethostbyname(os.environ[_name])
 
 from suite.binding import bind_cpus  # noqa: E402
+from suite.probe import announce  # noqa: E402
+
+announce()  # before the import below, inside which a server or the scheduler serves until it ends
 
 # Before the import below starts MXNet's OpenMP pool: this process's share of the cores (bound to it
 # with --cpu-bind), so that workers and servers of one machine do not each use all of them.

@@ -25,7 +25,7 @@ from cases._shared.torch_resnet import MODELS
 from pipeline import Normalise, make_loader
 from suite.binding import bind_cpus
 from suite.options import parse_case_args
-from suite.probe import Probe
+from suite.probe import Probe, announce
 
 DEFAULTS = {"synthetic": (32, 224), "imagefolder": (64, 160)}  # batch per device, image size
 MODEL_NAMES = {"resnet50": "resnet50-v1.5", "resnet18": "resnet18", "tiny-cnn": "tiny-cnn"}  # as the record names them
@@ -175,6 +175,7 @@ def train_epochs(args, probe, step, loader, sampler, normalise, sync) -> None:
 
 
 def main() -> None:
+    announce()
     args = parse_case_args(__file__)
     where = place()
     device = pick_device(args, where)

@@ -13,7 +13,7 @@ from cases._shared.timed import min_seconds, timed_iterations
 from cases._shared.torch_resnet import MODELS
 from suite.binding import bind_cpus
 from suite.options import parse_case_args
-from suite.probe import Probe
+from suite.probe import Probe, announce
 
 
 def pick_device(args) -> torch.device:
@@ -58,6 +58,7 @@ def make_step(args, model, optimizer, device):
 
 
 def main() -> None:
+    announce()
     args = parse_case_args(__file__)
     hvd.init()
     device = pick_device(args)

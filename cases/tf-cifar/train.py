@@ -22,7 +22,7 @@ from cluster import worker_rank
 
 from suite.binding import bind_cpus
 from suite.options import parse_case_args
-from suite.probe import Probe
+from suite.probe import Probe, announce
 
 MODELS = {"resnet50v2": keras.applications.ResNet50V2, "resnet152v2": keras.applications.ResNet152V2,
           "resnet50-v1.5": keras_resnet.resnet50_v15}
@@ -139,6 +139,7 @@ def load_data(global_batch: int, batch_size: int) -> tuple[cifar.Cifar, Path]:
 
 
 def main() -> None:
+    announce()
     args = parse_case_args(__file__)
     place = place_this_process()
     strategy, replicas, workers = place.strategy, place.replicas, place.workers

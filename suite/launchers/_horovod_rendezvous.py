@@ -2,7 +2,8 @@
 launch_gloo runs it) for ranks the scheduler starts itself (srun steps, local processes): run
 inside the stack on the first host, `python -m suite.launchers._horovod_rendezvous HOSTS PORT`
 with HOSTS as horovodrun's -H (host:slots,...). It serves until SIGTERM, then exits 0. Not a
-launcher (the leading underscore keeps it out of the plugin list); imports nothing of the suite."""
+launcher (the leading underscore keeps it out of the plugin list); imports nothing of the suite but
+the probe, to say where it runs."""
 
 import signal
 import sys
@@ -12,6 +13,9 @@ def main(hosts: str, port: int) -> int:
     from horovod.runner.common.util.hosts import get_host_assignments, parse_hosts
     from horovod.runner.http import http_server
 
+    from suite.probe import announce
+
+    announce()
     parsed = parse_hosts(hosts)
     slots = get_host_assignments(parsed, sum(h.slots for h in parsed))
     # RendezvousServer picks a random port; every rank was told this one when the plan was made.
