@@ -321,7 +321,7 @@ def dry_run(req: RunRequest, checked: Checked) -> int:
     try:
         stack_env = prepare(req, checked, install=False)
         prov = stack_env.provenance
-        print(f"stack {prov.get('stack')}/{prov.get('stack_flavour')}: {prov.get('stack_location')}")
+        print(f"stack {prov.get('stack')}/{prov.get('stack_flavour') or 'site environment'}: {prov.get('stack_location')}")
         check_stack(req, checked, stack_env)
     except (UsageError, RuntimeError, OSError) as exc:
         print(f"warning: on this machine: {exc}")

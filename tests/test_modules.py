@@ -108,7 +108,7 @@ def test_the_runs_options_replace_the_profiles_and_the_modulepath_comes_from_whe
     asked = modules.setup_of(StackRequest(stack, profile=profile, modules=("PyTorch/2.4",), source=(), python="/x/python"))
     assert (asked.load, asked.source, asked.python) == (("PyTorch/2.4",), (), "/x/python")
     plain = modules.setup_of(StackRequest(stack, python="/venv/bin/python"))
-    assert modules.steps(plain) == [] and modules.wrapper(plain) == ("bash", "-c", 'exec "$@"', "modules-env")
+    assert modules.steps(plain) == [] and modules.wrapper(plain) == ()  # an existing environment: run as it is
 
 
 def test_other_runtimes_refuse_the_options_of_a_sites_environment(suite_cli):
@@ -190,6 +190,15 @@ def test_doctor_and_a_dry_run_show_the_profiles_environment(site, tmp_path, monk
     assert script.index(f"module use {site / 'modulefiles'}") < script.index("module load site-pytorch/2.13") \
         < script.index("exec ") and "--runtime modules" in script
     assert "argv: bash -c " in out and "modules-env python3 -m torch.distributed.run" in out
+
+
+def test_an_existing_environment_alone_runs_as_it_is(site, tmp_path):
+    """PYTHON and no modules: no module system needed, nothing wraps the programs."""
+    python = install_stack(load_stack("pytorch")).python
+    done = run("--case", "pytorch-ddp", "--python", str(python), "--dry-run", tmp=tmp_path, case_args=DDP)
+    assert done.returncode == 0, done.stderr
+    assert "runtime modules: no modules; python 3." in done.stdout and "environment sha256:" in done.stdout
+    assert f"argv: {python} -m torch.distributed.run --nnodes 1" in done.stdout
 
 
 # --- real runs ---------------------------------------------------------------------------------

@@ -133,8 +133,9 @@ def job_lines(want: StackRequest) -> list[str]:
 
 
 def wrapper(setup: Setup) -> tuple[str, ...]:
-    """The argv prefix that loads, then runs the program with its arguments."""
-    return ("bash", "-c", "; ".join([*(step.guarded for step in steps(setup)), 'exec "$@"']), NAME)
+    """The argv prefix that loads, then runs the program with its arguments (none: nothing to load)."""
+    loading = [step.guarded for step in steps(setup)]
+    return ("bash", "-c", "; ".join([*loading, 'exec "$@"']), NAME) if loading else ()
 
 
 # --- the probe on the first host ---------------------------------------------------------------------
