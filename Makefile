@@ -24,7 +24,12 @@ DRY_RUN ?=
 TINY ?=
 RECORD ?=
 ALLOW_DRIFT ?=
-PYTHON ?= python3
+# RUNTIME=modules: the site's environment modules to load, scripts to source, the Python to run (README)
+MODULES ?=
+SOURCE ?=
+PYTHON ?=
+# the Python that makes the runner's own .venv
+BOOTSTRAP_PYTHON ?= python3
 
 # $(call opt,--flag,$(VAR)): the flag and its value, only when VAR is set
 opt = $(if $(strip $(2)),$(1) "$(2)")
@@ -35,7 +40,7 @@ SUITE := $(VENV)/bin/python -m suite
 .PHONY: run data install report compare query bench test cases clean-runs doctor rerun compare-frameworks
 
 $(VENV)/.installed: pyproject.toml
-	$(PYTHON) -m venv $(VENV)
+	$(BOOTSTRAP_PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install --quiet -e '.[test]'
 	touch $@
 
@@ -47,7 +52,8 @@ run: $(VENV)/.installed
 		$(call opt,--stall,$(STALL)) $(if $(filter 1 yes true,$(DRY_RUN)),--dry-run) \
 		$(if $(filter 1 yes true,$(PRECHECK)),--precheck) $(if $(filter 1 yes true,$(NO_PRECHECK)),--no-precheck) \
 		$(call opt,--telemetry-interval,$(TELEMETRY)) $(call opt,--cpu-bind,$(CPU_BIND)) \
-		$(call opt,--flavour,$(FLAVOUR)) $(call opt,--wheels,$(WHEELS)) -- $(ARGS)
+		$(call opt,--flavour,$(FLAVOUR)) $(call opt,--wheels,$(WHEELS)) $(call opt,--modules,$(MODULES)) \
+		$(call opt,--source,$(SOURCE)) $(call opt,--python,$(PYTHON)) -- $(ARGS)
 
 # make doctor [CLUSTER=name]: what the cluster profile needs here and what is missing, one line each
 doctor: $(VENV)/.installed
@@ -96,6 +102,7 @@ compare-frameworks: $(VENV)/.installed
 		$(call opt,--data-dir,$(DATA_DIR)) $(call opt,--timeout,$(TIMEOUT)) \
 		$(call opt,--stall,$(STALL)) $(if $(filter 1 yes true,$(DRY_RUN)),--dry-run) \
 		$(call opt,--cpu-bind,$(CPU_BIND)) $(call opt,--flavour,$(FLAVOUR)) $(call opt,--wheels,$(WHEELS)) \
+		$(call opt,--modules,$(MODULES)) $(call opt,--source,$(SOURCE)) $(call opt,--python,$(PYTHON)) \
 		$(if $(filter 1 yes true,$(TINY)),--tiny) -- $(ARGS)
 
 # make rerun RECORD=reports/results/<run_id>.json [CLUSTER=name | HOSTFILE=file] [ALLOW_DRIFT=1] [DRY_RUN=1]

@@ -7,7 +7,7 @@ in the fields of `suite query` (read from the folder's results index, suite/inde
 side, the latest counts. Verdicts:
   faster / slower     the difference is beyond --tolerance and beyond noise
   same                within the tolerance, or not distinguishable from noise
-  not comparable      model, image size, batch, dtype, data or stack lock differ
+  not comparable      model, image size, batch, dtype, data or stack lock (a site's environment) differ
   only in A / only in B
 Beyond noise: where both sides have >= 2 repetitions, Welch's t-test on the repetition means gives
 p < 0.05; otherwise the two 95% confidence intervals do not overlap (a side without an interval
@@ -120,7 +120,9 @@ def judge(row: Row, tolerance: float) -> Row:
 
 
 def _differences(a: Point, b: Point) -> str:
-    names = ["model", "image size", "batch", "dtype", "data", "stack lock"]
+    # A site's environment (runtime modules) has a fingerprint where a stack has its lock.
+    site = "modules" in (a.record["execution"].get("runtime"), b.record["execution"].get("runtime"))
+    names = ["model", "image size", "batch", "dtype", "data", "environment" if site else "stack lock"]
     return "; ".join(f"{n}: {x} vs {y}" for n, x, y in zip(names, a.config_key, b.config_key) if x != y)
 
 

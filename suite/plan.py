@@ -21,12 +21,24 @@ class StackRequest:
     profile: Any = None  # the cluster profile (suite.clusters.Cluster), for the runtime's own table
     gpus: int | None = None  # GPUs of the run's first host, where known (None: this host's)
     install: bool = True  # False (a dry run): what is not installed yet is a UsageError, not installed now
+    # The environment a site provides (runtime modules): the run's MODULES, SOURCE and PYTHON as given
+    # (None: not given, the profile's [modules] table says), read with the profile's table.
+    modules: tuple[str, ...] | None = None
+    source: tuple[str, ...] | None = None
+    python: str | None = None
+    # Where the run's processes start, for a runtime that must look at the first host before launch:
+    # the scheduler's name (its run_on_hosts reaches the host) and the host (None: not known before
+    # launch, e.g. the nodes of a batch job not yet submitted).
+    scheduler: str = "local"
+    first_host: str | None = None
 
 
 @dataclass(frozen=True)
 class StackEnv:
     """How to run a program of a stack: argv prefix (empty for a virtual environment, `apptainer
-    exec IMAGE` for a container), where its programs are, and what to record about it."""
+    exec IMAGE` for a container, a shell that loads modules), where its programs are, and what to
+    record about it. `programs` names programs that are not files of bin_dir (program -> the argv
+    that runs it, e.g. torchrun -> python -m torch.distributed.run in a site's environment)."""
 
     runtime: str
     bin_dir: str
@@ -34,8 +46,11 @@ class StackEnv:
     env: dict = field(default_factory=dict)
     facts: dict = field(default_factory=dict)
     provenance: dict = field(default_factory=dict)
+    programs: dict = field(default_factory=dict)
 
     def argv(self, program: str, *args: str) -> list[str]:
+        if program in self.programs:
+            return [*self.prefix, *self.programs[program], *args]
         path = f"{self.bin_dir}/{program}" if self.bin_dir else program
         return [*self.prefix, path, *args]
 

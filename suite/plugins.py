@@ -51,6 +51,9 @@ class BatchJob:
     repeat: int
     run_dir: Path
     profile: Any = None  # the cluster profile (suite.clusters.Cluster) or None
+    # Shell lines the job runs before the runner (the runtime's job_lines: loading a site's modules),
+    # so that the job's own steps start where every process of the point starts.
+    setup: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -106,6 +109,10 @@ class Runtime(Protocol):
     def cleanup(self, stack_env: StackEnv, log: Callable[[str], None]) -> None:
         """After each repetition: end what the runtime started for it and what outlived its processes
         (a container whose client process was killed)."""
+
+    def job_lines(self, want: StackRequest) -> list[str]:
+        """Shell lines a batch job runs before the runner (BatchJob.setup), e.g. `module load ...`:
+        what every process of the point needs in its environment; cheap, reads nothing remote."""
 
 
 @runtime_checkable
@@ -194,6 +201,9 @@ class RuntimeDefaults(_Defaults):
     def cleanup(self, stack_env, log) -> None:
         return None
 
+    def job_lines(self, want) -> list[str]:
+        return []
+
 
 class LauncherDefaults(_Defaults):
     def check(self, launch: Launch) -> None:
@@ -235,6 +245,17 @@ def output_here(argv, timeout_s: float = 60) -> str | None:
     except (OSError, subprocess.TimeoutExpired):
         return None
     return done.stdout if done.returncode == 0 else None
+
+
+def run_on_first_host(want: StackRequest, argv: tuple[str, ...]) -> str | None:
+    """What a short command prints on the run's first host, started as the run's scheduler starts
+    processes there (a dry run: only where that host is this machine); None where it cannot run now
+    (the nodes of a batch job not yet submitted) or exits non-zero. For runtimes that must look at
+    the environment the processes will have before launch."""
+    if want.first_host is None:
+        return None
+    scheduler = load("schedulers", want.scheduler) if want.install else SchedulerDefaults()
+    return scheduler.run_on_hosts([want.first_host], argv, want.profile).get(want.first_host)
 
 
 CONTRACTS = {"runtimes": (Runtime, RuntimeDefaults), "launchers": (Launcher, LauncherDefaults),

@@ -44,6 +44,9 @@ class RunRequest:
     cpu_bind: str | None = None  # suite/binding.py; None: the cluster's, else none
     flavour: str | None = None  # cpu or cuda stack; None: what the hosts have
     wheels: Path | None = None  # install the stack from this wheel folder alone; None: the cluster's, else the index
+    modules: str | None = None  # runtime modules: modules to load, space-separated; None: the cluster's [modules]
+    source: str | None = None  # runtime modules: scripts to source after loading, space-separated
+    python: str | None = None  # runtime modules: the Python to run; None: the cluster's, else python3 on PATH
     case_args: list[str] = field(default_factory=list)
     argv: list[str] = field(default_factory=list)  # the command line as typed, for provenance; [] : to_argv's
     rerun_of: dict | None = None  # set by `suite rerun`: goes into provenance.rerun_of
@@ -55,7 +58,8 @@ class RunRequest:
 # What a record keeps of its request (provenance.request) and a rerun reads back: what was asked,
 # not where this machine put the files.
 RECORDED = ("case", "nodes", "gpus_per_node", "cluster", "hostfile", "runtime", "scheduler", "repeat", "timeout",
-            "stall", "data_dir", "precheck", "telemetry_interval", "cpu_bind", "flavour", "case_args")
+            "stall", "data_dir", "precheck", "telemetry_interval", "cpu_bind", "flavour", "modules", "source", "python",
+            "case_args")
 # Not command-line options: set by the programs that build a request.
 NOT_OPTIONS = {"case_args", "argv", "rerun_of"}
 
@@ -100,6 +104,12 @@ def add_run_options(parser: argparse.ArgumentParser, runtimes: list[str], schedu
         "hosts have NVIDIA GPUs, else cpu) (Make: FLAVOUR)")
     add("--wheels", type=Path, default=None, help="install the stack from this wheel folder alone, with no network "
         "(filled by `make wheels`; default: the cluster's, else the package index) (Make: WHEELS)")
+    add("--modules", default=None, help="runtime modules: environment modules to load, in order, e.g. \"GCC/13 "
+        "PyTorch/2.3\" (default: the cluster's [modules] load) (Make: MODULES)")
+    add("--source", default=None, help="runtime modules: scripts to source after loading, e.g. a venv's "
+        "activate (default: the cluster's [modules] source) (Make: SOURCE)")
+    add("--python", default=None, help="runtime modules: the Python that runs the case (default: the cluster's "
+        "[modules] python, else the first python3 on PATH once loaded) (Make: PYTHON)")
 
 
 def split_case_args(argv: list[str]) -> tuple[list[str], list[str]]:

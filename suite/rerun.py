@@ -1,10 +1,11 @@
 """`suite rerun RECORD.json`: the record's run point again, on the hosts at hand, and how it compares.
 
 Same case and case arguments, nodes x devices per node, runtime, stack and repetitions. Before launch,
-every difference that could change the result (stack lock and recipe, image digest, the suite's
-checkout, case option values the same arguments now resolve to, devices per node, device type) is one
-`drift:` line, and the rerun is refused (exit 2) unless --allow-drift. What cannot be rerun (unknown
-case, too few hosts, missing data or image, a record newer than this suite) is one `error:` line.
+every difference that could change the result (stack lock and recipe, image digest, or a site's
+environment: its modules, their files, Python and packages; the suite's checkout, case option values
+the same arguments now resolve to, devices per node, device type) is one `drift:` line, and the
+rerun is refused (exit 2) unless --allow-drift. What cannot be rerun (unknown case, too few hosts,
+missing data or image, a record newer than this suite) is one `error:` line.
 """
 
 import json
@@ -120,8 +121,11 @@ def host_source(world: dict, args) -> tuple[str | None, str | None]:
 # --- what differs -----------------------------------------------------------------------------------
 
 def differences(record: dict, req: RunRequest, checked: Checked) -> list[str]:
-    return [*stack_drift(record, checked, req.flavour or recorded_flavour(record)), *image_drift(record, req, checked),
-            *git_drift(record["provenance"], git_state()),
+    if checked.runtime.name == "modules":  # a site's environment: its fingerprint plays the lock's part
+        stack = environment_drift(record["provenance"], prepare(req, checked).provenance)
+    else:
+        stack = [*stack_drift(record, checked, req.flavour or recorded_flavour(record)), *image_drift(record, req, checked)]
+    return [*stack, *git_drift(record["provenance"], git_state()),
             *option_drift(record["config"]["options"], checked.options, checked.case.name),
             *world_drift(record["world"], checked), *device_drift(record, checked)]
 
@@ -143,6 +147,51 @@ def stack_drift(record: dict, checked: Checked, flavour_name: str) -> list[str]:
         return [f"stack {flavour.id}: build recipe (locks, post-install.sh, patches, container.toml) sha256 "
                 f"{short(prov['stack_recipe_sha256'])} in the record, {short(flavour.recipe_sha256)} here"]
     return []
+
+
+MAX_PACKAGE_LINES = 20
+
+
+def environment_drift(was: dict, now: dict) -> list[str]:
+    """A site's environment (runtime modules), the record's against the one loaded now on the first
+    host: modules, the contents of their files and sourced scripts, Python, packages."""
+    if now.get("environment_fingerprint") is None:
+        return ["environment: cannot be read before the batch job starts; rerun inside an allocation (salloc) to "
+                "compare it with the record's"]
+    if was.get("environment_fingerprint") == now["environment_fingerprint"]:
+        return []
+    lines = [*module_drift(was.get("modules_loaded") or [], now["modules_loaded"])]
+    old_files, files = was.get("environment_files") or {}, now["environment_files"] or {}
+    lines += [f"file {path}: sha256 {short(old_files[path])} in the record, {short(files[path])} now"
+              for path in sorted(set(old_files) & set(files)) if old_files[path] != files[path]]
+    if was.get("python_version") != now["python_version"]:
+        lines.append(f"python: {was.get('python_version')} in the record, {now['python_version']} now")
+    packages = version_drift("package", was.get("stack_packages") or {}, now["stack_packages"])
+    more = len(packages) - MAX_PACKAGE_LINES
+    lines += packages[:MAX_PACKAGE_LINES] + ([f"... and {more} more package differences"] if more > 0 else [])
+    return lines or [f"environment: sha256 {short(was.get('environment_fingerprint'))} in the record, "
+                     f"{short(now['environment_fingerprint'])} now (its modules were found in other files)"]
+
+
+def module_drift(was: list[str], now: list[str]) -> list[str]:
+    """Modules by name (what comes before the version), e.g. PyTorch/2.1 -> PyTorch/2.3."""
+    def by_name(loaded):
+        return {module.rsplit("/", 1)[0]: module.rsplit("/", 1)[-1] if "/" in module else "(no version)"
+                for module in loaded}
+
+    return version_drift("module", by_name(was), by_name(now))
+
+
+def version_drift(kind: str, was: dict, now: dict) -> list[str]:
+    lines = []
+    for name in sorted(set(was) | set(now)):
+        if name not in now:
+            lines.append(f"{kind} {name}: {was[name]} in the record, none now")
+        elif name not in was:
+            lines.append(f"{kind} {name}: not in the record, {now[name]} now")
+        elif was[name] != now[name]:
+            lines.append(f"{kind} {name}: {was[name]} in the record, {now[name]} now")
+    return lines
 
 
 def recorded_flavour(record: dict) -> str:

@@ -85,6 +85,7 @@ def check(req: RunRequest) -> Checked:
     runtime = plugins.load("runtimes", req.runtime or (cluster.runtime if cluster else "local"))
     scheduler = plugins.load("schedulers", req.scheduler or (cluster.scheduler if cluster else "local"))
     scheduler.check(cluster, req.dry_run)
+    site_options(req, runtime.name)
     hostfile = str(req.hostfile or (cluster and cluster.hostfile) or paths.HOSTFILES / "localhost")
     allocated = scheduler.hosts(max(nodes))
     hosts, hostfile, cluster_name = allocated or (read_hostfile(hostfile), hostfile, None)
@@ -119,6 +120,14 @@ def check(req: RunRequest) -> Checked:
     for world in worlds:  # a launcher's refusal must come now, not after earlier points ran
         plan_point(req, checked, world, placeholder, req.runs_dir / "check")
     return checked
+
+
+def site_options(req: RunRequest, runtime: str) -> None:
+    """MODULES, SOURCE and PYTHON describe a site's environment: another runtime would ignore them."""
+    given = [f"--{name}" for name in ("modules", "source", "python") if getattr(req, name) is not None]
+    if given and runtime != "modules":
+        raise UsageError(f"{', '.join(given)} (Make: MODULES, SOURCE, PYTHON) choose the environment of RUNTIME=modules; "
+                         f"runtime {runtime} brings its own stack (add RUNTIME=modules, or leave them out)")
 
 
 def gpus_of(scheduler, hosts: list[str], cluster, dry_run: bool) -> dict[str, int | None]:
@@ -173,16 +182,27 @@ def run(req: RunRequest) -> int:
 
 
 def prepare(req: RunRequest, checked: Checked, install: bool = True) -> StackEnv:
+    return checked.runtime.prepare(stack_request(req, checked, install), log)
+
+
+def stack_request(req: RunRequest, checked: Checked, install: bool = True) -> StackRequest:
+    """What the runtime is asked for: the stack, where it comes from, and where the run's first host is."""
     first = checked.worlds[0].hosts[0].name
-    want = StackRequest(checked.stack, req.flavour, checked.wheels, (str(req.runs_dir), str(checked.data_dir)),
-                        checked.image_dir, checked.cluster_profile, checked.gpus.get(first), install)
-    return checked.runtime.prepare(want, log)
+
+    def words(text: str | None) -> tuple[str, ...] | None:
+        return None if text is None else tuple(text.split())
+
+    return StackRequest(checked.stack, req.flavour, checked.wheels, (str(req.runs_dir), str(checked.data_dir)),
+                        checked.image_dir, checked.cluster_profile, checked.gpus.get(first), install,
+                        words(req.modules), words(req.source), req.python, checked.scheduler.name, first)
 
 
 def check_stack(req: RunRequest, checked: Checked, stack_env: StackEnv) -> None:
     """What the prepared stack must have for the case and its launcher (framework versions, launcher
     options), for every point, before any is launched."""
-    checked.case.check_requirements(stack_env, f"runtime {stack_env.runtime}")
+    if stack_env.provenance.get("stack_packages") is not None:  # None: not read before launch (a batch job reads them)
+        location = stack_env.provenance.get("stack_location")
+        checked.case.check_requirements(stack_env, f"runtime {stack_env.runtime}{f', {location}' if location else ''}")
     for world in checked.worlds:
         plan_point(req, checked, world, stack_env, req.runs_dir / "check")
 
@@ -263,7 +283,8 @@ def batch_job(req: RunRequest, checked: Checked, ctx: RunContext) -> BatchJob:
                     results_dir=run_dir / "record", runs_dir=runs_dir, data_dir=Path(checked.data_dir).resolve(),
                     dry_run=False, run_id=ctx.run_id, cpu_bind=checked.cpu_bind, argv=[], rerun_of=None)
     return BatchJob(ctx.run_id, checked.case.name, ctx.world, (sys.executable, *SUITE[1:], *to_argv(inner)),
-                    checked.timeout_s, checked.stall_s, checked.repeat, run_dir, checked.cluster_profile)
+                    checked.timeout_s, checked.stall_s, checked.repeat, run_dir, checked.cluster_profile,
+                    tuple(checked.runtime.job_lines(stack_request(req, checked))))
 
 
 def taken_over_record(ctx: RunContext, taken: plugins.TakenOver, provenance: dict, scheduler: str) -> dict:
@@ -321,13 +342,15 @@ def dry_run(req: RunRequest, checked: Checked) -> int:
     try:
         stack_env = prepare(req, checked, install=False)
         prov = stack_env.provenance
-        print(f"stack {prov.get('stack')}/{prov.get('stack_flavour')}: {prov.get('stack_location')}")
+        print(f"stack {prov.get('stack')}/{prov.get('stack_flavour') or 'site environment'}: {prov.get('stack_location')}")
         check_stack(req, checked, stack_env)
     except (UsageError, RuntimeError, OSError) as exc:
         print(f"warning: on this machine: {exc}")
         stack_env = StackEnv(checked.runtime.name, f"<{checked.runtime.name} stack {checked.stack.name}>/bin")
     for warning in checked.warnings:
         print(f"warning: on this machine: {warning}")
+    if setup := checked.runtime.job_lines(stack_request(req, checked, install=False)):
+        print(f"every process of runtime {checked.runtime.name} starts after:\n" + "\n".join(f"  {line}" for line in setup))
     for world in checked.worlds:
         ctx = run_context(req, checked, world, None)
         rep_dir = req.runs_dir / ctx.run_id / "rep-0"

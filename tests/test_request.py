@@ -20,7 +20,8 @@ EVERYTHING = RunRequest(
     runtime="docker", scheduler="ssh", repeat="3", timeout="900", stall="120", baseline="reports/results/b.json",
     results_dir=Path("/tmp/results"), runs_dir=Path("/tmp/runs"), data_dir=Path("/tmp/data"), dry_run=True,
     run_id="20260101T000000Z-x", precheck="off", telemetry_interval=0.5, cpu_bind="numa", flavour="cuda",
-    wheels=Path("/tmp/wheels"),
+    wheels=Path("/tmp/wheels"), modules="Stages/2024 GCC/12 PyTorch/2.1.2", source="/p/venv/activate.sh",
+    python="/p/venv/bin/python",
     case_args=["--image-size", "64", "--same-work"])
 OPTIONS = {f.name for f in dataclasses.fields(RunRequest)} - request.NOT_OPTIONS
 

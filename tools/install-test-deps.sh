@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # System packages the tests use (Debian): Chromium for rendering the reports headless (required),
 # OpenSSH server and client for the ssh scheduler's tests, SLURM and munge for the slurm scheduler's
-# tests, Docker's engine and mmdebstrap for the container images' tests (their fixtures skip, saying
-# why, when these cannot be installed). Under CI=true every one of
+# tests, Docker's engine and mmdebstrap for the container images' tests, Lmod for the modules runtime's
+# tests (their fixtures skip, saying why, when these cannot be installed). Under CI=true every one of
 # them is required: the script exits 1 saying what it could not install and why, so that CI cannot
 # go green by skipping the tests of a component (the fixtures fail there too).
 # Installs only what is missing; needs root or passwordless sudo. Services are not started by the
@@ -20,6 +20,7 @@ command -v sbatch >/dev/null 2>&1 || optional+=(slurm-client)
 command -v ip >/dev/null 2>&1 || optional+=(iproute2)  # network namespaces: the two-node SLURM cluster
 [ -x /usr/sbin/dockerd ] || optional+=(docker.io)  # the engine the images are built and run in
 command -v mmdebstrap >/dev/null 2>&1 || optional+=(mmdebstrap)  # their Debian base (BASE=debian)
+[ -r /usr/share/lmod/lmod/init/bash ] || optional+=(lmod)  # environment modules: runtime modules
 daemons=${#optional[@]}
 if [ "${CI:-}" = true ]; then
     required+=("${optional[@]}")
@@ -32,7 +33,7 @@ cannot() {  # $1: why. Fatal when something required is missing; else the ssh/sl
         echo "cannot install ${required[*]}${optional[*]:+ ${optional[*]}}: $1${CI:+ (CI=$CI)}" >&2
         exit 1
     fi
-    echo "cannot install ${optional[*]}: $1; the ssh/slurm/docker tests will be skipped" >&2
+    echo "cannot install ${optional[*]}: $1; the ssh/slurm/docker/lmod tests will be skipped" >&2
     exit 0
 }
 sudo=""

@@ -21,11 +21,18 @@ from suite.plan import Launch, Plan, Process, StackEnv
 
 
 def controller(stack_env: StackEnv) -> str:
-    return "mpi" if stack_env.facts.get("horovod_mpi") and shutil.which("mpirun") else "gloo"
+    """MPI where Horovod has it and mpirun is found: in the stack's environment where its facts say
+    (a site's modules), else on this machine's PATH."""
+    facts = stack_env.facts
+    mpirun = facts["mpirun"] if "mpirun" in facts else shutil.which("mpirun")
+    return "mpi" if facts.get("horovod_mpi") and mpirun else "gloo"
 
 
 def check(launch: Launch) -> None:
-    """The local scheduler starts everything here: a host elsewhere would need horovodrun's ssh."""
+    """What the stack's Horovod was built with, where its facts say (a site's Horovod may lack
+    PyTorch, or both controllers); the local scheduler starts everything here: a host elsewhere
+    would need horovodrun's ssh."""
+    check_build(launch.stack_env.facts)
     if launch.placement != "local":
         return
     if away := [h.name for h in launch.world.hosts if not is_local(h.name)]:
@@ -33,6 +40,17 @@ def check(launch: Launch) -> None:
                          "horovodrun would need ssh to reach it; use SCHEDULER=ssh (a hostfile of reachable hosts), "
                          "SCHEDULER=slurm inside an allocation, or try several nodes on this machine with "
                          "HOSTFILE=hostfiles/loopback4")
+
+
+def check_build(facts: dict) -> None:
+    """Facts not read yet (before the stack is prepared) pass; Horovod without PyTorch, or without
+    Gloo and MPI, is refused naming what to add."""
+    if facts.get("horovod_torch") is False:
+        raise UsageError(f"the stack's Horovod cannot run PyTorch (import horovod.torch: {facts.get('horovod_error')}); "
+                         "load a Horovod built with PyTorch (HOROVOD_WITH_PYTORCH=1)")
+    if "horovod_gloo" in facts and not facts["horovod_gloo"] and not facts.get("horovod_mpi"):
+        raise UsageError("the stack's Horovod has neither Gloo nor MPI (horovodrun --check-build); load a Horovod "
+                         "built with one (HOROVOD_WITH_GLOO=1, or HOROVOD_WITH_MPI=1 with the site's MPI)")
 
 
 def plan(launch: Launch) -> Plan:

@@ -1,6 +1,7 @@
 """SLURM. Outside an allocation, each run point becomes a batch job: the runner writes
 runs/<run_id>/job.sbatch (nodes, tasks per node, GPUs, CPUs per task, time limit, partition,
-account, reservation, QoS, modules: from the world and the cluster profile's [slurm] table),
+account, reservation, QoS, modules: from the world and the cluster profile's [slurm] table; then
+the runtime's own lines, e.g. runtime modules' `module load`),
 submits it with sbatch, follows it (state, elapsed time, its output shown live) and afterwards
 takes the record the job wrote, adding `execution.slurm` (job id, node list, state, elapsed). The
 job itself runs `python -m suite run` again with the same case and options.
@@ -256,7 +257,7 @@ def job_script(job: BatchJob) -> str:
     if spec.get("modules"):
         modules = shlex.join(spec["modules"])
         lines.append(f"module load {modules} || {{ echo {shlex.quote('module load ' + modules + ' failed')} >&2; exit 1; }}")
-    lines += [f"cd {shlex.quote(str(paths.ROOT))}", f"exec {shlex.join(job.inner_argv)}", ""]
+    lines += [*job.setup, f"cd {shlex.quote(str(paths.ROOT))}", f"exec {shlex.join(job.inner_argv)}", ""]
     return "\n".join(lines)
 
 
