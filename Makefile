@@ -24,10 +24,11 @@ DRY_RUN ?=
 TINY ?=
 RECORD ?=
 ALLOW_DRIFT ?=
-# RUNTIME=modules: the site's environment modules to load, scripts to source, the Python to run (README)
+# RUNTIME=modules: the site's environment modules to load, scripts to source, the Python to run (README);
+# PYTHON only from make's command line: a PYTHON some shells export for other tools is not meant here
 MODULES ?=
 SOURCE ?=
-PYTHON ?=
+site_python = $(if $(filter command line,$(origin PYTHON)),--python "$(PYTHON)")
 # the Python that makes the runner's own .venv
 BOOTSTRAP_PYTHON ?= python3
 
@@ -53,7 +54,7 @@ run: $(VENV)/.installed
 		$(if $(filter 1 yes true,$(PRECHECK)),--precheck) $(if $(filter 1 yes true,$(NO_PRECHECK)),--no-precheck) \
 		$(call opt,--telemetry-interval,$(TELEMETRY)) $(call opt,--cpu-bind,$(CPU_BIND)) \
 		$(call opt,--flavour,$(FLAVOUR)) $(call opt,--wheels,$(WHEELS)) $(call opt,--modules,$(MODULES)) \
-		$(call opt,--source,$(SOURCE)) $(call opt,--python,$(PYTHON)) -- $(ARGS)
+		$(call opt,--source,$(SOURCE)) $(site_python) -- $(ARGS)
 
 # make doctor [CLUSTER=name]: what the cluster profile needs here and what is missing, one line each
 doctor: $(VENV)/.installed
@@ -102,7 +103,7 @@ compare-frameworks: $(VENV)/.installed
 		$(call opt,--data-dir,$(DATA_DIR)) $(call opt,--timeout,$(TIMEOUT)) \
 		$(call opt,--stall,$(STALL)) $(if $(filter 1 yes true,$(DRY_RUN)),--dry-run) \
 		$(call opt,--cpu-bind,$(CPU_BIND)) $(call opt,--flavour,$(FLAVOUR)) $(call opt,--wheels,$(WHEELS)) \
-		$(call opt,--modules,$(MODULES)) $(call opt,--source,$(SOURCE)) $(call opt,--python,$(PYTHON)) \
+		$(call opt,--modules,$(MODULES)) $(call opt,--source,$(SOURCE)) $(site_python) \
 		$(if $(filter 1 yes true,$(TINY)),--tiny) -- $(ARGS)
 
 # make rerun RECORD=reports/results/<run_id>.json [CLUSTER=name | HOSTFILE=file] [ALLOW_DRIFT=1] [DRY_RUN=1]
@@ -122,12 +123,13 @@ test: $(VENV)/.installed
 clean-runs:
 	rm -rf runs
 
-# make gpu-check [RUNTIME=...] [FLAVOUR=cuda] [GPU_CHECK_ARGS="--rounds 5 --min-seconds 60"]: on a GPU host,
+# make gpu-check [RUNTIME=modules PYTHON=... | FLAVOUR=cuda] [GPU_CHECK_ARGS="--rounds 5 --min-seconds 60"]: on a GPU host,
 # the suite against a bare DDP loop and the published figures (benchmarks/gpu_check.py); exit 2 without a GPU
 .PHONY: gpu-check
 gpu-check: $(VENV)/.installed
 	$(VENV)/bin/python benchmarks/gpu_check.py $(GPU_CHECK_ARGS) -- $(call opt,--runtime,$(RUNTIME)) \
-		$(call opt,--flavour,$(FLAVOUR)) $(call opt,--cluster,$(CLUSTER)) $(call opt,--wheels,$(WHEELS))
+		$(call opt,--flavour,$(FLAVOUR)) $(call opt,--cluster,$(CLUSTER)) $(call opt,--wheels,$(WHEELS)) \
+		$(call opt,--modules,$(MODULES)) $(call opt,--source,$(SOURCE)) $(site_python)
 
 # make containers [STACK=tensorflow] [FLAVOUR=cpu|cuda] [TOOL=apptainer|docker] [BASE=pinned|debian] [BASE_REFRESH=1]
 # (README, "Containers"): images into containers/build/ or the Docker engine
