@@ -2,14 +2,18 @@
 
 The engine is Debian's dockerd (docker.io), started by the session as root with its own socket and
 run folder under /tmp and no iptables or bridge (containers use the host network, as the docker
-runtime runs them). Its data root is kept under $XDG_CACHE_HOME/hpc-dl-bench/dockerd, so a second
-session reuses the layers of the first; a fresh machine builds from nothing. No registry is reachable
+runtime runs them). Its data root is kept under $XDG_CACHE_HOME/hpc-dl-bench/dockerd, so a later
+session reuses the layers of an earlier one, but only by one session at a time (a lock file): a
+session that finds it in use gets a data root of its own, removed at its end. A fresh machine builds
+from nothing. No registry is reachable
 here, so the images are built on the Debian base the suite makes from Debian's packages
 (BASE=debian, mmdebstrap). At the end every container of the engine is removed and dockerd stopped.
 When it cannot start (no root, no package) the fixture skips saying why, or fails under CI=true.
 `python tests/docker_fixtures.py` starts the same engine and prints its DOCKER_HOST, for trying
 things by hand."""
 
+import contextlib
+import fcntl
 import json
 import os
 import shutil
@@ -33,12 +37,27 @@ def data_root() -> Path:
     return cache / "hpc-dl-bench" / "dockerd"
 
 
-def start_dockerd(run_dir: Path) -> tuple[subprocess.Popen, str]:
-    """dockerd with its own socket, pid file and exec root in run_dir; returns it and its DOCKER_HOST."""
+@contextlib.contextmanager
+def engine_data_root(run_dir: Path):
+    """The shared data root while this session holds its lock; else one of its own in run_dir."""
+    shared = data_root()
+    shared.mkdir(parents=True, exist_ok=True)
+    with open(shared.with_name("dockerd.lock"), "w") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:  # another session's engine uses it
+            yield run_dir / "data-root"
+            return
+        yield shared
+
+
+def start_dockerd(run_dir: Path, root: Path) -> tuple[subprocess.Popen, str]:
+    """dockerd with its own socket, pid file and exec root in run_dir and its data in root; returns it
+    and its DOCKER_HOST."""
     host = f"unix://{run_dir}/docker.sock"
     log = open(run_dir / "dockerd.log", "wb")
     popen = subprocess.Popen([DOCKERD, "--iptables=false", "--ip6tables=false", "--bridge=none",
-                              "--data-root", str(data_root()), "--exec-root", str(run_dir / "exec"),
+                              "--data-root", str(root), "--exec-root", str(run_dir / "exec"),
                               "--pidfile", str(run_dir / "dockerd.pid"), "--host", host],
                              stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     import docker
@@ -70,7 +89,6 @@ def require_engine() -> None:
     if root_prefix() != []:
         component_unavailable("Docker engine", "dockerd must run as root here (rootless Docker is not set up)")
     ensure_installed((DOCKERD, "mmdebstrap"), "Docker engine")
-    data_root().mkdir(parents=True, exist_ok=True)
 
 
 @pytest.fixture(scope="session")
@@ -78,17 +96,18 @@ def docker_engine():
     """The session's engine; DOCKER_HOST points the suite (and the Docker SDK) at it."""
     require_engine()
     run_dir = Path(tempfile.mkdtemp(prefix="hpcdl-dockerd-", dir="/tmp"))  # a socket path must be short
-    try:
-        popen, host = start_dockerd(run_dir)
-    except RuntimeError as exc:
-        component_unavailable("Docker engine", str(exc))
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("DOCKER_HOST", host)
+    with engine_data_root(run_dir) as root:
         try:
-            yield host
-        finally:
-            stop_dockerd(popen, host)
-            shutil.rmtree(run_dir, ignore_errors=True)
+            popen, host = start_dockerd(run_dir, root)
+        except RuntimeError as exc:
+            component_unavailable("Docker engine", str(exc))
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setenv("DOCKER_HOST", host)
+            try:
+                yield host
+            finally:
+                stop_dockerd(popen, host)
+                shutil.rmtree(run_dir, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
@@ -116,13 +135,13 @@ def main() -> int:
         print(f"needs root and {DOCKERD}", file=sys.stderr)
         return 1
     run_dir = Path(tempfile.mkdtemp(prefix="hpcdl-dockerd-", dir="/tmp"))
-    data_root().mkdir(parents=True, exist_ok=True)
-    popen, host = start_dockerd(run_dir)
-    print(f"export DOCKER_HOST={host}   # Ctrl-C stops it")
-    try:
-        popen.wait()
-    except KeyboardInterrupt:
-        stop_dockerd(popen, host)
+    with engine_data_root(run_dir) as root:
+        popen, host = start_dockerd(run_dir, root)
+        print(f"export DOCKER_HOST={host}   # Ctrl-C stops it")
+        try:
+            popen.wait()
+        except KeyboardInterrupt:
+            stop_dockerd(popen, host)
     return 0
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from cluster_fixtures import NODE_NAMES, ensure_installed, loopback_sshd, slurm_two_nodes  # noqa: F401 (fixtures)
-from conftest import ROOT, records_in, tiny
+from conftest import ROOT, component_unavailable, records_in, tiny
 
 from suite import cli, paths
 from suite.clusters import Cluster
@@ -155,7 +155,7 @@ def test_no_module_system_is_refused(site, tmp_path):
     hide = [d for d in ("/usr/share/lmod", "/usr/share/modules") if Path(d).is_dir()]
     mounts = "; ".join(f"mount -t tmpfs none {d}" for d in hide)
     if subprocess.run(["unshare", "--mount", "sh", "-c", mounts], capture_output=True).returncode:
-        pytest.skip("cannot make a mount namespace here (unshare --mount needs root)")
+        component_unavailable("mount namespaces (unshare --mount)", "cannot make one here: it needs root")
     line = refused(run("--case", "pytorch-ddp", "--modules", "site-pytorch/2.13", tmp=tmp_path, case_args=DDP,
                        prefix=("unshare", "--mount", "sh", "-c", f'{mounts}; exec "$@"', "hide")), tmp_path)
     assert line.startswith("error: no module system found on localhost (no `module` command, none of $MODULESHOME")

@@ -9,6 +9,8 @@ from concurrent.futures import ThreadPoolExecutor
 from suite.plan import Plan, Process
 from suite.schedulers import local
 
+MARGIN_S = 15  # beyond the grace a limit allows: a busy machine starts and ends processes slowly
+
 PY = sys.executable
 
 
@@ -73,7 +75,7 @@ def test_time_limit(tmp_path):
     plan = Plan(ranks=1, processes=(proc("slow", slow, tmp_path),))
     result, elapsed, pid = run_watched(plan, tmp_path / "logs", timeout_s=1)
     assert result.reason == "time limit of 1 s reached" and not result.ok
-    assert 1 <= elapsed < 1 + local.GRACE_S + 3
+    assert 1 <= elapsed < 1 + local.GRACE_S + MARGIN_S
     assert not alive(pid)
 
 
@@ -88,5 +90,5 @@ def test_stall_limit_ends_a_silent_job(tmp_path):
     talker = proc("talker", "import os, time; print(os.getpid(), flush=True); time.sleep(600)", tmp_path)
     result, elapsed, pid = run_watched(Plan(ranks=1, processes=(talker,)), tmp_path / "logs", timeout_s=600, stall_s=2)
     assert result.reason == "stall limit: no output from any process for 2 s"
-    assert 2 <= elapsed < 2 + local.GRACE_S + 3
+    assert 2 <= elapsed < 2 + local.GRACE_S + MARGIN_S
     assert not alive(pid)

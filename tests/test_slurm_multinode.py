@@ -16,7 +16,6 @@ from conftest import ROOT, records_in, tiny
 from suite.schema import validate
 
 PY = sys.executable
-DDP_MISSING = not (ROOT / "cases" / "pytorch-ddp").exists()
 N1, N2 = NODE_NAMES
 # Run id -> (case, case argv, the plan's processes by host).
 RUNS = {
@@ -24,10 +23,8 @@ RUNS = {
     "pslite": ("mxnet-imagenet", tiny("mxnet-imagenet"),
                {"worker-0": N1, "worker-1": N2, "server-0": N1, "server-1": N2, "scheduler": N1}),
     "tf-multiworker": ("tf-cifar", tiny("tf-cifar"), {"worker-0": N1, "worker-1": N2}),
-    "ddp-torchrun": ("pytorch-ddp", () if DDP_MISSING else tiny("pytorch-ddp", launcher="torchrun"),
-                     {"torchrun-0": N1, "torchrun-1": N2}),
-    "ddp-ranks": ("pytorch-ddp", () if DDP_MISSING else tiny("pytorch-ddp", launcher="ranks"),
-                  {"rank-0": N1, "rank-1": N2}),
+    "ddp-torchrun": ("pytorch-ddp", tiny("pytorch-ddp", launcher="torchrun"), {"torchrun-0": N1, "torchrun-1": N2}),
+    "ddp-ranks": ("pytorch-ddp", tiny("pytorch-ddp", launcher="ranks"), {"rank-0": N1, "rank-1": N2}),
 }
 
 
@@ -73,8 +70,6 @@ def run_suite(how: str, case: str, case_args, data: Path, tmp_path: Path, *extra
 @pytest.mark.parametrize("name", list(RUNS))
 def test_every_case_on_two_slurm_nodes_without_ssh(slurm_two_nodes, datasets, no_ssh, tmp_path, name, how):
     case, case_args, placed = RUNS[name]
-    if case == "pytorch-ddp" and DDP_MISSING:
-        pytest.skip("cases/pytorch-ddp does not exist yet")
     done = run_suite(how, case, case_args, datasets, tmp_path, "--scheduler", "slurm")
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-3000:]
     [record] = records_in(tmp_path / "results")

@@ -59,7 +59,7 @@ def test_a_plan_ends_with_its_own_processes_and_then_ends_its_daemons(tmp_path):
     broken = Process("broken", "localhost", [sys.executable, "-c", "raise SystemExit(3)"], {}, str(tmp_path), daemon=True)
     started = time.monotonic()
     results = run_plan(Plan((job, helper, broken), ranks=0), tmp_path / "logs", 60, None, HERE)
-    assert time.monotonic() - started < 10
+    assert time.monotonic() - started < 30  # 0.5 s of job, then the daemons' grace, on a machine maybe busy
     assert [(r.name, r.ok) for r in results] == [("job", True)]  # a helper's exit never fails the plan
     helper_pid = int((tmp_path / "logs" / "helper.log").read_text().split()[0])
     assert not alive(helper_pid)
