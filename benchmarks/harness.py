@@ -339,8 +339,8 @@ class Bench:
     def report_10k_records(self) -> None:
         """Seconds `suite report` (what `make report` calls) takes over 10,000 records, all copies of one
         record of the largest kind a run writes today, spread over 4 clusters x 5 device counts: the
-        first time, when every record gets the full check (issue 19: 130 s; issue 29: 21.5 s over
-        14.8 KB records), and again (warm_s). Then `suite query` and `suite compare` over them."""
+        first time, when every record gets the full check (it once took 130 s, then 21.5 s over 14.8 KB
+        records), and again (warm_s). Then `suite query` and `suite compare` over them."""
         sys.path.insert(0, str(ROOT / "tests"))
         from fixture_records import make_large_record
 

@@ -1,6 +1,6 @@
 """The results index: a SQLite file beside the records (<results>/.index.sqlite) that remembers what
-each JSON file held, so that a read of 10,000 records neither parses nor checks them all again
-(issue 29). The JSON files stay the source of truth, written atomically as before; the index is a
+each JSON file held, so that a read of 10,000 records neither parses nor checks them all again.
+The JSON files stay the source of truth, written atomically as before; the index is a
 cache of them, brought up to date on every read:
 
 - one row per *.json file, keyed by its name, with the size and mtime_ns it had when read and the

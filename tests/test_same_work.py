@@ -1,4 +1,4 @@
-"""The same work in every framework (issue 15): `--same-work` and each case's [same_work] table, the
+"""The same work in every framework: `--same-work` and each case's [same_work] table, the
 Keras and Gluon ResNet-50 v1.5 against the PyTorch cases' model (parameters, every weight's name and
 shape, the same logits for the same weights), `compare-frameworks` at tiny sizes, and its table on
 the report's frameworks page."""
