@@ -61,6 +61,8 @@ SIZES = {
     "tiny": {key: load_case(case).spec["tiny"] for key, case in
              {"pytorch": "pytorch-synthetic", "mxnet": "mxnet-imagenet", "tf": "tf-cifar"}.items()},
 }
+# --tiny: a JPEG tree of a few batches, so that an epoch over it takes seconds
+TINY_JPEG_TREE = ["--classes", "2", "--train-per-class", "16", "--val-per-class", "0"]
 TARGETS = {"harness_overhead.pytorch-synthetic": (">=", 0.99), "input_pipeline.mxnet-imagenet": (">=", 0.95),
            "input_pipeline.tf-cifar": (">=", 0.95),
            "input_pipeline.pytorch-ddp": (">=", 0.95),
@@ -238,8 +240,9 @@ class Bench:
     def synthetic_data(self, case: str, marker: str) -> None:
         """The case's generated dataset in the bench's data folder, made once."""
         if not (self.work / "data" / marker).exists():
+            sizes = TINY_JPEG_TREE if self.size == "tiny" and case in {"pytorch-ddp", "mxnet-imagenet"} else []
             subprocess.run([sys.executable, "-m", "suite", "data", "--case", case, "--synthetic",
-                            "--data-dir", str(self.work / "data")], cwd=ROOT, check=True, capture_output=True)
+                            "--data-dir", str(self.work / "data"), "--", *sizes], cwd=ROOT, check=True, capture_output=True)
 
     def sampler_overhead_pytorch(self) -> None:
         """img/s with the telemetry sampler on (at its default 1 s) / off, run in turns."""

@@ -19,14 +19,12 @@ import harness  # noqa: E402
 
 LINE = re.compile(r"^(?P<name>[a-z0-9_]+(?:\.[a-z-]+)?): (?P<value>-?[0-9.]+) \((?P<op>>=|<) (?P<target>[0-9.]+)"
                   r"(?P<missed>, MISSED)?\)  \{")
-# The measurements the test runs: one of each kind of path (bare loop, direct script, bound scaling over
-# ranks and over ps-lite hosts, input pipeline, report); the others go through the same ratio() code.
-# Two rounds each, in about the time one round of all of them took.
-CHECKED = ["harness_overhead_pytorch", "startup_pytorch", "scaling_pytorch", "input_pipeline_tf", "input_pipeline_mxnet",
-           "input_pipeline_ddp", "scaling_mxnet", "report_10k_records", "gpu_amp_pytorch"]
+# The measurements `make bench` runs here: one of each kind of path (bare loop, direct script, scaling
+# with each worker bound to its cores, an input pipeline against synthetic data, the GPU line); the
+# other items go through the same ratio() code, and the records items are timed at 40 records below.
+CHECKED = ["harness_overhead_pytorch", "startup_pytorch", "scaling_pytorch", "input_pipeline_ddp", "gpu_amp_pytorch"]
 NAMES = {"harness_overhead.pytorch-synthetic", "startup.pytorch-synthetic", "scaling.pytorch-synthetic",
-         "input_pipeline.tf-cifar", "input_pipeline.mxnet-imagenet", "input_pipeline.pytorch-ddp",
-         "scaling.mxnet-imagenet", "report_10k_records_s", "query_10k_records_s", "compare_10k_records_s"}
+         "input_pipeline.pytorch-ddp"}
 
 
 def met(value: float, op: str, target: float) -> bool:
@@ -62,14 +60,12 @@ def test_make_bench_tiny_writes_ratios(tmp_path, pytorch_stack):
                 name, entry["sides"])
             if name != "startup.pytorch-synthetic":
                 assert len(entry["settings"]["round_ratios"]) == 2
-    assert {k for k, e in data["results"].items() if not e["sides"]} - {"gpu_amp.pytorch-synthetic"} == {
-        "report_10k_records_s", "query_10k_records_s", "compare_10k_records_s"}
+    assert all(e["sides"] for k, e in data["results"].items() if k != "gpu_amp.pytorch-synthetic")
     startup = data["results"]["startup.pytorch-synthetic"]
     assert startup["value"] >= 0 and min(startup["settings"]["suite_s"] + startup["settings"]["direct_s"]) > 0
     half = len(os.sched_getaffinity(0)) // 2
-    for name in ("scaling.pytorch-synthetic", "scaling.mxnet-imagenet"):  # each worker bound to its own cores
-        side = data["results"][name]["sides"]["one_worker_img_s"]
-        assert side["cpu_bind"] == ["cores"] and side["cpus_per_worker"] == [half], side
+    side = data["results"]["scaling.pytorch-synthetic"]["sides"]["one_worker_img_s"]  # bound to its own cores
+    assert side["cpu_bind"] == ["cores"] and side["cpus_per_worker"] == [half], side
     overhead = data["results"]["harness_overhead.pytorch-synthetic"]
     assert set(overhead["sides"]) == {"suite_img_s", "bare_under_horovodrun_img_s", "bare_img_s"}
     assert re.search(r"^  split: bare loop alone [0-9.]+ img/s; under horovodrun [0-9.]+ \([0-9.]+ of alone",

@@ -5,6 +5,7 @@ outlives it. The engine and the images are tests/docker_fixtures.py's."""
 
 import hashlib
 import json
+import os
 import re
 import signal
 import subprocess
@@ -125,7 +126,8 @@ def test_ddp_workers_train_in_the_image(cpu_images, suite_cli):
 def cifar_data(tmp_path_factory) -> Path:
     data = tmp_path_factory.mktemp("cifar")
     made = subprocess.run([sys.executable, "-m", "suite", "data", "--case", "tf-cifar", "--synthetic", "--data-dir",
-                           str(data)], cwd=ROOT, capture_output=True, text=True, timeout=900)
+                           str(data), "--", "--train-per-batch", "16", "--test-images", "16"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=900)
     assert made.returncode == 0, made.stderr[-2000:]
     return data
 
@@ -175,18 +177,25 @@ KILL_RANK_1 = ('for p in /proc/[0-9]*; do if tr "\\0" "\\n" < "$p/environ" 2>/de
 def test_a_fault_ends_the_job_within_60_s_and_no_container_survives(cpu_images, tmp_path, fault):
     """Rank 1 killed inside its container mid-run (as the kernel's OOM killer would), or Ctrl-C to
     the runner: the job ends within 60 s with a failed record, and no container of the run is left."""
-    from faults import alive, failed_record_after, start_run, wait_for_ranks
+    from faults import failed_record_after, start_run, wait_for_ranks
 
     runner = start_run(tmp_path, "--case", "pytorch-ddp", "--runtime", "docker", "--gpus-per-node", "2",
                        case_args=tiny("pytorch-ddp", num_iters=1000))
-    pids = wait_for_ranks(tmp_path, 2)
-    [container] = session_containers()  # torchrun and both ranks
-    assert container.status == "running" and all(alive(p) for p in pids.values())  # positive control
-    if fault == "the runner interrupted":
-        runner.send_signal(signal.SIGINT)
-    else:
-        assert b"killed" in container.exec_run(["sh", "-c", KILL_RANK_1]).output
-    record = failed_record_after(runner, tmp_path, leftovers=session_containers)
+    try:
+        pids = wait_for_ranks(tmp_path, 2)  # as the ranks see them: pids of the container's namespace
+        [container] = session_containers()  # torchrun and both ranks
+        ranks_alive = container.exec_run(["sh", "-c", "kill -0 " + " ".join(map(str, pids.values()))]).exit_code == 0
+        assert container.status == "running" and ranks_alive  # positive control
+        if fault == "the runner interrupted":
+            runner.send_signal(signal.SIGINT)
+        else:
+            assert b"killed" in container.exec_run(["sh", "-c", KILL_RANK_1]).output
+        record = failed_record_after(runner, tmp_path, leftovers=session_containers)
+    finally:  # a failed assertion above leaves nothing for the next test to find
+        if runner.poll() is None:
+            os.killpg(runner.pid, signal.SIGKILL)
+        for container in session_containers():
+            container.remove(force=True)
     if fault == "the runner interrupted":
         assert record["reason"].startswith("interrupted"), record["reason"]
     else:
@@ -216,10 +225,10 @@ def test_cleanup_removes_a_container_whose_client_was_killed(cpu_images):
     assert said == ["docker: removed 1 container(s) that outlived their process"]
 
 
-# pytorch-horovod's definition is left out for time (its %post compiles Horovod: 4 minutes here); its
+# Two stacks' definitions, one with an extra index and one without, rendered by the same code as the
+# others'. pytorch-horovod's is left out for time (its %post compiles Horovod: 4 minutes here); its
 # %post is the same post-install.sh run that its Dockerfile's RUN lines make for the image tested above.
-@pytest.mark.parametrize("stack, says", [("pytorch", "torch 2.13.0+cpu"), ("mxnet", "mxnet 1.9.1"),
-                                         ("tensorflow", "tensorflow 2.21.0")])
+@pytest.mark.parametrize("stack, says", [("pytorch", "torch 2.13.0+cpu"), ("mxnet", "mxnet 1.9.1")])
 def test_definition_post_and_test_sections_run_in_the_base(cpu_images, tmp_path, stack, says):
     """Apptainer is not installable here; its build runs the definition's %post in a root filesystem
     of the base with %files copied in, then %test with %environment sourced. The same, in a container

@@ -178,6 +178,8 @@ def test_report_on_real_runs_of_every_case(tmp_path, pytorch_stack, chromium):
         assert done.returncode == 0, done.stdout + done.stderr
 
     common = ["--results-dir", str(results), "--runs-dir", str(runs), "--data-dir", str(data)]
+    few_images = {"tf-cifar": ["--train-per-batch", "16", "--test-images", "16"],  # an epoch of a few steps
+                  "pytorch-ddp": ["--classes", "2", "--train-per-class", "16", "--val-per-class", "4"]}
     for name in known_cases():
         case = load_case(name)
         without_data = case.spec.get("data", {}).get("unless_option")  # e.g. mxnet's --benchmark
@@ -185,7 +187,7 @@ def test_report_on_real_runs_of_every_case(tmp_path, pytorch_stack, chromium):
         try:
             case.check_data(case.parse_options(list(args)), data)
         except UsageError:  # the case reads data at these sizes: a small generated set
-            suite("data", "--case", name, "--synthetic", "--data-dir", str(data))
+            suite("data", "--case", name, "--synthetic", "--data-dir", str(data), "--", *few_images[name])
         suite("run", "--case", name, *common, "--", *args)
     out = tmp_path / "site"
     suite("report", "--results-dir", str(results), "--out", str(out))

@@ -65,9 +65,13 @@ def run_suite(how: str, case: str, case_args, data: Path, tmp_path: Path, *extra
     return subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=900)
 
 
+# Every launcher in a batch job the runner submits; inside an allocation made by salloc, the runner
+# starts its job steps the same way (srun in the allocation it is in), shown with two launchers.
+EVERY_LAUNCHER = [(name, "sbatch") for name in RUNS] + [("pslite", "salloc"), ("ddp-torchrun", "salloc")]
+
+
 @pytest.mark.integration
-@pytest.mark.parametrize("how", ["sbatch", "salloc"])
-@pytest.mark.parametrize("name", list(RUNS))
+@pytest.mark.parametrize("name, how", EVERY_LAUNCHER, ids=[f"{name}-{how}" for name, how in EVERY_LAUNCHER])
 def test_every_case_on_two_slurm_nodes_without_ssh(slurm_two_nodes, datasets, no_ssh, tmp_path, name, how):
     case, case_args, placed = RUNS[name]
     done = run_suite(how, case, case_args, datasets, tmp_path, "--scheduler", "slurm")

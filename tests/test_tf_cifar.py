@@ -22,7 +22,7 @@ from suite.schema import validate
 
 CASE_DIR = ROOT / "cases" / "tf-cifar"
 TINY = tiny("tf-cifar")
-TRAIN_PER_BATCH, TEST_IMAGES = 32, 32  # 160 training images: 20 steps of 8, or 10 of 2 x 8
+TRAIN_PER_BATCH, TEST_IMAGES = 16, 16  # 80 training images: 10 steps of 8, or 5 of 2 x 8
 
 
 def case_module(name: str):
