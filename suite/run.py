@@ -9,7 +9,7 @@ import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from suite import paths, plugins
+from suite import paths, plugins, strays
 from suite.binding import POLICIES
 from suite.cases import Case, load_case
 from suite.clusters import Cluster, load_cluster
@@ -239,6 +239,7 @@ def run_point(req: RunRequest, checked: Checked, world: World, stack_env, failur
                 reps.append(run_repetition(index, plan, checked.scheduler, rep_dir, checked.timeout_s,
                                            checked.stall_s, checked.cluster_profile))
             finally:
+                strays.end(rep_dir, log)
                 checked.runtime.cleanup(stack_env, log)
     except KeyboardInterrupt:
         failure = INTERRUPTED

@@ -4,6 +4,8 @@ the run behind and leave a failed record that says why (tests/faults.py)."""
 
 import os
 import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -70,3 +72,29 @@ def test_a_dying_parameter_server_ends_the_job(tmp_path):
     os.kill(victim, signal.SIGKILL)
     record = failed_record_after(runner, tmp_path, family)
     assert record["reason"].startswith(f"repetition 0: {name} on {env['DMLC_NODE_HOST']} was killed by signal 9 (SIGKILL)")
+
+
+def test_processes_of_a_repetition_that_left_its_process_groups_are_ended(tmp_path):
+    """A descendant in a session of its own (as Horovod's middleman starts workers) is not reached by
+    the signal to its scheduler's process group; the runner ends it by the repetition folder in its
+    environment, SIGKILL where SIGTERM is ignored, and leaves other runs' processes alone."""
+    from suite import strays
+
+    rep = tmp_path / "rep-0"
+    ignores_term = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print(flush=True); time.sleep(300)"
+    started = [subprocess.Popen(argv, env={**os.environ, "SUITE_RUN_DIR": str(folder)}, start_new_session=True,
+                                stdout=subprocess.PIPE)
+               for argv, folder in [(["sleep", "300"], rep), ([sys.executable, "-c", ignores_term], rep),
+                                    (["sleep", "300"], tmp_path / "rep-1")]]
+    stray, stubborn, other = started
+    stubborn.stdout.readline()  # its handler is set
+    try:
+        assert sorted(strays.of_repetition(rep)) == sorted([stray.pid, stubborn.pid])  # positive control
+        said = []
+        strays.end(rep, said.append)
+        assert stray.wait(timeout=10) == -signal.SIGTERM and stubborn.wait(timeout=10) == -signal.SIGKILL
+        assert other.poll() is None and strays.of_repetition(rep) == []
+        assert said == ["ended 2 process(es) of the repetition that outlived their process groups"]
+    finally:
+        for process in started:
+            process.kill()
