@@ -67,7 +67,7 @@ def run_suite(how: str, case: str, case_args, data: Path, tmp_path: Path, *extra
 
 # Every launcher in a batch job the runner submits; inside an allocation made by salloc, the runner
 # starts its job steps the same way (srun in the allocation it is in), shown with two launchers.
-EVERY_LAUNCHER = [(name, "sbatch") for name in RUNS] + [("pslite", "salloc"), ("ddp-torchrun", "salloc")]
+EVERY_LAUNCHER = [(name, "sbatch") for name in RUNS] + [("pslite", "salloc"), ("ddp-ranks", "salloc")]
 
 
 @pytest.mark.integration

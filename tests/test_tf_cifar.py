@@ -267,7 +267,7 @@ def check_common(record: dict, devices: int) -> dict:
 
 
 @pytest.mark.integration
-@pytest.mark.parametrize("replicas", [1, 2])
+@pytest.mark.parametrize("replicas", [2])  # one replica is the same path (test_report runs it)
 def test_mirrored_strategy_run(suite_cli, cifar_dir, replicas):
     result = suite_cli("run", "--case", "tf-cifar", "--gpus-per-node", str(replicas), "--data-dir", str(cifar_dir),
                        case_args=TINY)
