@@ -13,17 +13,20 @@ from pathlib import Path
 GRACE_S = 3
 
 
+def carries(pid: int, variable: bytes) -> bool:
+    """Whether the environment of process pid holds `variable` (b"NAME=value") exactly."""
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            return variable in f.read().split(b"\0")
+    except OSError:  # ended meanwhile, or not ours to read
+        return False
+
+
 def of_repetition(rep_dir: Path | str) -> list[int]:
     """Live processes of this machine (not this one) whose environment holds SUITE_RUN_DIR=rep_dir."""
-    marker = f"SUITE_RUN_DIR={rep_dir}".encode()
-    found = []
-    for environ in Path("/proc").glob("[0-9]*/environ"):
-        try:
-            if marker in environ.read_bytes().split(b"\0"):
-                found.append(int(environ.parent.name))
-        except (OSError, ValueError):  # ended meanwhile, or not ours to read
-            continue
-    return [pid for pid in found if pid != os.getpid()]
+    variable = f"SUITE_RUN_DIR={rep_dir}".encode()
+    pids = (int(entry.name) for entry in Path("/proc").iterdir() if entry.name.isdigit())
+    return [pid for pid in pids if pid != os.getpid() and carries(pid, variable)]
 
 
 def end(rep_dir: Path | str, log) -> None:

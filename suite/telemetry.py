@@ -20,6 +20,8 @@ import socket
 import sys
 import time
 
+from suite import strays
+
 RAPL_GLOB = "/sys/class/powercap/intel-rapl:[0-9]*"  # packages; their sub-zones (core, dram) are not summed
 
 
@@ -130,11 +132,7 @@ class RunProcesses:
         return total, count
 
     def _ours(self, pid: int) -> bool:
-        try:
-            with open(f"/proc/{pid}/environ", "rb") as f:
-                return self.match in f.read().split(b"\0")
-        except OSError:
-            return False
+        return strays.carries(pid, self.match)
 
 
 class Stop(Exception):
