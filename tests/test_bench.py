@@ -6,6 +6,7 @@ import json
 import math
 import os
 import re
+import statistics
 import subprocess
 import sys
 
@@ -62,7 +63,11 @@ def test_make_bench_tiny_writes_ratios(tmp_path, pytorch_stack):
                 assert len(entry["settings"]["round_ratios"]) == 2
     assert all(e["sides"] for k, e in data["results"].items() if k != "gpu_amp.pytorch-synthetic")
     startup = data["results"]["startup.pytorch-synthetic"]
-    assert startup["value"] >= 0 and min(startup["settings"]["suite_s"] + startup["settings"]["direct_s"]) > 0
+    # Both sides take time; their difference is the figure and, on a busy host, may fall either side of 0
+    # (a negative one is printed as missed, checked above), so only its finiteness is asserted here.
+    assert min(startup["settings"]["suite_s"] + startup["settings"]["direct_s"]) > 0
+    assert startup["value"] == pytest.approx(statistics.median(startup["settings"]["suite_s"])
+                                             - statistics.median(startup["settings"]["direct_s"]), abs=1e-6)
     half = len(os.sched_getaffinity(0)) // 2
     side = data["results"]["scaling.pytorch-synthetic"]["sides"]["one_worker_img_s"]  # bound to its own cores
     assert side["cpu_bind"] == ["cores"] and side["cpus_per_worker"] == [half], side
