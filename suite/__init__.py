@@ -1,6 +1,6 @@
 """Benchmark runner for distributed deep-learning training on HPC clusters.
 
-Kept free of imports: case scripts import `suite.probe` and `suite.options` inside framework stacks
+Kept free of imports: case scripts import `suite.instack.probe` and `suite.instack.case_options` inside framework stacks
 that do not have the runner's dependencies.
 """
 

@@ -8,12 +8,13 @@ import subprocess
 import sys
 from pathlib import Path
 
-from suite import paths, plugins, request
-from suite.cases import known_cases, load_case
-from suite.clusters import load_cluster
-from suite.errors import UsageError
-from suite.gpus import FLAVOURS
-from suite.options import build_parser
+from suite.base import paths
+from suite.base.errors import UsageError
+from suite.execution import plugins, request
+from suite.execution.clusters import load_cluster
+from suite.inputs.cases import known_cases, load_case
+from suite.inputs.host_gpus import FLAVOURS
+from suite.instack.case_options import build_parser
 
 RUN_EPILOG = """Case options go after '--' (Make: ARGS) and are checked against the case before anything
 starts, e.g.  python -m suite run --case pytorch-synthetic --gpus-per-node 2 -- --image-size 64 --batch-size 8
@@ -171,28 +172,28 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def cmd_run(args, case_args, argv) -> int:
-    from suite.run import run
+    from suite.execution.run import run
 
     return run(request.from_namespace(args, case_args, argv))
 
 
 def cmd_compare_frameworks(args, case_args, argv) -> int:
-    from suite.compare_frameworks import compare_frameworks
+    from suite.commands.compare_frameworks import compare_frameworks
 
     # The run options it shares with `run` (copied above) fill the request's fields of the same names.
     return compare_frameworks(request.from_namespace(args, case_args), args.tiny)
 
 
 def cmd_doctor(args, case_args, argv) -> int:
-    from suite.doctor import doctor
+    from suite.commands.doctor import doctor
 
     return doctor(args.cluster, args.case, args.flavour)
 
 
 def cmd_data(args, case_args, argv) -> int:
-    from suite.plan import StackRequest
+    from suite.execution.plan import StackRequest
     from suite.runtimes import local
-    from suite.stacks import load_stack
+    from suite.stacks.locks import load_stack
 
     case = load_case(args.case)
     if case.data_script is None:
@@ -206,7 +207,7 @@ def cmd_data(args, case_args, argv) -> int:
 
 
 def stack_of(args):
-    from suite.stacks import load_stack
+    from suite.stacks.locks import load_stack
 
     if not (args.case or args.stack):
         raise UsageError(f"{args.command} needs --case NAME or --stack NAME")
@@ -214,7 +215,7 @@ def stack_of(args):
 
 
 def cmd_install(args, case_args, argv) -> int:
-    from suite.stacks import ensure_installed, local_flavour
+    from suite.stacks.locks import ensure_installed, local_flavour
 
     if args.wheels and not args.wheels.is_dir():
         raise UsageError(f"WHEELS={args.wheels} is not a folder (fill one with `make wheels`)")
@@ -230,8 +231,8 @@ def cmd_install(args, case_args, argv) -> int:
 def cmd_wheels(args, case_args, argv) -> int:
     import time
 
-    from suite import wheelhouse
-    from suite.stacks import load_flavour
+    from suite.stacks import wheelhouse
+    from suite.stacks.locks import load_flavour
 
     stack = stack_of(args)
     flavours = [load_flavour(stack, name) for name in (args.flavour or FLAVOURS)]
@@ -259,7 +260,7 @@ def cmd_cases(args, case_args, argv) -> int:
 
 
 def cmd_validate(args, case_args, argv) -> int:
-    from suite.schema import validate
+    from suite.records.schema import validate
 
     bad = 0
     for path in args.records:
@@ -273,7 +274,7 @@ def cmd_validate(args, case_args, argv) -> int:
 
 
 def cmd_report(args, case_args, argv) -> int:
-    from suite.report import write_report
+    from suite.analysis.report import write_report
 
     for path in write_report(args.results_dir, args.out, warn=lambda m: print(m, file=sys.stderr)):
         print(path)
@@ -281,8 +282,8 @@ def cmd_report(args, case_args, argv) -> int:
 
 
 def cmd_query(args, case_args, argv) -> int:
-    from suite.index import Selection, devices_list
-    from suite.query import query
+    from suite.records.index import Selection, devices_list
+    from suite.records.query import query
 
     selection = Selection(case=args.case, cluster=args.cluster, stack=args.stack, fingerprint=args.fingerprint,
                           devices=devices_list(args.devices) if args.devices else (), since=args.since,
@@ -292,14 +293,14 @@ def cmd_query(args, case_args, argv) -> int:
 
 
 def cmd_predict(args, case_args, argv) -> int:
-    from suite.predict import predict
+    from suite.commands.predict import predict
 
     print(predict(args))
     return 0
 
 
 def cmd_rerun(args, case_args, argv) -> int:
-    from suite.rerun import rerun
+    from suite.execution.rerun import rerun
 
     if case_args:
         raise UsageError("rerun takes the case options from the record; nothing goes after '--'")
@@ -310,7 +311,7 @@ def cmd_rerun(args, case_args, argv) -> int:
 
 
 def cmd_compare(args, case_args, argv) -> int:
-    from suite.compare import compare, format_rows, select
+    from suite.analysis.compare import compare, format_rows, select
 
     if not 0 <= args.tolerance < 1:
         raise UsageError(f"--tolerance must be a fraction between 0 and 1, got {args.tolerance}")
@@ -325,12 +326,12 @@ def cmd_compare(args, case_args, argv) -> int:
 
 
 def cmd_containers(args, case_args, argv) -> int:
-    from suite import containers
+    from suite.execution import image_builds
 
     if args.action == "build":
-        containers.build(args.stack, args.flavour, args.tool, args.base, args.refresh_base, wheels=args.wheels)
+        image_builds.build(args.stack, args.flavour, args.tool, args.base, args.refresh_base, wheels=args.wheels)
         return 0
-    stale = containers.render(check=args.action == "check")
+    stale = image_builds.render(check=args.action == "check")
     for path in stale:
         print(f"{'stale' if args.action == 'check' else 'wrote'}: {path.relative_to(paths.ROOT)}")
     return 1 if stale and args.action == "check" else 0

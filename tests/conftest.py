@@ -7,7 +7,9 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-pytest_plugins = ["ci_skips"]  # under CI=true a skip fails the run unless it is allowed there
+# support.ci_skips: under CI=true a skip fails the run unless it is allowed there; the others hold the
+# fixtures of real daemons (sshd, SLURM, the Docker engine and its images)
+pytest_plugins = ["support.ci_skips", "support.cluster_fixtures", "support.docker_fixtures"]
 
 
 @pytest.fixture
@@ -30,14 +32,14 @@ def suite_cli(tmp_path):
 @pytest.fixture(scope="session")
 def pytorch_stack():
     """The real pytorch-horovod stack, installed once (a few minutes on a fresh machine)."""
-    from suite.stacks import ensure_installed, load_stack
+    from suite.stacks.locks import ensure_installed, load_stack
 
     return ensure_installed(load_stack("pytorch-horovod"))
 
 
 def tiny(case_name: str, **overrides) -> tuple[str, ...]:
     """The case's tiny sizes (the [tiny] table of its case.toml) as case argv; see Case.tiny_args."""
-    from suite.cases import load_case
+    from suite.inputs.cases import load_case
 
     return tuple(load_case(case_name).tiny_args(**overrides))
 
@@ -91,7 +93,7 @@ if os.environ.get("SUITE_TEST_ON_GPUS") != "1":
 
 def listed_gpus() -> int:
     """The NVIDIA GPUs this host has, as nvidia-smi lists them (whatever CUDA_VISIBLE_DEVICES says)."""
-    from suite.gpus import count_from_probe
+    from suite.inputs.host_gpus import count_from_probe
 
     try:
         listed = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=60).stdout
@@ -103,3 +105,10 @@ def listed_gpus() -> int:
 def usable_cores() -> list[int]:
     """The cores this process may run on (its affinity mask), in order."""
     return sorted(os.sched_getaffinity(0))
+
+
+def pytest_collection_modifyitems(config, items):
+    """Every test under tests/integration/ launches something real: it carries the integration marker."""
+    for item in items:
+        if "integration" in Path(str(item.fspath)).parts:
+            item.add_marker(pytest.mark.integration)

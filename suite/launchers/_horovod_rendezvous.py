@@ -13,7 +13,7 @@ def main(hosts: str, port: int) -> int:
     from horovod.runner.common.util.hosts import get_host_assignments, parse_hosts
     from horovod.runner.http import http_server
 
-    from suite.probe import announce
+    from suite.instack.probe import announce
 
     announce()
     parsed = parse_hosts(hosts)

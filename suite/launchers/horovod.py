@@ -15,9 +15,9 @@ RendezvousServer on the first host, a daemon process of the plan (suite/launcher
 import shutil
 from dataclasses import replace
 
-from suite.errors import UsageError
-from suite.net import free_port, is_local
-from suite.plan import Launch, Plan, Process, StackEnv
+from suite.base.errors import UsageError
+from suite.execution.plan import Launch, Plan, Process, StackEnv
+from suite.inputs.host_network import free_port, is_local
 
 
 def controller(stack_env: StackEnv) -> str:

@@ -16,10 +16,10 @@ over several nodes) and `num-servers` (0 = one per node). A single node with a n
 kvstore gets one worker and no ps-lite processes.
 """
 
-from suite.errors import UsageError
-from suite.hostfile import Host
-from suite.net import free_port
-from suite.plan import Launch, Plan, Process
+from suite.base.errors import UsageError
+from suite.execution.plan import Launch, Plan, Process
+from suite.inputs.host_network import free_port
+from suite.inputs.hostfiles import Host
 
 
 def distributed(kvstore: str, nodes: int) -> bool:

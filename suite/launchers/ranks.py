@@ -5,9 +5,9 @@ first host) and MASTER_PORT. A failing rank is a failing process of the plan, so
 the job itself. (A case started by a bare `srun` reads SLURM_PROCID, SLURM_LOCALID and SLURM_NTASKS
 instead; pytorch-ddp does.)"""
 
+from suite.execution.plan import Launch, Plan, Process
+from suite.inputs.host_network import free_port
 from suite.launchers.torchrun import ddp_details
-from suite.net import free_port
-from suite.plan import Launch, Plan, Process
 
 
 def plan(launch: Launch) -> Plan:

@@ -4,8 +4,8 @@ several nodes one process per node with MultiWorkerMirroredStrategy, told its pl
 
 import json
 
-from suite.net import free_port
-from suite.plan import Launch, Plan, Process
+from suite.execution.plan import Launch, Plan, Process
+from suite.inputs.host_network import free_port
 
 QUIET_TF = {"TF_CPP_MIN_LOG_LEVEL": "1"}  # TensorFlow's C++ INFO lines drown the progress
 

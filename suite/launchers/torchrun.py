@@ -12,8 +12,8 @@ every process inherits)."""
 
 from pathlib import Path
 
-from suite.net import free_port
-from suite.plan import Launch, Plan, Process
+from suite.execution.plan import Launch, Plan, Process
+from suite.inputs.host_network import free_port
 
 SHUTDOWN_S = 5  # agent's wait for its workers after SIGTERM before SIGKILL; within the scheduler's grace
 # Options of torchrun that not every torch has: the release that brought them. The stack's torch

@@ -14,11 +14,12 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from suite import container_base, containers, paths
-from suite.containers import Recipe, bind_list
-from suite.errors import UsageError
-from suite.gpus import host_gpus, pick_flavour
-from suite.plan import StackEnv, StackRequest
+from suite.base import paths
+from suite.base.errors import UsageError
+from suite.execution.plan import StackEnv, StackRequest
+from suite.inputs.host_gpus import host_gpus, pick_flavour
+from suite.stacks import image_base, images
+from suite.stacks.images import Recipe, bind_list
 
 IMAGES = "apptainer"  # what it builds images with (make containers TOOL=apptainer)
 BUILD_PREFERENCE = 0  # TOOL=auto tries it first: it is what HPC sites run
@@ -35,10 +36,10 @@ def prepare(want: StackRequest, log=print) -> StackEnv:
     if not image.exists():
         raise UsageError(f"no {flavour} image of stack {stack.name} at {image}: build it with `{build_hint}` "
                          "(or set SUITE_IMAGE)")
-    meta = containers.read_image_meta(meta_path(image), build_hint)
+    meta = images.read_image_meta(meta_path(image), build_hint)
     if meta.get("stack") != stack.name:
         raise UsageError(f"{image} holds stack {meta.get('stack')!r}, not {stack.name}")
-    containers.refuse_stale_image(stack, flavour, meta.get("lock_sha256"), log)
+    images.refuse_stale_image(stack, flavour, meta.get("lock_sha256"), log)
     log(f"stack {stack.name}: apptainer image {image} ({flavour}, sha256:{meta['image_sha256'][:12]})")
     return stack_env(tool, image, meta, gpus > 0, bind_list(want.binds))
 
@@ -57,7 +58,7 @@ def apptainer_program() -> str:
 def image_path(stack: str, flavour: str, image_dir: Path | None = None) -> Path:
     if os.environ.get("SUITE_IMAGE"):
         return Path(os.environ["SUITE_IMAGE"])
-    return Path(image_dir or containers.build_dir()) / f"{stack}-{flavour}.sif"
+    return Path(image_dir or images.build_dir()) / f"{stack}-{flavour}.sif"
 
 
 def meta_path(image: Path | str) -> Path:
@@ -68,7 +69,7 @@ def stack_env(tool: str, image: Path, meta: dict, gpus: bool, binds: list[str]) 
     prefix = (tool, "exec", *(["--nv"] if gpus else []), "--bind", ",".join(binds), str(image))
     return StackEnv(
         runtime="apptainer",
-        bin_dir=f"{containers.PREFIX}/bin",
+        bin_dir=f"{images.PREFIX}/bin",
         prefix=prefix,
         env={"PYTHONPATH": str(paths.ROOT)},
         facts=meta.get("facts", {}),
@@ -76,7 +77,7 @@ def stack_env(tool: str, image: Path, meta: dict, gpus: bool, binds: list[str]) 
             "stack": meta["stack"],
             "stack_lock_sha256": meta["lock_sha256"],
             "stack_recipe_sha256": meta.get("recipe_sha256"),
-            "stack_location": f"{image}:{containers.PREFIX}",
+            "stack_location": f"{image}:{images.PREFIX}",
             "stack_packages": meta.get("packages", {}),
             "runtime": "apptainer",
             "image": str(image),
@@ -102,14 +103,14 @@ def doctor_lines(cluster, stacks: list[str], flavour: str | None = None) -> list
 
 def recipe(fl) -> Recipe:
     """containers/<stack>/<flavour>.def: the shared build steps as %post, the image's test as %test."""
-    lines = ["Bootstrap: docker", f"From: {fl.base.removeprefix('docker://')}", *containers.header(fl), "",
-             "%files", f"    containers/{fl.stack.name} {containers.RECIPE}", "", "%post", "    set -eu"]
-    for step in containers.build_steps(fl):
+    lines = ["Bootstrap: docker", f"From: {fl.base.removeprefix('docker://')}", *images.header(fl), "",
+             "%files", f"    containers/{fl.stack.name} {images.RECIPE}", "", "%post", "    set -eu"]
+    for step in images.build_steps(fl):
         lines += [f"    {cmd}" for cmd in step]
-    lines += ["", "%environment", *(f'    export {k}="{v}"' for k, v in containers.environment(fl).items()), "",
-              "%labels", *(f"    {k} {v}" for k, v in containers.labels(fl).items()), "",
-              "%test", "    set -eu", *(f"    {cmd}" for cmd in containers.test_commands(fl)), "",
-              "%help", *(f"    {line}" for line in containers.help_text(fl))]
+    lines += ["", "%environment", *(f'    export {k}="{v}"' for k, v in images.environment(fl).items()), "",
+              "%labels", *(f"    {k} {v}" for k, v in images.labels(fl).items()), "",
+              "%test", "    set -eu", *(f"    {cmd}" for cmd in images.test_commands(fl)), "",
+              "%help", *(f"    {line}" for line in images.help_text(fl))]
     return Recipe(fl.stack.dir / f"{fl.name}.def", "\n".join(lines) + "\n")
 
 
@@ -120,7 +121,7 @@ def build_problem() -> str | None:
 def build_image(fl, inputs, log=print) -> dict:
     """`apptainer build` of a flavour's definition into the image folder, with its sha256 and metadata.
     The definition's base is its pinned one; WHEELS in the environment points pip at the wheel folder."""
-    image = containers.build_dir() / f"{fl.stack.name}-{fl.name}.sif"
+    image = images.build_dir() / f"{fl.stack.name}-{fl.name}.sif"
     image.parent.mkdir(parents=True, exist_ok=True)
     partial = image.with_suffix(".sif.partial")
     definition = recipe(fl).path.relative_to(paths.ROOT)
@@ -128,15 +129,15 @@ def build_image(fl, inputs, log=print) -> dict:
     subprocess.run(["apptainer", "build", "--force", str(partial), str(definition)],
                    cwd=paths.ROOT, check=True, env={**os.environ, "WHEELS": inputs.wheels})
     os.replace(partial, image)
-    digest = container_base.sha256_file(image)
+    digest = image_base.sha256_file(image)
     Path(f"{image}.sha256").write_text(f"{digest}  {image.name}\n")
 
     def cat(path):
         return subprocess.run(["apptainer", "exec", str(image), "cat", path], capture_output=True, text=True).stdout
 
-    meta = containers.write_image_meta(meta_path(image), fl, str(image), digest, "apptainer",
-                                       json.loads(cat(containers.FACTS) or "{}"),
-                                       containers.packages_from_pip_list(cat(containers.PACKAGES)),
-                                       container_base.pinned_base(fl.base))
+    meta = images.write_image_meta(meta_path(image), fl, str(image), digest, "apptainer",
+                                       json.loads(cat(images.FACTS) or "{}"),
+                                       images.packages_from_pip_list(cat(images.PACKAGES)),
+                                       image_base.pinned_base(fl.base))
     log(f"containers: {image} sha256:{digest}")
     return meta

@@ -1,6 +1,6 @@
 """Runs a stack from its Docker image through the Docker SDK, and builds that image
 (containers/<stack>/<flavour>.Dockerfile, rendered here from container.toml and the locks; `make
-containers TOOL=docker`, on the pinned base or on a Debian base made here: suite/container_base.py).
+containers TOOL=docker`, on the pinned base or on a Debian base made here: suite/stacks/image_base.py).
 
 The suite's schedulers start argv lists, so every program of the stack becomes
 `python -m suite.runtimes.docker --image REF --bind DIRS [--gpus] -- PROGRAM ARGS`: this module, run
@@ -20,16 +20,17 @@ import time
 import uuid
 from pathlib import Path
 
-from suite import container_base, containers, paths
-from suite.container_base import BASE_LABEL, parse_dpkg_list
-from suite.containers import Recipe, bind_list
-from suite.errors import UsageError
-from suite.gpus import host_gpus, pick_flavour
-from suite.plan import StackEnv, StackRequest
-from suite.procenv import forwarded_env
-from suite.stacks import Stack, load_stack
+from suite.base import paths
+from suite.base.env_policy import forwarded_env
+from suite.base.errors import UsageError
+from suite.execution.plan import StackEnv, StackRequest
+from suite.inputs.host_gpus import host_gpus, pick_flavour
+from suite.stacks import image_base, images
+from suite.stacks.image_base import BASE_LABEL, parse_dpkg_list
+from suite.stacks.images import Recipe, bind_list
+from suite.stacks.locks import Stack, load_stack
 
-SESSION_LABEL = f"{containers.LABEL}.session"
+SESSION_LABEL = f"{images.LABEL}.session"
 IMAGES = "a Docker engine"  # what it builds images with (make containers TOOL=docker)
 BUILD_PREFERENCE = 1  # TOOL=auto tries apptainer first
 BASES = ("pinned", "debian")
@@ -71,9 +72,9 @@ def prepare(want: StackRequest, log=print) -> StackEnv:
         raise UsageError(f"no Docker image {ref}: build it with `make containers STACK={stack.name} "
                          f"FLAVOUR={flavour} TOOL=docker` (or set SUITE_IMAGE)") from None
     labels = image.labels or {}
-    if labels.get(f"{containers.LABEL}.stack") != stack.name:
-        raise UsageError(f"image {ref} is not an image of stack {stack.name} (label {containers.LABEL}.stack)")
-    containers.refuse_stale_image(stack, flavour, labels.get(f"{containers.LABEL}.lock_sha256"), log)
+    if labels.get(f"{images.LABEL}.stack") != stack.name:
+        raise UsageError(f"image {ref} is not an image of stack {stack.name} (label {images.LABEL}.stack)")
+    images.refuse_stale_image(stack, flavour, labels.get(f"{images.LABEL}.lock_sha256"), log)
     facts, packages, system_packages = read_from_image(engine, ref)
     log(f"stack {stack.name}: docker image {ref} ({image.id[:19]})")
     env = stack_env(ref, image.id, labels, facts, packages, gpus > 0, bind_list(want.binds), uuid.uuid4().hex[:16])
@@ -88,7 +89,7 @@ def image_ref(stack: Stack, flavour: str, image_dir: Path | None = None) -> str:
     try:
         return json.loads(meta.read_text())["image"]
     except (OSError, ValueError, KeyError):
-        return tag(containers.load_flavour(stack, flavour))
+        return tag(images.load_flavour(stack, flavour))
 
 
 def tag(fl, base_kind: str = "pinned") -> str:
@@ -97,16 +98,16 @@ def tag(fl, base_kind: str = "pinned") -> str:
 
 
 def meta_path(stack: str, flavour: str) -> Path:
-    return containers.build_dir() / f"{stack}-{flavour}.docker.json"
+    return images.build_dir() / f"{stack}-{flavour}.docker.json"
 
 
 def read_from_image(engine, ref: str) -> tuple[dict, dict, dict]:
     """The stack's facts, its pip packages and the image's Debian packages, as the image holds them
     (one container; the files are separated by an ASCII record separator)."""
-    files = (containers.FACTS, containers.PACKAGES, containers.SYSTEM_PACKAGES)
+    files = (images.FACTS, images.PACKAGES, images.SYSTEM_PACKAGES)
     script = "; ".join(f"cat {path} 2>/dev/null; printf '\\036'" for path in files)
     facts, packages, system = engine.containers.run(ref, ["sh", "-c", script], remove=True).decode().split("\x1e")[:3]
-    return (json.loads(facts.strip() or "{}"), containers.packages_from_pip_list(packages.strip()),
+    return (json.loads(facts.strip() or "{}"), images.packages_from_pip_list(packages.strip()),
             parse_dpkg_list(system))
 
 
@@ -114,7 +115,7 @@ def base_of(labels: dict) -> dict:
     """The base the image was built on, from its labels (a Debian base made here labels itself)."""
     base = {k.removeprefix(f"{BASE_LABEL}."): v for k, v in labels.items()
             if k.startswith(f"{BASE_LABEL}.") and k != f"{BASE_LABEL}.spec"}
-    return {"kind": base.pop("kind", "pinned"), "ref": labels.get(f"{containers.LABEL}.base_ref"), **base}
+    return {"kind": base.pop("kind", "pinned"), "ref": labels.get(f"{images.LABEL}.base_ref"), **base}
 
 
 def stack_env(ref: str, image_id: str, labels: dict, facts: dict, packages: dict, gpus: bool,
@@ -123,21 +124,21 @@ def stack_env(ref: str, image_id: str, labels: dict, facts: dict, packages: dict
               "--session", session, *(["--gpus"] if gpus else []), "--")
     return StackEnv(
         runtime="docker",
-        bin_dir=f"{containers.PREFIX}/bin",
+        bin_dir=f"{images.PREFIX}/bin",
         prefix=prefix,
         env={"PYTHONPATH": str(paths.ROOT)},
         facts=facts,
         provenance={
-            "stack": labels.get(f"{containers.LABEL}.stack"),
-            "stack_lock_sha256": labels.get(f"{containers.LABEL}.lock_sha256"),
-            "stack_recipe_sha256": labels.get(f"{containers.LABEL}.recipe_sha256"),
-            "stack_location": f"{ref}:{containers.PREFIX}",
+            "stack": labels.get(f"{images.LABEL}.stack"),
+            "stack_lock_sha256": labels.get(f"{images.LABEL}.lock_sha256"),
+            "stack_recipe_sha256": labels.get(f"{images.LABEL}.recipe_sha256"),
+            "stack_location": f"{ref}:{images.PREFIX}",
             "stack_packages": packages,
             "runtime": "docker",
             "image": ref,
             "image_sha256": image_id.removeprefix("sha256:"),
-            "image_flavour": labels.get(f"{containers.LABEL}.flavour"),
-            "stack_flavour": labels.get(f"{containers.LABEL}.flavour"),
+            "image_flavour": labels.get(f"{images.LABEL}.flavour"),
+            "stack_flavour": labels.get(f"{images.LABEL}.flavour"),
             "image_base": base_of(labels),
         },
     )
@@ -161,7 +162,7 @@ def doctor_lines(cluster, stacks: list[str], flavour: str | None = None) -> list
 
 
 def container_env(environ: dict) -> dict:
-    """What launchers and cases set (suite.procenv's policy), not the host's whole environment."""
+    """What launchers and cases set (suite.base.env_policy's policy), not the host's whole environment."""
     return {**forwarded_env(environ), "HOME": "/tmp"}  # the caller's uid has no home in the image
 
 
@@ -200,7 +201,7 @@ def run_options(image: str, argv: list[str], binds: list[str], gpus: bool, envir
         "ipc_mode": "host",  # shared memory for NCCL, Gloo and data loaders
         "user": f"{os.getuid()}:{os.getgid()}",  # files in the run directory stay the caller's
         "init": True,
-        "labels": {SESSION_LABEL: session, f"{containers.LABEL}.client_pid": str(os.getpid())},
+        "labels": {SESSION_LABEL: session, f"{images.LABEL}.client_pid": str(os.getpid())},
         "device_requests": [DeviceRequest(count=-1, capabilities=[["gpu"]])] if gpus else None,
     }
 
@@ -243,17 +244,17 @@ def recipe(fl) -> Recipe:
     run at build time; the base is a build argument (the pinned one by default)."""
     lines = ["# BASE: the pinned upstream image by default; `make containers BASE=debian` passes a Debian",
              "# base made from Debian's packages. WHEELS: the wheel folder's URL pip installs from.",
-             f"ARG BASE={fl.base.removeprefix('docker://')}", "FROM ${BASE}", *containers.header(fl),
+             f"ARG BASE={fl.base.removeprefix('docker://')}", "FROM ${BASE}", *images.header(fl),
              "# Build in a context holding containers/ (python -m suite containers build --tool docker does).",
-             *(f"# {line}" for line in containers.help_text(fl)), "", "ARG BASE", "ARG WHEELS",
-             *(f'LABEL {k}="{v}"' for k, v in containers.labels(fl, "${BASE}").items()),
-             f"COPY containers/{fl.stack.name} {containers.RECIPE}"]
-    for step in containers.build_steps(fl):
+             *(f"# {line}" for line in images.help_text(fl)), "", "ARG BASE", "ARG WHEELS",
+             *(f'LABEL {k}="{v}"' for k, v in images.labels(fl, "${BASE}").items()),
+             f"COPY containers/{fl.stack.name} {images.RECIPE}"]
+    for step in images.build_steps(fl):
         lines.append("RUN " + " && \\\n    ".join(step))
-    environment = containers.environment(fl).items()
+    environment = images.environment(fl).items()
     lines.append("ENV " + " ".join(f'{k}="{v.replace("$PATH", "${PATH}")}"' for k, v in environment))
     lines.append("# the definition's %test, run at build time")
-    lines.append("RUN " + " && \\\n    ".join(containers.test_commands(fl)))
+    lines.append("RUN " + " && \\\n    ".join(images.test_commands(fl)))
     return Recipe(fl.stack.dir / f"{fl.name}.Dockerfile", "\n".join(lines) + "\n")
 
 
@@ -264,7 +265,7 @@ def build_problem() -> str | None:
 def check_build(fl, base: str) -> None:
     """A Debian base made here (BASE=debian) has no CUDA, and needs mmdebstrap or debootstrap."""
     if base == "debian":
-        container_base.check_debian(fl.name)
+        image_base.check_debian(fl.name)
 
 
 def build_image(fl, inputs, log=print) -> dict:
@@ -273,9 +274,9 @@ def build_image(fl, inputs, log=print) -> dict:
     base, with its metadata read back from the built image."""
     engine = client(timeout=600)
     if inputs.base == "debian":
-        base = container_base.debian_base(engine, log, inputs.refresh_base)
+        base = image_base.debian_base(engine, log, inputs.refresh_base)
     else:
-        base = container_base.pinned_base(fl.base)
+        base = image_base.pinned_base(fl.base)
         require_pinned_base(engine, base["ref"])
     image_tag = tag(fl, base["kind"])
     dockerfile = recipe(fl).path
@@ -284,7 +285,7 @@ def build_image(fl, inputs, log=print) -> dict:
     image_id = stream_build(engine, fl, image_tag, dockerfile, {"BASE": base["ref"], "WHEELS": inputs.wheels}, log)
 
     facts, packages, _ = read_from_image(engine, image_tag)
-    meta = containers.write_image_meta(meta_path(fl.stack.name, fl.name), fl, image_tag,
+    meta = images.write_image_meta(meta_path(fl.stack.name, fl.name), fl, image_tag,
                                        image_id.removeprefix("sha256:"), "docker", facts, packages, base)
     size_mb = engine.images.get(image_tag).attrs["Size"] / 1e6
     log(f"containers: {image_tag} {image_id} ({size_mb:.0f} MB, built in {time.monotonic() - started:.0f} s)")

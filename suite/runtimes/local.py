@@ -2,10 +2,10 @@
 that fits the hosts (cuda where they have GPUs, cpu otherwise; FLAVOUR overrides), from the package
 index or from a wheel folder (WHEELS, for machines without network)."""
 
-from suite import paths
-from suite.errors import UsageError
-from suite.plan import StackEnv, StackRequest
-from suite.stacks import ensure_installed, find_installed, load_stack, local_flavour, local_prefix
+from suite.base import paths
+from suite.base.errors import UsageError
+from suite.execution.plan import StackEnv, StackRequest
+from suite.stacks.locks import ensure_installed, find_installed, load_stack, local_flavour, local_prefix
 
 
 def prepare(want: StackRequest, log=print) -> StackEnv:

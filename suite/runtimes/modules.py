@@ -26,11 +26,11 @@ import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
-from suite import paths
-from suite.errors import UsageError
-from suite.jsonfile import write_json_atomic
-from suite.plan import StackEnv, StackRequest
-from suite.plugins import Setting, output_here, run_on_first_host
+from suite.base import paths
+from suite.base.errors import UsageError
+from suite.base.jsonfile import write_json_atomic
+from suite.execution.plan import StackEnv, StackRequest
+from suite.execution.plugins import Setting, output_here, run_on_first_host
 
 PROFILE = {
     "init": Setting(str, None, "the module system's shell init file (default: found on each host: "

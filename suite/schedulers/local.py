@@ -14,9 +14,9 @@ import time
 from collections import deque
 from pathlib import Path
 
-from suite.errors import UsageError
-from suite.hostfile import profile_hostfile, read_hostfile
-from suite.plan import Plan, Process, ProcessResult
+from suite.base.errors import UsageError
+from suite.execution.plan import Plan, Process, ProcessResult
+from suite.inputs.hostfiles import profile_hostfile, read_hostfile
 
 GRACE_S = 10
 DAEMON_GRACE_S = 3

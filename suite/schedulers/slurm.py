@@ -31,11 +31,12 @@ from pathlib import Path
 
 import hostlist
 
-from suite import paths
-from suite.errors import INTERRUPTED, UsageError, log
-from suite.hostfile import Host
-from suite.plan import Plan, Process, ProcessResult
-from suite.plugins import BatchJob, Setting, TakenOver, command_line, output_here
+from suite.base import paths
+from suite.base.errors import INTERRUPTED, UsageError
+from suite.base.log import log
+from suite.execution.plan import Plan, Process, ProcessResult
+from suite.execution.plugins import BatchJob, Setting, TakenOver, command_line, output_here
+from suite.inputs.hostfiles import Host
 from suite.schedulers.local import Placement, run_plan
 
 POLL_S = 2.0  # the job's output; its state every POLL_S for the first minute, then every STATE_POLL_S
@@ -152,7 +153,7 @@ def srun_argv(spec: Process, step: str, mpi: str = PROFILE["mpi"].default) -> li
                  f"--nodelist={','.join(tasks)}", f"--mpi={mpi}"]
     else:
         where = ["--nodes=1", "--ntasks=1", "--ntasks-per-node=1", f"--nodelist={spec.host}"]
-    # With --cpu-bind the ranks bind themselves to their share of the node (suite/binding.py): SLURM's
+    # With --cpu-bind the ranks bind themselves to their share of the node (suite/instack/cpu_binding.py): SLURM's
     # own binding of a step would narrow what they split.
     bind = ["--cpu-bind=none"] if spec.env.get("SUITE_CPU_BIND", "none") != "none" else []
     return ["srun", "--overlap", *where, *bind, f"--job-name={step}", f"--chdir={spec.cwd}", "--kill-on-bad-exit=1",

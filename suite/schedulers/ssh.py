@@ -31,12 +31,12 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from suite.errors import UsageError
-from suite.hostfile import profile_hostfile, read_hostfile
-from suite.net import is_local
-from suite.plan import Plan, Process, ProcessResult
-from suite.plugins import BatchJob, Setting, command_line, output_here
-from suite.procenv import forwarded_env, masked_env
+from suite.base.env_policy import forwarded_env, masked_env
+from suite.base.errors import UsageError
+from suite.execution.plan import Plan, Process, ProcessResult
+from suite.execution.plugins import BatchJob, Setting, command_line, output_here
+from suite.inputs.host_network import is_local
+from suite.inputs.hostfiles import profile_hostfile, read_hostfile
 from suite.schedulers.local import Placement, run_plan
 
 PROFILE = {

@@ -1,0 +1,139 @@
+"""`suite compare A B`: throughput of B against A, per case x cluster x stack x device count.
+
+A side is a record file, a folder of records, or a folder with a selection of its records after `?`
+in the fields of `suite query` (read from the folder's results index, suite/records/index.py):
+  reports/results?case=pytorch-ddp&cluster=jsc&stack=pytorch&fingerprint=ab12&devices=8,16&since=2026-11-01
+--case, --cluster and --since narrow both sides further. When a configuration has several records on a
+side, the latest counts. Verdicts:
+  faster / slower     the difference is beyond --tolerance and beyond noise
+  same                within the tolerance, or not distinguishable from noise
+  not comparable      model, image size, batch, dtype, data or stack lock (a site's environment) differ
+  only in A / only in B
+Beyond noise: where both sides have >= 2 repetitions, Welch's t-test on the repetition means gives
+p < 0.05; otherwise the two 95% confidence intervals do not overlap (a side without an interval
+counts as exact). Exit status 1 when any configuration is slower.
+"""
+
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import parse_qsl
+
+from scipy import stats
+
+from suite.base.errors import UsageError
+from suite.base.stats import fmt_number
+from suite.records.index import Selection, devices_list
+from suite.records.read import Point, latest, load_points
+
+
+@dataclass
+class Row:
+    key: tuple
+    a: Point | None
+    b: Point | None
+    diff_pct: float | None = None
+    p_value: float | None = None
+    verdict: str = ""
+    note: str = ""
+
+
+SIDE_FIELDS = ("case", "cluster", "stack", "fingerprint", "devices", "since", "until")
+NEWEST_PER = ("case_name", "cluster", "stack", "devices")  # the index's columns of _latest's key
+
+
+def select(source: str, case: str | None, cluster: str | None, since: str | None, warn=print) -> list[Point]:
+    """The records of a side that count: of a folder only the latest per configuration, chosen by the
+    index (of 10,000 records, a few dozen are read)."""
+    path, chosen = side(source)
+    given = Selection(case=case, cluster=cluster, since=since)
+    points = load_points(path, warn, chosen, given, newest_per=NEWEST_PER)
+    return [p for p in points if (not case or p.case == case) and (not cluster or p.cluster == cluster)
+            and (not since or p.finished_at >= since)]
+
+
+def side(source: str) -> tuple[Path, Selection]:
+    """A side as given: a record file or folder, or FOLDER?FIELD=VALUE&... (SIDE_FIELDS)."""
+    folder, mark, query = source.partition("?")
+    if Path(source).exists() or not mark:
+        if not Path(source).exists():
+            raise UsageError(f"no such record file or folder: {source}")
+        return Path(source), Selection()
+    if not Path(folder).is_dir():
+        raise UsageError(f"a selection (after '?') needs a folder of records: no such folder {folder}")
+    try:
+        fields = dict(parse_qsl(query, strict_parsing=True))
+    except ValueError:
+        raise UsageError(f"selection {query!r}: FIELD=VALUE pairs joined by '&', "
+                         "e.g. case=pytorch-ddp&since=2026-11-01") from None
+    unknown = sorted(set(fields) - set(SIDE_FIELDS))
+    if unknown:
+        raise UsageError(f"selection {query!r}: unknown field(s) {', '.join(unknown)}; known: {', '.join(SIDE_FIELDS)}")
+    if "devices" in fields:
+        fields["devices"] = devices_list(fields["devices"])
+    return Path(folder), Selection(**fields)
+
+
+def _latest(points: list[Point]) -> dict[tuple, Point]:
+    return latest(points, lambda p: (p.case, p.cluster, p.stack, p.devices))
+
+
+def _beyond_noise(a: Point, b: Point) -> tuple[bool, float | None]:
+    ra, rb = a.throughput["repetitions"], b.throughput["repetitions"]
+    if len(ra) >= 2 and len(rb) >= 2:
+        p_value = float(stats.ttest_ind(ra, rb, equal_var=False).pvalue)
+        return p_value < 0.05, p_value
+    lo_a, hi_a = _interval(a)
+    lo_b, hi_b = _interval(b)
+    return hi_b < lo_a or hi_a < lo_b, None
+
+
+def _interval(p: Point) -> tuple[float, float]:
+    mean, ci = p.throughput["mean"], p.throughput["ci95"] or 0.0
+    return mean - ci, mean + ci
+
+
+def compare(a_points: list[Point], b_points: list[Point], tolerance: float) -> list[Row]:
+    a, b = _latest(a_points), _latest(b_points)
+    rows = []
+    for key in sorted(set(a) | set(b)):
+        rows.append(judge(Row(key, a.get(key), b.get(key)), tolerance))
+    return rows
+
+
+def judge(row: Row, tolerance: float) -> Row:
+    """Fills the row's difference, p-value and verdict (also used by `suite rerun` for one pair)."""
+    if row.a is None or row.b is None:
+        row.verdict = "only in A" if row.b is None else "only in B"
+        return row
+    if row.a.config_key != row.b.config_key:
+        row.verdict = "not comparable"
+        row.note = _differences(row.a, row.b)
+        return row
+    mean_a, mean_b = row.a.throughput["mean"], row.b.throughput["mean"]
+    row.diff_pct = 100 * (mean_b - mean_a) / mean_a
+    beyond, row.p_value = _beyond_noise(row.a, row.b)
+    if abs(row.diff_pct) <= 100 * tolerance or not beyond:
+        row.verdict = "same"
+    else:
+        row.verdict = "faster" if row.diff_pct > 0 else "slower"
+    return row
+
+
+def _differences(a: Point, b: Point) -> str:
+    # A site's environment (runtime modules) has a fingerprint where a stack has its lock.
+    site = "modules" in (a.record["execution"].get("runtime"), b.record["execution"].get("runtime"))
+    names = ["model", "image size", "batch", "dtype", "data", "environment" if site else "stack lock"]
+    return "; ".join(f"{n}: {x} vs {y}" for n, x, y in zip(names, a.config_key, b.config_key) if x != y)
+
+
+def format_rows(rows: list[Row]) -> str:
+    lines = [f"{'case':<20} {'cluster':<12} {'stack':<16} {'dev':>4} {'A img/s':>10} {'B img/s':>10} {'diff':>8} {'p':>6}  verdict"]
+    for r in rows:
+        case, cluster, stack, devices = r.key
+        a = f"{r.a.throughput['mean']:.2f}" if r.a else "-"
+        b = f"{r.b.throughput['mean']:.2f}" if r.b else "-"
+        diff = f"{fmt_number(r.diff_pct, 1, sign=True)}%" if r.diff_pct is not None else "-"
+        p = f"{r.p_value:.3f}" if r.p_value is not None else "-"
+        note = f" ({r.note})" if r.note else ""
+        lines.append(f"{case:<20} {cluster:<12} {stack:<16} {devices:>4} {a:>10} {b:>10} {diff:>8} {p:>6}  {r.verdict}{note}")
+    return "\n".join(lines)

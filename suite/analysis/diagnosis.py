@@ -1,0 +1,173 @@
+"""What bounded a run, from what its record already holds: the verdict (compute, input, host,
+communication or unknown), the figures behind it and one thing to try. Reads a record only, so old
+records and records from elsewhere can be diagnosed as well (`metrics.diagnosis`, docs/record.md).
+
+The figures, each a fraction of the timed window (None where the run could not say):
+  device_busy      GPUs: NVML utilisation over the timed window (telemetry); CPUs: CPU time of the
+                   ranks' processes / the cores they may use
+  data_wait        the time a step waited for its next batch (cases that read data time it)
+  exchange         what the gradient exchange adds to a step, where the case measures it: 1 - a
+                   step without the exchange (DDP's no_sync, no optimizer update) / a timed step
+  allreduce        one all-reduce of the model's gradient, as the interconnect check measured it,
+                   over the time of a step: an upper bound on what the exchange costs (DDP and
+                   Horovod overlap part of it with the backward pass)
+  thread_busy      the training thread's CPU time (on GPUs the thread that launches the kernels)
+and, for the hint, the host CPU time per step in milliseconds.
+"""
+
+from bisect import bisect_left
+
+from suite.instack.cpu_binding import parse_cpu_list
+
+INPUT_BOUND = 0.2  # waiting for data this share of the step: the input pipeline bounds the run
+COMMUNICATION_BOUND = 0.3  # one gradient all-reduce takes this share of a step
+BUSY = {"cuda": 0.8, "cpu": 0.75}  # the device works this share of the window: compute-bound
+HOST_BOUND = 0.8  # the training thread is busy this share while the GPU is not: it cannot feed it
+HINTS = {
+    "input": "more loader processes (--workers), data on faster storage, or decoding on the GPU (DALI)",
+    "communication": "a larger batch per device, fp16 gradients (--fp16-allreduce), or fewer, larger "
+                     "all-reduce buckets (--bucket-cap-mb)",
+    "host": "a larger batch per GPU, or --compile (torch.compile; CUDA graphs cut the launch cost)",
+    "compute-cuda": "mixed precision and channels-last (--amp --channels-last, or --preset dle) if not on; "
+                    "else the GPU is the limit: compare with the published figure",
+    "compute-cpu": "more cores per worker, or the memory allocator settings of the README (CPU nodes)",
+    "unknown": "--precheck measures the all-reduce, telemetry (on by default) the GPUs' utilisation",
+}
+
+
+def diagnose(record: dict) -> dict:
+    """metrics.diagnosis of a record (its repetitions, telemetry, interconnect check, world)."""
+    device = record["world"].get("device_type") or "cpu"
+    figures = {
+        "device_busy": device_busy(record, device),
+        "data_wait": profile_mean(record, "data_wait_share"),
+        "exchange": exchange_share(record),
+        "allreduce": allreduce_share(record),
+        "thread_busy": profile_mean(record, "thread_busy"),
+        "host_cpu_ms_per_step": host_cpu_per_step(record),
+    }
+    verdict, why = classify(figures, device)
+    hint = HINTS.get(f"{verdict}-{device}" if verdict == "compute" else verdict, HINTS["unknown"])
+    return {"verdict": verdict, "device": device, "figures": figures, "why": why, "hint": hint}
+
+
+def classify(f: dict, device: str) -> tuple[str, str]:
+    busy, wait, thread = f["device_busy"], f["data_wait"], f["thread_busy"]
+    if wait is not None and wait >= INPUT_BOUND:
+        return "input", f"each step waited {pct(wait)} of its time for the next batch"
+    if f["exchange"] is not None and f["exchange"] >= COMMUNICATION_BOUND:
+        return "communication", (f"the gradient exchange took {pct(f['exchange'])} of a step (the same step "
+                                 "without it was that much shorter)")
+    if f["exchange"] is None and f["allreduce"] is not None and f["allreduce"] >= COMMUNICATION_BOUND:
+        return "communication", f"one all-reduce of the gradient takes {pct(f['allreduce'])} of a step's time"
+    if busy is not None and busy >= BUSY.get(device, BUSY["cpu"]):
+        return "compute", f"the {'GPUs were' if device == 'cuda' else 'workers kept their cores'} busy {pct(busy)} of the window"
+    if device == "cuda" and busy is not None and thread is not None and thread >= HOST_BOUND:
+        return "host", (f"the GPUs were busy {pct(busy)} while the training thread was busy {pct(thread)}: "
+                        "the GPU waits for the host to launch its work")
+    known = ", ".join(f"{name.replace('_', ' ')} {pct(value)}" for name, value in f.items()
+                      if value is not None and name != "host_cpu_ms_per_step")
+    return "unknown", f"no figure points one way ({known or 'nothing measured'})"
+
+
+def pct(fraction: float) -> str:
+    return f"{100 * fraction:.0f}%"
+
+
+def profiles(record: dict) -> list[dict]:
+    return [r["profile"] for r in record.get("repetitions", []) if r.get("status") == "ok" and r.get("profile")]
+
+
+def profile_mean(record: dict, key: str) -> float | None:
+    values = [p[key] for p in profiles(record) if p.get(key) is not None]
+    return round(sum(values) / len(values), 4) if values else None
+
+
+def device_busy(record: dict, device: str) -> float | None:
+    if device == "cuda":
+        return gpu_busy(record)
+    cores_per_rank = profile_mean(record, "cores_per_rank")
+    cores = usable_cores(record)
+    if cores_per_rank is None or not cores:
+        return None
+    return round(min(1.0, cores_per_rank * record["world"]["devices"] / cores), 4)
+
+
+def gpu_busy(record: dict) -> float | None:
+    """NVML utilisation of the GPUs the run used: on each host the `slots` busiest ones."""
+    hosts = ((record["metrics"].get("telemetry") or {}).get("hosts")) or {}
+    used = []
+    for host, slots in record["world"]["slots"].items():
+        gpus = hosts.get(host, {}).get("gpus") if isinstance(hosts.get(host), dict) else None
+        if not isinstance(gpus, list):
+            return None
+        utils = sorted(((g.get("util_pct") or {}).get("mean") for g in gpus), key=lambda u: -(u or 0))[:slots]
+        if len(utils) < slots or None in utils:
+            return None
+        used += utils
+    return round(sum(used) / len(used) / 100, 4) if used else None
+
+
+def usable_cores(record: dict) -> int | None:
+    """The cores the ranks may use, per host (their affinity, read back by the probe), summed."""
+    per_host: dict[str, set[int]] = {}
+    for rank in (record["world"].get("binding") or {}).get("ranks", []):
+        if not rank.get("cpus"):
+            return None
+        per_host.setdefault(rank.get("host", ""), set()).update(parse_cpu_list(rank["cpus"]))
+    return sum(len(cpus) for cpus in per_host.values()) or None
+
+
+def steps(record: dict) -> float | None:
+    global_batch = record["config"].get("global_batch")
+    images = record["metrics"].get("timed_images")
+    return images / global_batch if global_batch and images else None
+
+
+def step_seconds(record: dict) -> float | None:
+    count = steps(record)
+    return record["metrics"]["timed_seconds"] / count if count else None
+
+
+def host_cpu_per_step(record: dict) -> float | None:
+    """CPU milliseconds the ranks' processes spent per step, per rank (loader processes not counted)."""
+    cores, seconds = profile_mean(record, "cores_per_rank"), step_seconds(record)
+    return round(cores * seconds * 1000, 2) if cores is not None and seconds else None
+
+
+def exchange_share(record: dict) -> float | None:
+    """1 - (a step without the exchange, as the case timed it) / (a timed step)."""
+    local = [r["results"]["step_without_exchange_s"] for r in record.get("repetitions", [])
+             if r.get("status") == "ok" and (r.get("results") or {}).get("step_without_exchange_s")]
+    seconds = step_seconds(record)
+    if not local or not seconds:
+        return None
+    return round(min(1.0, max(0.0, 1 - sum(local) / len(local) / seconds)), 4)
+
+
+def allreduce_share(record: dict) -> float | None:
+    """The interconnect check's time for one all-reduce of the gradient (fp32, interpolated between
+    the measured sizes) over a step's time."""
+    check = record["metrics"].get("interconnect") or {}
+    sizes = [s for s in check.get("sizes") or [] if s.get("bytes") and s.get("latency_us") is not None]
+    parameters, seconds = record["config"].get("parameters"), step_seconds(record)
+    if check.get("status") != "ok" or not sizes or not parameters or not seconds:
+        return None
+    return round(min(1.0, allreduce_seconds(sizes, parameters * 4) / seconds), 4)
+
+
+def allreduce_seconds(sizes: list[dict], nbytes: float) -> float:
+    points = sorted((s["bytes"], s["latency_us"] / 1e6) for s in sizes)
+    at = bisect_left([b for b, _ in points], nbytes)
+    if at == 0:
+        return points[0][1]
+    if at == len(points):  # beyond the sweep: the largest size's bandwidth
+        size, seconds = points[-1]
+        return seconds * nbytes / size
+    (b0, t0), (b1, t1) = points[at - 1], points[at]
+    return t0 + (t1 - t0) * (nbytes - b0) / (b1 - b0)
+
+
+def summary_line(diagnosis: dict) -> str:
+    return f"{diagnosis['verdict']}-bound: {diagnosis['why']}; try: {diagnosis['hint']}" \
+        if diagnosis["verdict"] != "unknown" else f"bound unknown: {diagnosis['why']}; {diagnosis['hint']}"

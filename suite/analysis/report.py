@@ -1,0 +1,325 @@
+"""Records -> self-contained HTML pages (Plotly, its JavaScript embedded once per page) and a CSV.
+
+reports/index.html        one row per case x stack x cluster, links to the case pages
+reports/case-<case>.html  throughput, speedup, efficiency (and epoch time) vs devices, with the
+                          case's published figures as dashed series
+reports/frameworks.html   the same work in every framework (a table of the --same-work records, rows whose
+                          configuration differs flagged), then all cases side by side: per-device
+                          throughput and efficiency
+reports/summary.csv       the figures behind the plots
+"""
+
+import csv
+import html
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+
+import plotly.graph_objects as go
+from plotly.offline import get_plotlyjs
+
+from suite.analysis.scaling import exchange_for, fit, from_points
+from suite.base.stats import speedup_efficiency
+from suite.records.read import Point, case_references, case_spec, latest, load_points
+
+
+@dataclass
+class Series:
+    """Records of one case on one cluster with one stack and one configuration, latest per device count."""
+
+    case: str
+    cluster: str
+    stack: str
+    config_label: str
+    points: list[Point]
+
+    @property
+    def name(self) -> str:
+        return f"{self.cluster} / {self.stack}"
+
+    @property
+    def baseline(self) -> Point:
+        return self.points[0]
+
+    def _against_baseline(self, point: Point) -> tuple[float, float]:
+        [pair] = speedup_efficiency([(point.devices, point.throughput["mean"])],
+                                    (self.baseline.devices, self.baseline.throughput["mean"]))
+        return pair
+
+    def speedup(self, point: Point) -> float:
+        return self._against_baseline(point)[0]
+
+    def efficiency(self, point: Point) -> float:
+        return self._against_baseline(point)[1]
+
+
+def build_series(points: list[Point]) -> list[Series]:
+    groups: dict[tuple, dict[int, Point]] = defaultdict(dict)
+    for (*series_key, devices), p in latest(points, lambda p: (p.case, p.cluster, p.stack, p.config_key, p.devices)).items():
+        groups[tuple(series_key)][devices] = p
+    series = []
+    for (case, cluster, stack, _), by_devices in sorted(groups.items(), key=lambda kv: kv[0][:3]):
+        ordered = [by_devices[d] for d in sorted(by_devices)]
+        series.append(Series(case, cluster, stack, ordered[0].config_label, ordered))
+    return series
+
+
+def _axes(fig: go.Figure, title: str, y_title: str) -> go.Figure:
+    fig.update_layout(title=title, template="plotly_white", height=420, hovermode="closest",
+                      legend={"orientation": "h", "y": -0.25}, margin={"t": 60, "b": 40})
+    fig.update_xaxes(title="devices", type="log", dtick=0.30102999566, tickformat="d")  # log2 ticks
+    fig.update_yaxes(title=y_title, rangemode="tozero" if "efficiency" not in y_title else None)
+    return fig
+
+
+def _trace(series: Series, ys: list[float], errors: list[float | None] | None = None) -> go.Scatter:
+    error_y = None
+    if errors and any(e is not None for e in errors):
+        error_y = {"type": "data", "array": [e or 0 for e in errors], "visible": True}
+    return go.Scatter(x=[p.devices for p in series.points], y=ys, mode="lines+markers", error_y=error_y,
+                      name=f"{series.name} ({series.config_label})",
+                      hovertext=[p.hover() for p in series.points], hoverinfo="x+y+text")
+
+
+def _reference_traces(case: str, key: str, transform=None) -> list[go.Scatter]:
+    traces = []
+    for ref in case_references(case):
+        if key not in ref:
+            continue
+        devices, values = ref["devices"], ref[key]
+        ys = transform(devices, values) if transform else values
+        label = f"published: {ref['source']}"
+        traces.append(go.Scatter(x=devices, y=ys, mode="lines+markers", name=label,
+                                 line={"dash": "dash"}, marker={"symbol": "x"},
+                                 hovertext=[f"{ref['source']}<br>{ref.get('hardware', '')}"] * len(devices),
+                                 hoverinfo="x+y+text"))
+    return traces
+
+
+def _model_traces(case: str, series: list[Series]) -> list[go.Scatter]:
+    """The scaling model fitted to each series of 2+ device counts, drawn to 4x the largest."""
+    spec = case_spec(case)
+    traces = []
+    for s in series:
+        if "scaling" not in spec or len(s.points) < 2:
+            continue
+        data = from_points(s.points)
+        model = fit(data.points, exchange_for(spec, data.devices_per_node), data.batch_per_device)
+        top = max(data.points)
+        xs = sorted(set(data.points) | {2 * top, 4 * top})
+        traces.append(go.Scatter(x=xs, y=[model.throughput(n) for n in xs], mode="lines", name=f"model: {s.name}",
+                                 line={"dash": "dot"}, hovertext=[model.describe()] * len(xs), hoverinfo="x+y+text"))
+    return traces
+
+
+def _speedups(devices, values):
+    return [s for s, _ in speedup_efficiency(zip(devices, values), (devices[0], values[0]))]
+
+
+def _efficiencies(devices, values):
+    return [e for _, e in speedup_efficiency(zip(devices, values), (devices[0], values[0]))]
+
+
+def _y_scale_switch(fig: go.Figure) -> go.Figure:
+    """Buttons above the plot that switch its y axis between linear and log scale."""
+    fig.update_layout(updatemenus=[{
+        "type": "buttons", "direction": "right", "x": 1.0, "xanchor": "right", "y": 1.12, "yanchor": "bottom",
+        "showactive": True, "active": 0,
+        "buttons": [{"label": "linear", "method": "relayout", "args": [{"yaxis.type": "linear"}]},
+                    {"label": "log", "method": "relayout", "args": [{"yaxis.type": "log"}]}]}])
+    return fig
+
+
+def case_figures(case: str, series: list[Series]) -> list[go.Figure]:
+    throughput = go.Figure([_trace(s, [p.throughput["mean"] for p in s.points], [p.throughput["ci95"] for p in s.points])
+                            for s in series] + _reference_traces(case, "throughput") + _model_traces(case, series))
+    speedup = go.Figure([_trace(s, [s.speedup(p) for p in s.points]) for s in series]
+                        + _reference_traces(case, "throughput", _speedups))
+    devices = sorted({p.devices for s in series for p in s.points} | {d for r in case_references(case) for d in r.get("devices", [])})
+    if devices:
+        speedup.add_trace(go.Scatter(x=devices, y=[d / devices[0] for d in devices], mode="lines", name="ideal",
+                                     line={"dash": "dot", "color": "grey"}))
+    efficiency = go.Figure([_trace(s, [s.efficiency(p) for p in s.points]) for s in series]
+                           + _reference_traces(case, "throughput", _efficiencies))
+    figures = [_y_scale_switch(_axes(throughput, f"{case}: throughput (mean ± 95% CI)", "images/s, all devices")),
+               _axes(speedup, f"{case}: speedup over the smallest device count", "speedup"),
+               _axes(efficiency, f"{case}: parallel efficiency", "efficiency %")]
+    if any(p.epoch_seconds for s in series for p in s.points) or any("epoch_seconds" in r for r in case_references(case)):
+        epochs = go.Figure([_trace(s, [p.epoch_seconds for p in s.points]) for s in series]
+                           + _reference_traces(case, "epoch_seconds"))
+        figures.append(_axes(epochs, f"{case}: time per epoch (first epoch excluded)", "seconds"))
+    return figures
+
+
+def frameworks_figures(series: list[Series]) -> list[go.Figure]:
+    def per_device(s):
+        trace = _trace(s, [p.throughput["per_device"] for p in s.points])
+        trace.name = f"{s.case}: {trace.name}"
+        return trace
+
+    def efficiency(s):
+        trace = _trace(s, [s.efficiency(p) for p in s.points])
+        trace.name = f"{s.case}: {trace.name}"
+        return trace
+
+    return [_axes(go.Figure([per_device(s) for s in series]), "per-device throughput, all cases", "images/s per device"),
+            _axes(go.Figure([efficiency(s) for s in series]), "parallel efficiency, all cases", "efficiency %")]
+
+
+def same_work_table(points: list[Point]) -> str:
+    """The `--same-work` records (suite/analysis/same_work.py) as one table, rows whose configuration differs
+    from the most common one flagged: shown first on the frameworks page."""
+    from suite.analysis.same_work import COLUMNS, build_rows, cells, summary
+
+    rows = build_rows(points)
+    if not rows:
+        return ("<h2>The same work in every framework</h2><p>No <code>--same-work</code> records yet "
+                "(<code>make compare-frameworks</code>).</p>")
+    head = "".join(f"<th>{html.escape(c)}</th>" for c in (*COLUMNS, "configuration"))
+    flagged = ' style="background:#fde"'
+    body = "".join(
+        f"<tr{flagged if r.differs else ''}>" + "".join(f"<td>{html.escape(c)}</td>" for c in cells(r))
+        + f"<td>{html.escape('DIFFERS: ' + r.differs if r.differs else 'same')}</td></tr>" for r in rows)
+    return (f"<h2>The same work in every framework</h2><p>{html.escape(summary(rows))}</p>"
+            f"<table><tr>{head}</tr>{body}</table>")
+
+
+def joules_per_image(point: Point) -> float | None:
+    """Energy per image over the timed window (GPUs and CPU packages where measured), else None."""
+    return (point.record["metrics"].get("telemetry") or {}).get("joules_per_image")
+
+
+def bound(point: Point) -> str:
+    """What bounded the run (metrics.diagnosis), with its leading figure; "-" for older records."""
+    diagnosis = point.record["metrics"].get("diagnosis")
+    return f"{diagnosis['verdict']}: {diagnosis['why']}" if diagnosis else "-"
+
+
+def published_cell(point: Point) -> str:
+    found = point.record["metrics"].get("published")
+    return f"{found['ratio']:.2f}x {found['source']}" if found else "-"
+
+
+def _joules_cell(point: Point) -> str:
+    value = joules_per_image(point)
+    return "-" if value is None else f"{value:.3g}"
+
+
+def telemetry_figures(series: list[Series]) -> list[go.Figure]:
+    """Utilisation and power over time of the latest run of each series (its largest device count)."""
+    return [f for f in (telemetry_figure(s.points[-1]) for s in series) if f is not None]
+
+
+def telemetry_figure(point: Point) -> go.Figure | None:
+    hosts = {host: facts["series"] for host, facts in
+             ((point.full_record()["metrics"].get("telemetry") or {}).get("hosts") or {}).items()
+             if isinstance(facts, dict) and facts.get("series")}
+    if not hosts:
+        return None
+    fig = go.Figure()
+    for host, s in hosts.items():
+        for key, label, axis in (("cpu_util_pct", "CPU %", "y"), ("gpu_util_pct", "GPU %", "y"),
+                                 ("gpu_power_w", "GPU power W", "y2"), ("cpu_package_power_w", "CPU package power W", "y2")):
+            if key in s:
+                fig.add_trace(go.Scatter(x=s["t"], y=s[key], mode="lines", name=f"{host}: {label}", yaxis=axis,
+                                         line={"dash": "dot"} if axis == "y2" else None))
+    start, end = next(iter(hosts.values()))["window_s"]
+    fig.add_vrect(x0=start, x1=end, fillcolor="green", opacity=0.08, line_width=0, annotation_text="timed window")
+    fig.update_layout(title=f"{point.record['run_id']}: utilisation and power over time", template="plotly_white",
+                      height=380, legend={"orientation": "h", "y": -0.25}, margin={"t": 60, "b": 40},
+                      xaxis={"title": "seconds from the start of the timed window"},
+                      yaxis={"title": "utilisation %", "range": [0, 105]},
+                      yaxis2={"title": "power W", "overlaying": "y", "side": "right", "rangemode": "tozero"})
+    return fig
+
+
+PAGE = """<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><title>{title}</title>
+<style>body{{font-family:sans-serif;margin:2em;max-width:1200px}} table{{border-collapse:collapse}}
+td,th{{border:1px solid #ccc;padding:4px 8px;text-align:left}} .plot{{margin-bottom:2em}}</style>
+{plotly}</head>
+<body><h1>{title}</h1>{body}</body></html>
+"""
+
+
+def _page(title: str, body: str, figures: list[go.Figure]) -> str:
+    plots = "".join(f'<div class="plot">{f.to_html(full_html=False, include_plotlyjs=False)}</div>' for f in figures)
+    script = f"<script>{get_plotlyjs()}</script>" if figures else ""
+    return PAGE.format(title=html.escape(title), plotly=script, body=body + plots)
+
+
+def _index_body(series: list[Series], points: list[Point], skipped: int) -> str:
+    dates = sorted(p.finished_at for p in points)
+    span = f"{dates[0]} to {dates[-1]}" if dates else "no records"
+    rows = []
+    for s in series:
+        top = s.points[-1]
+        tp = top.throughput
+        ci = f" ± {tp['ci95']:.1f}" if tp["ci95"] is not None else ""
+        rows.append(
+            f"<tr><td><a href=\"case-{html.escape(s.case)}.html\">{html.escape(s.case)}</a></td>"
+            f"<td>{html.escape(s.stack)}</td><td>{html.escape(s.cluster)}</td><td>{html.escape(s.config_label)}</td>"
+            f"<td>{', '.join(str(p.devices) for p in s.points)}</td><td>{top.devices}</td>"
+            f"<td>{tp['mean']:.1f}{ci}</td><td>{tp['per_device']:.1f}</td><td>{_joules_cell(top)}</td>"
+            f"<td>{s.efficiency(top):.0f}%</td><td>{html.escape(bound(top))}</td>"
+            f"<td>{html.escape(published_cell(top))}</td>"
+            f"<td>{html.escape(top.finished_at)}</td></tr>")
+    return (f"<p>{len(points)} records used ({span}); {skipped} file(s) skipped. "
+            f"<a href=\"frameworks.html\">All cases side by side</a> · <a href=\"summary.csv\">CSV</a></p>"
+            "<table><tr><th>case</th><th>stack</th><th>cluster</th><th>configuration</th><th>devices measured</th>"
+            "<th>largest</th><th>img/s there</th><th>img/s per device</th><th>J/img</th><th>efficiency</th>"
+            "<th>bound</th><th>vs published</th><th>latest</th></tr>"
+            + "".join(rows) + "</table>")
+
+
+CSV_COLUMNS = ["case", "stack", "cluster", "devices", "nodes", "throughput", "ci95", "per_device", "speedup",
+               "efficiency_pct", "epoch_seconds", "model", "image_size", "batch_per_device", "dtype", "run_id",
+               "finished_at", "joules_per_image", "bound", "published_ratio"]
+
+
+def _csv_rows(series: list[Series]):
+    for s in series:
+        for p in s.points:
+            cfg = p.record["config"]
+            yield [s.case, s.stack, s.cluster, p.devices, p.nodes, p.throughput["mean"], p.throughput["ci95"],
+                   p.throughput["per_device"], s.speedup(p), s.efficiency(p), p.epoch_seconds, cfg.get("model"),
+                   cfg.get("image_size"), cfg.get("batch_per_device"), cfg.get("dtype"), p.record["run_id"], p.finished_at,
+                   joules_per_image(p), (p.record["metrics"].get("diagnosis") or {}).get("verdict"),
+                   (p.record["metrics"].get("published") or {}).get("ratio")]
+
+
+def write_report(results_dir: Path, out_dir: Path, warn=print) -> list[Path]:
+    warnings: list[str] = []
+
+    def collect(message):
+        warnings.append(message)
+        warn(message)
+
+    points = load_points(results_dir, collect)
+    series = build_series(points)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written = []
+    cases = sorted({s.case for s in series})
+    for case in cases:
+        case_series = [s for s in series if s.case == case]
+        body = '<p><a href="index.html">all cases</a></p>'
+        written.append(_write(out_dir / f"case-{case}.html", _page(f"{case}", body, case_figures(case, case_series)
+                                                                    + telemetry_figures(case_series))))
+    written.append(_write(out_dir / "frameworks.html",
+                          _page("All cases side by side", '<p><a href="index.html">index</a></p>' + same_work_table(points),
+                                frameworks_figures(series))))
+    written.append(_write(out_dir / "index.html", _page("Benchmark results", _index_body(series, points, len(warnings)), [])))
+    csv_path = out_dir / "summary.csv"
+    with open(csv_path, "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(CSV_COLUMNS)
+        writer.writerows(_csv_rows(series))
+    written.append(csv_path)
+    return written
+
+
+def _write(path: Path, text: str) -> Path:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text)
+    tmp.replace(path)
+    return path

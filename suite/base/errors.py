@@ -1,0 +1,9 @@
+class UsageError(Exception):
+    """Bad input found before anything is launched: printed as one line, exit status 2."""
+
+
+class RunFailed(Exception):
+    """A launched run did not produce a usable measurement."""
+
+
+INTERRUPTED = "interrupted (SIGINT/SIGTERM on the runner)"

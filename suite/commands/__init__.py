@@ -1,0 +1,1 @@
+"""One module per command of `python -m suite`: its arguments beside its run."""

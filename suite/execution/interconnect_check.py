@@ -1,0 +1,84 @@
+"""The interconnect check: before the timed repetitions of a point with more than one node (or of any
+point with --precheck), an all-reduce sweep (suite/instack/allreduce_sweep.py) launched by the case's own launcher
+and scheduler on the point's world, message sizes from 1 MiB up to the model's gradient. Its figures
+go into the record's `metrics.interconnect` (its time there too, never in throughput) and `suite
+predict` uses them. Bus bandwidth and latency as nccl-tests define them: algbw = bytes / time,
+busbw = algbw x 2(n-1)/n, time = the slowest rank's mean per all-reduce."""
+
+import json
+import time
+from pathlib import Path
+
+from suite.analysis.network_figures import network_figures
+
+# The collective each stack checks with; a stack not named here gets "not available".
+APIS = {"pytorch-horovod": "horovod", "pytorch": "torch"}
+SCRIPT = Path(__file__).parents[1] / "instack" / "allreduce_sweep.py"
+MIB = 2**20
+DEFAULT_GRADIENT = 100 * MIB  # a case without [scaling] parameters
+TIMEOUT_S = 600
+ITERATIONS = 3  # timed all-reduces per size, after one untimed
+STALL_S = 300
+
+
+def wanted(mode: str, nodes: int) -> bool:
+    """mode: auto (more than one node), on (--precheck), off (--no-precheck)."""
+    return mode == "on" or (mode == "auto" and nodes > 1)
+
+
+def message_sizes(gradient_bytes: float) -> list[int]:
+    """1 MiB, x4 each step, up to the gradient, which is the last size."""
+    sizes, size = [], MIB
+    while size < gradient_bytes:
+        sizes.append(size)
+        size *= 4
+    return sizes + [max(int(gradient_bytes), MIB)]
+
+
+def gradient_bytes(case_spec: dict) -> float:
+    scaling = case_spec.get("scaling") or {}
+    if "parameters" not in scaling:
+        return DEFAULT_GRADIENT
+    return scaling["parameters"] * scaling.get("bytes_per_parameter", 4)
+
+
+def run_check(checked, world, run_dir: Path, log, plan_for) -> dict:
+    """Runs the sweep for one point through the case's launcher and the run's scheduler;
+    plan_for(folder, script, argv) plans a program of the stack on the point's world."""
+    api = APIS.get(checked.stack.name)
+    if api is None:
+        return {"status": "not available", "reason": f"no all-reduce check for stack {checked.stack.name} "
+                                                     f"(there is one for {', '.join(sorted(APIS))})"}
+    if world.devices < 2:
+        return {"status": "not available", "reason": "one rank: nothing to all-reduce with"}
+    folder = run_dir / "precheck"
+    folder.mkdir(parents=True)
+    sizes = message_sizes(gradient_bytes(checked.case.spec))
+    argv = ["--api", api, "--sizes", ",".join(map(str, sizes)), "--iters", str(ITERATIONS)]
+    log(f"interconnect check: all-reduce of {len(sizes)} sizes up to {sizes[-1] / 1e6:.1f} MB on {world.devices} ranks")
+    started = time.monotonic()
+    results = checked.scheduler.execute(plan_for(folder, str(SCRIPT), argv), folder / "logs",
+                                        min(TIMEOUT_S, checked.timeout_s), STALL_S, cluster=checked.cluster_profile)
+    seconds = round(time.monotonic() - started, 2)
+    bad = next((r for r in results if not r.ok), None)
+    if bad:
+        return {"status": "failed", "reason": f"{bad.name} on {bad.host}: exit {bad.returncode} {bad.reason or ''}; "
+                                              f"log: {bad.log}", "seconds": seconds, "run_dir": str(folder)}
+    return {**summarize(folder / "allreduce", world), "seconds": seconds, "run_dir": str(folder)}
+
+
+def summarize(folder: Path, world) -> dict:
+    ranks = [json.loads(p.read_text()) for p in sorted(folder.glob("rank-*.json"))]
+    if len(ranks) != world.devices:
+        return {"status": "failed", "reason": f"{len(ranks)} of {world.devices} ranks wrote their timings"}
+    n = ranks[0]["size"]
+    factor = 2 * (n - 1) / n
+    sizes = []
+    for per_rank in zip(*(r["timings"] for r in ranks)):
+        nbytes, seconds = per_rank[0]["bytes"], max(t["seconds"] for t in per_rank)
+        algbw = nbytes / seconds / 1e9
+        sizes.append({"bytes": nbytes, "latency_us": round(seconds * 1e6, 1), "algbw_gb_s": round(algbw, 4),
+                      "busbw_gb_s": round(algbw * factor, 4)})
+    return {"status": "ok", "reason": None, "implementation": ranks[0]["implementation"], "device": ranks[0]["device"],
+            "ranks": n, "nodes": world.nodes, "iterations": ranks[0]["iters"], "sizes": sizes,
+            "network": network_figures(sizes, n)}

@@ -1,0 +1,399 @@
+"""`suite run`: check every input, then install the stack, launch each repetition and write one record."""
+
+import math
+import re
+import shlex
+import signal
+import sys
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from suite.analysis.diagnosis import diagnose, summary_line
+from suite.analysis.references import comparison
+from suite.analysis.references import summary_line as published_line
+from suite.analysis.sweeps import (
+    load_baseline,
+    new_sweep_id,
+    print_sweep,
+    summarize_sweep,
+    write_sweep,
+)
+from suite.base import paths
+from suite.base.env_policy import masked_env
+from suite.base.errors import INTERRUPTED, RunFailed, UsageError
+from suite.base.log import log
+from suite.execution import plugins, strays
+from suite.execution.clusters import Cluster, load_cluster
+from suite.execution.interconnect_check import run_check, wanted
+from suite.execution.plan import Launch, Plan, StackEnv, StackRequest
+from suite.execution.plugins import BatchJob
+from suite.execution.request import SUITE, RunRequest, recorded, to_argv
+from suite.execution.samplers import with_samplers
+from suite.inputs.cases import Case, load_case
+from suite.inputs.host_gpus import PROBE, check_devices, count_from_probe
+from suite.inputs.hostfiles import Host, World, positive_int, positive_ints, read_hostfile, select_world
+from suite.instack.cpu_binding import POLICIES
+from suite.instack.probe import announced
+from suite.records.measure import Repetition, measure
+from suite.records.read import Point
+from suite.records.system_description import system_description
+from suite.records.telemetry_window import summarize as summarize_telemetry  # noqa: I001
+from suite.records.write import RunContext, build_record, new_run_id, utc_now, write_record
+from suite.stacks.locks import Stack, load_stack
+
+
+@dataclass
+class Checked:
+    """Everything `run` needs, checked before anything is launched."""
+
+    case: Case
+    options: dict
+    worlds: list[World]
+    repeat: int
+    timeout_s: float
+    stall_s: float
+    runtime: plugins.Runtime
+    launcher: plugins.Launcher
+    scheduler: plugins.Scheduler
+    stack: Stack
+    baseline: Point | None
+    cluster: str
+    data_dir: Path
+    image_dir: Path | None
+    cluster_profile: Cluster | None = None
+    warnings: list[str] = field(default_factory=list)  # what a dry run found missing on this machine
+    cpu_bind: str = "none"
+    gpus: dict[str, int | None] = field(default_factory=dict)  # GPUs per host of the plan (None: not known)
+    wheels: Path | None = None  # where a local stack installs from (None: the package index)
+
+
+def check(req: RunRequest) -> Checked:
+    case = load_case(req.case)
+    options = case.parse_options(req.case_args)
+    cluster = load_cluster(req.cluster) if req.cluster else None
+    nodes = positive_ints(req.nodes, "NODES")
+    gpus_text = req.gpus_per_node or (cluster and cluster.devices_per_node)
+    gpus = positive_ints(gpus_text, "GPUS_PER_NODE") if gpus_text else [None]
+    if cluster and cluster.devices_per_node and max(g or 0 for g in gpus) > cluster.devices_per_node:
+        raise UsageError(f"GPUS_PER_NODE={max(gpus)} but cluster {cluster.name} has {cluster.devices_per_node} "
+                         f"device(s) per node ({cluster.path})")
+    repeat = positive_int(req.repeat, "REPEAT")
+    if req.telemetry_interval is not None and not 0 <= req.telemetry_interval <= 3600:
+        raise UsageError("--telemetry-interval must be 0 (no sampler) or seconds up to 3600, "
+                         f"got {req.telemetry_interval}")
+    timeout_s = float(positive_int(req.timeout, "TIMEOUT")) if req.timeout else case.timeout_s
+    stall_s = float(positive_int(req.stall, "STALL")) if req.stall else case.stall_s
+    runtime = plugins.load("runtimes", req.runtime or (cluster.runtime if cluster else "local"))
+    scheduler = plugins.load("schedulers", req.scheduler or (cluster.scheduler if cluster else "local"))
+    scheduler.check(cluster, req.dry_run)
+    site_options(req, runtime.name)
+    hostfile = str(req.hostfile or (cluster and cluster.hostfile) or paths.HOSTFILES / "localhost")
+    allocated = scheduler.hosts(max(nodes))
+    hosts, hostfile, cluster_name = allocated or (read_hostfile(hostfile), hostfile, None)
+    found = gpus_of(scheduler, [h.name for h in hosts[:max(nodes)]], cluster, req.dry_run)
+    if gpus == [None] and nodes == [1] and not (allocated or req.hostfile or (cluster and cluster.hostfile)) \
+            and found.get(hosts[0].name):
+        gpus = [found[hosts[0].name]]  # a GPU host's own count, where no hostfile or profile says otherwise
+    worlds = sorted((select_world(hosts, n, g, hostfile) for n in nodes for g in gpus),
+                    key=lambda w: (w.devices, w.nodes))
+    for world in worlds:
+        check_devices({h.name: h.slots for h in world.hosts}, found,
+                      "GPUS_PER_NODE" if req.gpus_per_node else f"slots in {hostfile}")
+    if req.run_id and (len(worlds) > 1 or not re.fullmatch(r"[\w.-]+", req.run_id)):
+        raise UsageError(f"--run-id names one run point: a word for a single NODES and GPUS_PER_NODE, got '{req.run_id}'")
+    data_dir = Path(req.data_dir or (cluster and cluster.data_dir) or paths.data_dir())
+    cpu_bind = req.cpu_bind or (cluster.cpu_bind if cluster else "none")
+    if cpu_bind not in POLICIES:
+        raise UsageError(f"CPU_BIND must be one of {', '.join(POLICIES)}, got '{cpu_bind}'")
+    checked = Checked(case, options, worlds, repeat, timeout_s, stall_s, runtime,
+                      plugins.load("launchers", case.launcher_name(options)), scheduler,
+                      load_stack(case.stack), load_baseline(req.baseline),
+                      cluster.name if cluster else cluster_name or Path(hostfile).stem, data_dir,
+                      cluster.container_dir if cluster else None, cluster, cpu_bind=cpu_bind, gpus=found,
+                      wheels=req.wheels or (cluster.wheels if cluster else None))
+    try:
+        case.check_data(options, data_dir)
+    except UsageError as exc:
+        if not req.dry_run:
+            raise
+        checked.warnings.append(str(exc))
+    placeholder = StackEnv(runtime.name, "/stack/bin")  # the real one exists only once the stack is prepared
+    for world in worlds:  # a launcher's refusal must come now, not after earlier points ran
+        plan_point(req, checked, world, placeholder, req.runs_dir / "check")
+    return checked
+
+
+def site_options(req: RunRequest, runtime: str) -> None:
+    """MODULES, SOURCE and PYTHON describe a site's environment: another runtime would ignore them."""
+    given = [f"--{name}" for name in ("modules", "source", "python") if getattr(req, name) is not None]
+    if given and runtime != "modules":
+        raise UsageError(f"{', '.join(given)} (Make: MODULES, SOURCE, PYTHON) choose the environment of RUNTIME=modules; "
+                         f"runtime {runtime} brings its own stack (add RUNTIME=modules, or leave them out)")
+
+
+def gpus_of(scheduler, hosts: list[str], cluster, dry_run: bool) -> dict[str, int | None]:
+    """GPUs per host, by one short probe through the scheduler (a dry run reads this machine only)."""
+    run_on_hosts = plugins.SchedulerDefaults().run_on_hosts if dry_run else scheduler.run_on_hosts
+    outputs = run_on_hosts(list(dict.fromkeys(hosts)), PROBE, cluster)
+    return {host: None if out is None else count_from_probe(out) for host, out in outputs.items()}
+
+
+def plan_point(req: RunRequest, checked: Checked, world: World, stack_env: StackEnv, rep_dir: Path,
+               script: str | None = None, argv: list[str] | None = None) -> Plan:
+    """The launch of the case (or of another program of its stack: the interconnect check) on a world."""
+    launch = Launch(script or str(checked.case.script), req.case_args if argv is None else argv, world, stack_env,
+                    str(rep_dir), str(checked.data_dir), checked.options,
+                    checked.scheduler.placement(checked.cluster_profile), checked.cpu_bind)
+    checked.launcher.check(launch)
+    return named(checked.launcher.plan(launch))
+
+
+def named(plan: Plan) -> Plan:
+    """Every process told its name (SUITE_PROCESS), which it writes with its host (suite.instack.probe.announce)."""
+    return replace(plan, processes=tuple(replace(p, env={**p.env, "SUITE_PROCESS": p.name}) for p in plan.processes))
+
+
+def run(req: RunRequest) -> int:
+    """One launch per repetition of every NODES x GPUS_PER_NODE combination, smallest first; one
+    record per combination; with several combinations, a sweep summary with speedup at the end."""
+    checked = check(req)
+    if req.dry_run:
+        return dry_run(req, checked)
+    sweep_id = new_sweep_id(checked.case.name) if len(checked.worlds) > 1 else None
+    stack_env, failure = None, None
+    req.runs_dir.mkdir(parents=True, exist_ok=True)  # a container runtime binds it, so it must exist now
+    try:
+        stack_env = prepare(req, checked)
+    except KeyboardInterrupt:
+        failure = INTERRUPTED
+    except (RuntimeError, OSError) as exc:
+        failure = f"stack {checked.stack.name} could not be prepared: {exc}"
+    if stack_env:
+        check_stack(req, checked, stack_env)
+    written = []
+    for world in checked.worlds:
+        record, path = run_point(req, checked, world, stack_env, failure, sweep_id)
+        written.append((record, path))
+        if record["reason"] == INTERRUPTED:
+            break
+    if sweep_id:
+        summary = summarize_sweep(sweep_id, written, checked.baseline)
+        print_sweep(summary, write_sweep(summary, req.results_dir.parent / "sweeps"))
+    return 0 if all(record["status"] == "ok" for record, _ in written) else 1
+
+
+def prepare(req: RunRequest, checked: Checked, install: bool = True) -> StackEnv:
+    return checked.runtime.prepare(stack_request(req, checked, install), log)
+
+
+def stack_request(req: RunRequest, checked: Checked, install: bool = True) -> StackRequest:
+    """What the runtime is asked for: the stack, where it comes from, and where the run's first host is."""
+    first = checked.worlds[0].hosts[0].name
+
+    def words(text: str | None) -> tuple[str, ...] | None:
+        return None if text is None else tuple(text.split())
+
+    return StackRequest(checked.stack, req.flavour, checked.wheels, (str(req.runs_dir), str(checked.data_dir)),
+                        checked.image_dir, checked.cluster_profile, checked.gpus.get(first), install,
+                        words(req.modules), words(req.source), req.python, checked.scheduler.name, first)
+
+
+def check_stack(req: RunRequest, checked: Checked, stack_env: StackEnv) -> None:
+    """What the prepared stack must have for the case and its launcher (framework versions, launcher
+    options), for every point, before any is launched."""
+    if stack_env.provenance.get("stack_packages") is not None:  # None: not read before launch (a batch job reads them)
+        location = stack_env.provenance.get("stack_location")
+        checked.case.check_requirements(stack_env, f"runtime {stack_env.runtime}{f', {location}' if location else ''}")
+    for world in checked.worlds:
+        plan_point(req, checked, world, stack_env, req.runs_dir / "check")
+
+
+def run_point(req: RunRequest, checked: Checked, world: World, stack_env, failure: str | None,
+              sweep_id: str | None) -> tuple[dict, Path]:
+    case = checked.case
+    ctx = run_context(req, checked, world, sweep_id)
+    log(f"run {ctx.run_id}: {case.name} on {world.nodes} node(s), {world.devices} device(s) "
+        f"[{', '.join(f'{h.name}:{h.slots}' for h in world.hosts)}], runtime {ctx.runtime}")
+    reps: list[Repetition] = []
+    details = {}
+    provenance = stack_env.provenance if stack_env else {"stack": checked.stack.name,
+                                                         "stack_lock_sha256": checked.stack.lock_sha256}
+    # A scheduler may take the whole point over (slurm outside an allocation: a batch job).
+    if stack_env and not failure and (taken := checked.scheduler.take_over(batch_job(req, checked, ctx))):
+        record = taken_over_record(ctx, taken, provenance, checked.scheduler.name)
+        path = write_record(record, req.results_dir)
+        print_summary(record, path)
+        return record, path
+    interconnect = None
+    try:
+        if stack_env and not failure and wanted(req.precheck, world.nodes):
+            interconnect = run_check(checked, world, req.runs_dir / ctx.run_id, log,
+                                     lambda *program: plan_point(req, checked, world, stack_env, *program))
+        for index in range(checked.repeat if stack_env else 0):
+            rep_dir = req.runs_dir / ctx.run_id / f"rep-{index}"
+            rep_dir.mkdir(parents=True)
+            plan = with_samplers(plan_point(req, checked, world, stack_env, rep_dir), world, rep_dir,
+                                 req.telemetry_interval)
+            details = plan.details
+            log(f"repetition {index + 1}/{checked.repeat}: {' '.join(plan.processes[0].argv[:8])} ...")
+            try:
+                reps.append(run_repetition(index, plan, checked.scheduler, rep_dir, checked.timeout_s,
+                                           checked.stall_s, checked.cluster_profile))
+            finally:
+                strays.end(rep_dir, log)
+                checked.runtime.cleanup(stack_env, log)
+    except KeyboardInterrupt:
+        failure = INTERRUPTED
+    except (RunFailed, RuntimeError, OSError) as exc:
+        failure = f"{type(exc).__name__}: {exc}"
+    finally:
+        if stack_env:
+            checked.runtime.cleanup(stack_env, log)  # after the interconnect check too
+    record = build_record(ctx, reps, provenance, details, failure)
+    if facts := checked.scheduler.execution_facts(checked.cluster_profile):
+        record["execution"][checked.scheduler.name] = facts
+    record["metrics"].update(hardware_metrics(reps, world, req.telemetry_interval, interconnect))
+    if record["status"] == "ok":
+        record["metrics"]["diagnosis"] = diagnose(record)
+        if published := comparison(record):
+            record["metrics"]["published"] = published
+    record["provenance"]["system_description"] = system_description(record)
+    path = write_record(record, req.results_dir)
+    print_summary(record, path)
+    return record, path
+
+
+def hardware_metrics(reps: list[Repetition], world: World, interval: float | None, interconnect: dict | None) -> dict:
+    """metrics.telemetry and metrics.interconnect, where they were taken."""
+    try:
+        telemetry = summarize_telemetry(reps, world, interval)
+    except Exception as exc:  # noqa: BLE001 (the sampler's figures must never cost the run its record)
+        telemetry = {"interval_s": interval, "hosts": {}, "energy_j": None, "joules_per_image": None,
+                     "error": f"{type(exc).__name__}: {exc}"}
+    found = {"telemetry": telemetry, "interconnect": interconnect}
+    return {k: v for k, v in found.items() if v is not None}
+
+
+def batch_job(req: RunRequest, checked: Checked, ctx: RunContext) -> BatchJob:
+    """The point as a scheduler that runs it whole sees it: plain data and the runner's command for it,
+    every value resolved (the job runs where this machine's defaults may not hold)."""
+    runs_dir = Path(req.runs_dir).resolve()
+    run_dir = runs_dir / ctx.run_id
+    inner = replace(req, case=checked.case.name, nodes=str(ctx.world.nodes), gpus_per_node=str(ctx.world.hosts[0].slots),
+                    hostfile=None, runtime=ctx.runtime, scheduler=ctx.scheduler, repeat=str(checked.repeat),
+                    timeout=str(math.ceil(checked.timeout_s)), stall=str(math.ceil(checked.stall_s)), baseline=None,
+                    results_dir=run_dir / "record", runs_dir=runs_dir, data_dir=Path(checked.data_dir).resolve(),
+                    dry_run=False, run_id=ctx.run_id, cpu_bind=checked.cpu_bind, argv=[], rerun_of=None)
+    return BatchJob(ctx.run_id, checked.case.name, ctx.world, (sys.executable, *SUITE[1:], *to_argv(inner)),
+                    checked.timeout_s, checked.stall_s, checked.repeat, run_dir, checked.cluster_profile,
+                    tuple(checked.runtime.job_lines(stack_request(req, checked))))
+
+
+def taken_over_record(ctx: RunContext, taken: plugins.TakenOver, provenance: dict, scheduler: str) -> dict:
+    record = taken.record
+    if record is None:
+        world = ctx.world
+        if taken.hostnames:
+            world = World(tuple(Host(name, world.hosts[0].slots) for name in taken.hostnames), world.source)
+        record = build_record(replace(ctx, world=world), [], provenance, {}, taken.failure)
+    record["sweep_id"] = ctx.sweep_id
+    record["provenance"]["argv"] = ctx.argv
+    record["provenance"]["request"] = ctx.request
+    record["provenance"]["rerun_of"] = ctx.rerun_of
+    record["execution"][scheduler] = {**record["execution"].get(scheduler, {}), **taken.execution}
+    return record
+
+
+def run_repetition(index, plan, scheduler, rep_dir: Path, timeout_s: float, stall_s: float,
+                   cluster: Cluster | None = None) -> Repetition:
+    rep = Repetition(index=index, run_dir=str(rep_dir), command=plan.processes[0].argv,
+                     processes=[{"name": p.name, "host": p.host, "argv": p.argv, "env": masked_env(p.env),
+                                 "launch": scheduler.how_started(p, cluster)} for p in plan.processes if not p.daemon])
+    rep.launched_at = time.time()
+    results = scheduler.execute(plan, rep_dir / "logs", timeout_s, stall_s, cluster=cluster)
+    rep.exit_codes = {r.name: r.returncode for r in results}
+    rep.ran_on = announced(str(rep_dir))
+    # The process that failed by itself, rather than one stopped because of it.
+    bad = next((r for r in results if not r.ok and r.reason is None), None) or next((r for r in results if not r.ok), None)
+    if bad:
+        rep.status = "failed"
+        last = next((line for line in reversed(bad.tail) if line.strip()), "")
+        how = bad.reason or exit_description(bad.returncode)
+        said = f"first error: {bad.first_error!r}" if bad.first_error else f"last output: {last!r}"
+        rep.reason = f"{bad.name} on {bad.host} {how}; {said}; log: {bad.log}"
+        return rep
+    try:
+        measure(rep, plan.ranks)
+    except RunFailed as exc:
+        rep.status, rep.reason = "failed", str(exc)
+    return rep
+
+
+def run_context(req: RunRequest, checked: Checked, world: World, sweep_id: str | None) -> RunContext:
+    case = checked.case
+    return RunContext(req.run_id or new_run_id(case.name, world.nodes, world.devices), case, checked.options, world,
+                      checked.runtime.name, checked.scheduler.name, req.provenance_argv(), utc_now(), sweep_id,
+                      checked.cluster, req.rerun_of, checked.cpu_bind, recorded(req))
+
+
+def dry_run(req: RunRequest, checked: Checked) -> int:
+    """Prints every point's plan (each process with its host, argv and environment) and how the
+    scheduler would start it; starts nothing and writes no record. What a real run would refuse on
+    this machine (no container tool or image, no data) is said in warning lines: a plan for a
+    cluster is often written elsewhere."""
+    try:
+        stack_env = prepare(req, checked, install=False)
+        prov = stack_env.provenance
+        print(f"stack {prov.get('stack')}/{prov.get('stack_flavour') or 'site environment'}: {prov.get('stack_location')}")
+        check_stack(req, checked, stack_env)
+    except (UsageError, RuntimeError, OSError) as exc:
+        print(f"warning: on this machine: {exc}")
+        stack_env = StackEnv(checked.runtime.name, f"<{checked.runtime.name} stack {checked.stack.name}>/bin")
+    for warning in checked.warnings:
+        print(f"warning: on this machine: {warning}")
+    if setup := checked.runtime.job_lines(stack_request(req, checked, install=False)):
+        print(f"every process of runtime {checked.runtime.name} starts after:\n" + "\n".join(f"  {line}" for line in setup))
+    for world in checked.worlds:
+        ctx = run_context(req, checked, world, None)
+        rep_dir = req.runs_dir / ctx.run_id / "rep-0"
+        plan = plan_point(req, checked, world, stack_env, rep_dir)
+        print(f"== {ctx.run_id}: {checked.case.name} on {world.nodes} node(s), {world.devices} device(s) "
+              f"from {world.source}; runtime {ctx.runtime}, scheduler {ctx.scheduler}, launcher {checked.launcher.name}")
+        for p in plan.processes:
+            env = " ".join(f"{k}={shlex.quote(str(v))}" for k, v in masked_env(p.env).items())
+            print(f"process {p.name} on {p.host}\n  argv: {shlex.join(p.argv)}\n  env: {env}\n  cwd: {p.cwd}")
+        if req.telemetry_interval:
+            print(f"beside them: a telemetry sampler on each host (suite/instack/telemetry_sampler.py, every {req.telemetry_interval:g} s)")
+        if wanted(req.precheck, world.nodes):
+            print("before the timed run: the interconnect check (suite/instack/allreduce_sweep.py) through the same launcher")
+        print(checked.scheduler.describe(plan, batch_job(req, checked, ctx)))
+    print("dry run: nothing was started and no record was written")
+    return 0
+
+
+def exit_description(returncode: int | None) -> str:
+    if returncode is not None and returncode < 0:
+        # Not sent by the suite (that sets a reason): most often the kernel's out-of-memory killer.
+        oom = " (out of memory? lower the batch or image size)" if -returncode == signal.SIGKILL else ""
+        return f"was killed by signal {-returncode} ({signal.Signals(-returncode).name}){oom}"
+    return f"exited with {returncode}"
+
+
+def print_summary(record: dict, path: Path) -> None:
+    cfg, world, tp = record["config"], record["world"], record["metrics"]["throughput"]
+    print(f"\n== {record['case']}: {cfg['model']}, batch {cfg['batch_per_device']}/device, "
+          f"{cfg['image_size']} px, {cfg['dtype']}, {cfg['data']} data")
+    print(f"   {world['nodes']} node(s), {world['devices']} device(s) ({world['device_type']}), "
+          f"hosts {', '.join(world['hosts'])}")
+    if tp["mean"] is not None:
+        ci = f" ± {tp['ci95']:.2f}" if tp["ci95"] is not None else ""
+        print(f"   throughput: {tp['mean']:.2f}{ci} img/s total, {tp['per_device']:.2f} img/s per device "
+              f"(mean{' ± 95% CI' if ci else ''}, n={tp['n']} {tp['ci95_basis']})")
+    if diagnosis := record["metrics"].get("diagnosis"):
+        print(f"   {summary_line(diagnosis)}")
+    if published := record["metrics"].get("published"):
+        print(f"   {published_line(published)}")
+    if record["status"] != "ok":
+        print(f"   FAILED: {record['reason']}", file=sys.stderr)
+    print(f"   record: {path}")

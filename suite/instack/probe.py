@@ -1,0 +1,277 @@
+"""Timing probe imported by case scripts inside their stack. Standard library only.
+
+Each rank appends JSON lines to $SUITE_RUN_DIR/ranks/rank-<rank>.jsonl: one `start` line (config,
+versions, host facts), then either a `warmup` line and one `iteration` line per timed iteration
+(step-based cases) or one `epoch` line per epoch (epoch-based cases: the first epoch is the warmup),
+optional `result` lines, and one `end` line. A line is written after the timed work, so the probe
+adds no I/O inside a timed window.
+
+Beside its wall time every timed unit says where the rank's time went, for the run's diagnosis
+(suite/analysis/diagnosis.py): `cpu_s`, the CPU time of the rank's process (all its threads); `thread_s`, the
+CPU time of the thread that trains (on a GPU: the thread that launches the work, busy all the time
+when the host bounds the step); `data_wait_s`, the time the loop waited for its next batch, where the
+case times it (`with probe.data_wait(): batch = next(batches)`).
+"""
+
+import json
+import os
+import platform
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from contextlib import contextmanager
+
+
+class Probe:
+    def __init__(self, rank: int, size: int, local_rank: int = 0, local_size: int = 1, run_dir: str | None = None):
+        self.rank, self.size = rank, size
+        self.local_rank, self.local_size = local_rank, local_size
+        run_dir = run_dir or os.environ.get("SUITE_RUN_DIR") or "."
+        os.makedirs(os.path.join(run_dir, "ranks"), exist_ok=True)
+        self._file = open(os.path.join(run_dir, "ranks", f"rank-{rank:05d}.jsonl"), "a", buffering=1)
+        self._iterations = 0
+        self._mllog = MLLog(os.path.join(run_dir, "ranks", f"rank-{rank:05d}.mllog"), rank)
+        self._trained = 0
+        self._waited = None  # seconds waiting for data in the current unit; None: the case does not time it
+        self._unit = _Usage()
+
+    def _write(self, event: str, **fields) -> None:
+        self._file.write(json.dumps({"event": event, "rank": self.rank, "time": time.time(), **fields}) + "\n")
+
+    def start(self, config: dict, versions: dict) -> None:
+        versions = {"python": platform.python_version(), **versions}
+        host = host_info() if self.local_rank == 0 else None
+        if config.get("global_batch"):
+            self._mllog.log("event", "global_batch_size", config["global_batch"])
+        self._mllog.log("start", "run_start")
+        self._write("start", size=self.size, local_rank=self.local_rank, local_size=self.local_size,
+                    host=socket.gethostname(), pid=os.getpid(), host_info=host, config=config, versions=versions,
+                    binding={"policy": os.environ.get("SUITE_CPU_BIND", "none"), "cpus": cpus_allowed()})
+
+    @contextmanager
+    def warmup(self, images: int, sync=None):
+        self._say(f"warmup: {images} images per device, not timed")
+        with _timed(sync) as elapsed:
+            yield
+        self._write("warmup", images=images, seconds=elapsed())
+        self._trained += images
+        self._say(f"warmup done in {elapsed():.1f} s")
+
+    @contextmanager
+    def data_wait(self):
+        """Times how long the loop waits for its next batch (inside a timed unit)."""
+        begin = time.perf_counter()
+        try:
+            yield
+        finally:
+            self._waited = (self._waited or 0.0) + time.perf_counter() - begin
+
+    def _usage(self) -> dict:
+        """Where the rank's time went since the unit began (and begins the next)."""
+        used = self._unit.since()
+        if self._waited is not None:
+            used["data_wait_s"] = self._waited
+        self._waited, self._unit = None, _Usage()
+        return used
+
+    @contextmanager
+    def iteration(self, images: int, sync=None, total: int | None = None):
+        """Times one iteration of `images` images on this rank; `sync` waits for the device."""
+        self._usage()
+        with _timed(sync) as elapsed:
+            yield
+        seconds = elapsed()
+        self._write("iteration", index=self._iterations, images=images, seconds=seconds, **self._usage())
+        self._mllog.timed("block", self._iterations, images * self.size, seconds)
+        self._trained += images
+        self._iterations += 1
+        rate = images / seconds
+        of = f"/{total}" if total else ""
+        self._say(f"iteration {self._iterations}{of}: {rate:.1f} img/s per device, "
+                  f"~{rate * self.size:.1f} img/s on {self.size} device(s)")
+
+    def epoch_begin(self, sync=None) -> None:
+        """For epoch-based cases (e.g. from a Keras callback): marks the start of an epoch."""
+        if sync:
+            sync()
+        self._usage()
+        self._epoch_began = time.perf_counter()
+
+    def epoch_end(self, images: int, sync=None, total: int | None = None, **metrics) -> None:
+        """Ends the epoch begun last: `images` this rank trained on, plus loss, accuracy, ..."""
+        if sync:
+            sync()
+        seconds = time.perf_counter() - self._epoch_began
+        index = self._epochs = getattr(self, "_epochs", 0) + 1
+        self._write("epoch", index=index - 1, images=images, seconds=seconds, metrics=metrics, **self._usage())
+        self._mllog.timed("epoch", index - 1, images * self.size, seconds)
+        self._trained += images
+        shown = ", ".join(f"{k} {v:.4g}" for k, v in metrics.items() if isinstance(v, (int, float)))
+        of = f"/{total}" if total else ""
+        self._say(f"epoch {index}{of}: {seconds:.1f} s, ~{images * self.size / seconds:.1f} img/s"
+                  + (f", {shown}" if shown else "") + (" (first epoch: not counted in throughput)" if index == 1 else ""))
+
+    def result(self, **metrics) -> None:
+        """Figures of the whole run that are not timings, e.g. test accuracy."""
+        self._write("result", metrics=metrics)
+
+    def _say(self, message: str) -> None:
+        if self.rank == 0:
+            print(message, flush=True)
+
+    def end(self) -> None:
+        self._write("end", iterations=self._iterations)
+        self._file.close()
+        self._mllog.log("event", "train_samples", self._trained * self.size)
+        self._mllog.log("end", "run_stop", metadata={"status": "success"})
+
+
+class MLLog:
+    """MLPerf-style `:::MLLOG` lines in the rank's raw log (ranks/rank-<rank>.mllog), written with
+    mlperf-logging where the stack has it, nothing where not. Like the probe's own lines they are
+    written after the timed work, carrying the times it began and ended."""
+
+    def __init__(self, path: str, rank: int):
+        try:
+            from mlperf_logging.mllog.mllog import MLLogger
+        except ImportError:
+            self.logger = None
+            return
+        import logging
+
+        logger = logging.getLogger(f"suite.mllog.rank-{rank}")
+        logger.propagate = False
+        logger.setLevel(logging.INFO)
+        if not logger.handlers:
+            logger.addHandler(logging.FileHandler(path))
+        self.logger = MLLogger(logger=logger, default_stack_offset=2)
+
+    def log(self, kind: str, key: str, value=None, metadata=None, at: float | None = None) -> None:
+        """kind: start, end (an interval) or event; `at`: seconds since the epoch, default now."""
+        if self.logger is not None:
+            getattr(self.logger, kind)(key, value, metadata=metadata, time_ms=None if at is None else int(at * 1e3))
+
+    def timed(self, unit: str, index: int, images: int, seconds: float) -> None:
+        """A timed iteration (an MLPerf block) or epoch that just ended, and its throughput as NVIDIA's
+        submissions log it (tracked_stats); `images` of all ranks, estimated from this rank's."""
+        end = time.time()
+        number = {"first_epoch_num": index, "epoch_count": 1} if unit == "block" else {"epoch_num": index}
+        self.log("start", f"{unit}_start", metadata=number, at=end - seconds)
+        self.log("end", f"{unit}_stop", metadata=number, at=end)
+        self.log("event", "tracked_stats", {"throughput": images / seconds}, metadata={"step": index}, at=end)
+
+
+class _Usage:
+    """CPU time of this process and of the calling thread from now on."""
+
+    def __init__(self):
+        self.process, self.thread = time.process_time(), time.thread_time()
+
+    def since(self) -> dict:
+        return {"cpu_s": time.process_time() - self.process, "thread_s": time.thread_time() - self.thread}
+
+
+@contextmanager
+def _timed(sync):
+    if sync:
+        sync()
+    begin = time.perf_counter()
+    result = {}
+    yield lambda: result["seconds"]
+    if sync:
+        sync()
+    result["seconds"] = time.perf_counter() - begin
+
+
+def announce() -> None:
+    """Says where this process runs, for the record's `ran_on`: every process of a plan (servers and
+    schedulers that never reach a probe line too) writes $SUITE_RUN_DIR/where/<process>@<host>.json.
+    The workers a launcher program starts (horovodrun, torchrun's agent) inherit its name: its entry
+    lists every host they ran on. Nothing where the runner did not name the process."""
+    run_dir, name = os.environ.get("SUITE_RUN_DIR"), os.environ.get("SUITE_PROCESS")
+    if not run_dir or not name:
+        return
+    host = socket.gethostname()
+    os.makedirs(os.path.join(run_dir, "where"), exist_ok=True)
+    with open(os.path.join(run_dir, "where", f"{name}@{host}.json"), "w") as f:
+        json.dump({"process": name, "host": host, "pid": os.getpid(), "time": time.time()}, f)
+
+
+def announced(run_dir: str) -> dict[str, list[str]]:
+    """process name -> the hosts it (or what it started) announced, from a repetition's folder."""
+    found: dict[str, set[str]] = {}
+    folder = os.path.join(run_dir, "where")
+    for entry in sorted(os.listdir(folder)) if os.path.isdir(folder) else []:
+        try:
+            with open(os.path.join(folder, entry)) as f:
+                said = json.load(f)
+        except (OSError, ValueError):
+            continue
+        found.setdefault(said["process"], set()).add(said["host"])
+    return {name: sorted(hosts) for name, hosts in found.items()}
+
+
+def host_info() -> dict:
+    """What the machine is, for the record: CPU, memory, GPUs and driver where nvidia-smi exists."""
+    info = {
+        "hostname": socket.gethostname(),
+        "platform": platform.platform(),
+        "cpu_model": _cpu_model(),
+        "logical_cpus": os.cpu_count(),
+        "usable_cpus": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
+        "memory_gib": _memory_gib(),
+        "gpus": _gpus(),
+    }
+    return info
+
+
+def cpus_allowed() -> str | None:
+    """The cpus this process may run on, as the kernel says (/proc/self/status), e.g. "0-3,8"."""
+    return _proc_field("/proc/self/status", "Cpus_allowed_list:")
+
+
+def _proc_field(path: str, prefix: str) -> str | None:
+    """The value of the first line of a /proc file that starts with `prefix` (`name: value`)."""
+    try:
+        with open(path) as f:
+            for line in f:
+                if line.startswith(prefix):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return None
+
+
+def _cpu_model() -> str | None:
+    return _proc_field("/proc/cpuinfo", "model name") or platform.processor() or None
+
+
+def _memory_gib() -> float | None:
+    try:
+        with open("/proc/meminfo") as f:
+            kib = int(f.readline().split()[1])
+        return round(kib / 2**20, 1)
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _gpus() -> list[dict]:
+    if not shutil.which("nvidia-smi"):
+        return []
+    query = ["nvidia-smi", "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"]
+    try:
+        out = subprocess.run(query, capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    gpus = []
+    for line in out.strip().splitlines():
+        parts = [part.strip() for part in line.split(",")]
+        if len(parts) == 3:  # anything else is not an answer to the query (a stand-in nvidia-smi, an error)
+            gpus.append(dict(zip(("name", "driver", "memory"), parts)))
+    return gpus
+
+
+if __name__ == "__main__":
+    json.dump(host_info(), sys.stdout, indent=2)

@@ -1,0 +1,196 @@
+"""Telemetry sampler: one per host of a run, started by the runner beside the case's processes (by the
+same scheduler: here, over ssh, as an srun step) and ended with them (SIGTERM). Standard library,
+psutil, and pynvml (nvidia-ml-py) where importable; of the suite only suite/instack, so it runs anywhere the
+runner's Python does:
+
+    python suite/instack/telemetry_sampler.py --out DIR/HOST.jsonl [--interval 1] [--match SUITE_RUN_DIR=...]
+
+Writes JSON lines: one `start` line saying what can be sampled here (and why not where not), then a
+sample every interval: per-core CPU %, memory used, RSS of the run's processes (those whose
+environment holds --match), per GPU utilisation, memory, power, energy counter, temperature, SM clock,
+PCIe and NVLink throughput (NVML), and CPU package energy counters (Linux RAPL). The suite cuts them
+to the probe's timed window (suite/records/telemetry_window.py)."""
+
+import argparse
+import glob
+import json
+import os
+import signal
+import socket
+import sys
+import time
+
+from suite.instack.run_marker import carries
+
+RAPL_GLOB = "/sys/class/powercap/intel-rapl:[0-9]*"  # packages; their sub-zones (core, dram) are not summed
+
+
+class Gpus:
+    """NVML, or the reason it is not available. A metric the GPU does not support is asked once."""
+
+    def __init__(self, nvml=None):
+        self.nvml, self.handles, self.missing, self.why = nvml, [], set(), None
+        try:
+            if self.nvml is None:
+                import pynvml as nvml_module
+                self.nvml = nvml_module
+            self.nvml.nvmlInit()
+            self.handles = [self.nvml.nvmlDeviceGetHandleByIndex(i) for i in range(self.nvml.nvmlDeviceGetCount())]
+        except Exception as exc:  # ImportError, NVMLError (no driver, no library), OSError
+            self.why = f"not available: {type(exc).__name__}: {exc}"
+        if not self.handles and self.why is None:
+            self.why = "not available: NVML lists no GPU"
+
+    def describe(self):
+        if self.why:
+            return self.why
+        return [{"index": i, "name": self._call(i, "name", self.nvml.nvmlDeviceGetName, h),
+                 "memory_total": getattr(self._call(i, "memory", self.nvml.nvmlDeviceGetMemoryInfo, h), "total", None)}
+                for i, h in enumerate(self.handles)]
+
+    def _call(self, index: int, metric: str, function, *args):
+        if (index, metric) in self.missing:
+            return None
+        try:
+            return function(*args)
+        except Exception:  # NVMLError_NotSupported and friends: this GPU has no such figure
+            self.missing.add((index, metric))
+            return None
+
+    def sample(self) -> list[dict]:
+        return [self._one(i, h) for i, h in enumerate(self.handles)]
+
+    def _one(self, index: int, handle) -> dict:
+        n = self.nvml
+
+        def call(metric, function, *args):
+            return self._call(index, metric, function, *args)
+
+        util = call("util", n.nvmlDeviceGetUtilizationRates, handle)
+        memory = call("memory", n.nvmlDeviceGetMemoryInfo, handle)
+        power = call("power", n.nvmlDeviceGetPowerUsage, handle)  # mW
+        energy = call("energy", n.nvmlDeviceGetTotalEnergyConsumption, handle)  # mJ since driver load
+        return {"util": getattr(util, "gpu", None), "mem_used": getattr(memory, "used", None),
+                "power_w": power / 1e3 if power is not None else None,
+                "energy_j": energy / 1e3 if energy is not None else None,
+                "temp_c": call("temp", n.nvmlDeviceGetTemperature, handle, n.NVML_TEMPERATURE_GPU),
+                "sm_mhz": call("clock", n.nvmlDeviceGetClockInfo, handle, n.NVML_CLOCK_SM),
+                "pcie_tx_kbs": call("pcie_tx", n.nvmlDeviceGetPcieThroughput, handle, n.NVML_PCIE_UTIL_TX_BYTES),
+                "pcie_rx_kbs": call("pcie_rx", n.nvmlDeviceGetPcieThroughput, handle, n.NVML_PCIE_UTIL_RX_BYTES),
+                **self._nvlink(index, handle)}
+
+    def _nvlink(self, index: int, handle) -> dict:
+        fields = [self.nvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX, self.nvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX]
+        values = self._call(index, "nvlink", self.nvml.nvmlDeviceGetFieldValues, handle, fields)
+        if not values or any(v.nvmlReturn != 0 for v in values):
+            return {}
+        return {"nvlink_tx_kib": values[0].value.ullVal, "nvlink_rx_kib": values[1].value.ullVal}  # counters
+
+
+class Rapl:
+    """CPU package energy counters (µJ, wrapping at max_energy_range_uj), where readable."""
+
+    def __init__(self, pattern=RAPL_GLOB):
+        self.zones, self.why = {}, None
+        for zone in sorted(glob.glob(pattern)):
+            try:
+                name = open(f"{zone}/name").read().strip()
+                wrap = int(open(f"{zone}/max_energy_range_uj").read())
+                int(open(f"{zone}/energy_uj").read())
+                self.zones[f"{name}@{os.path.basename(zone)}"] = (f"{zone}/energy_uj", wrap)
+            except (OSError, ValueError) as exc:
+                self.why = f"not available: {zone}: {exc}"
+        if not self.zones:
+            self.why = self.why or f"not available: no readable {RAPL_GLOB}"
+
+    def describe(self):
+        return self.why or {name: {"wrap_j": wrap / 1e6} for name, (_, wrap) in self.zones.items()}
+
+    def sample(self) -> dict:
+        return {name: int(open(path).read()) / 1e6 for name, (path, _) in self.zones.items()}
+
+
+class RunProcesses:
+    """The processes of this run on this host: their environment holds `match` (e.g. SUITE_RUN_DIR=...);
+    each pid is looked at once."""
+
+    def __init__(self, match: str | None):
+        self.match = match.encode() if match else None
+        self.seen: dict[int, bool] = {}
+
+    def rss(self, psutil) -> tuple[int, int]:
+        if not self.match:
+            return 0, 0
+        total, count = 0, 0
+        self.seen = {pid: self.seen[pid] if pid in self.seen else self._ours(pid) for pid in psutil.pids()}
+        for pid in [pid for pid, ours in self.seen.items() if ours]:
+            try:
+                total += psutil.Process(pid).memory_info().rss
+                count += 1
+            except (psutil.Error, OSError):  # ended meanwhile
+                self.seen[pid] = False
+        return total, count
+
+    def _ours(self, pid: int) -> bool:
+        return carries(pid, self.match)
+
+
+class Stop(Exception):
+    """SIGTERM/SIGINT: the job has ended."""
+
+
+def _stop(signum, frame):
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second signal must not cut the last sample short
+    raise Stop
+
+
+def run(out: str, interval: float, match: str | None, gpus=None, rapl=None) -> None:
+    import psutil
+
+    gpus, rapl, procs = gpus or Gpus(), rapl or Rapl(), RunProcesses(match)
+    psutil.cpu_percent(percpu=True)  # the first call only starts the count
+    parent = os.getppid()
+    os.makedirs(os.path.dirname(out) or ".", exist_ok=True)
+    with open(out, "a", buffering=1) as f:
+        f.write(json.dumps({"event": "start", "time": time.time(), "host": socket.gethostname(), "pid": os.getpid(),
+                            "interval": interval, "cores": psutil.cpu_count(), "match": match,
+                            "memory_total": psutil.virtual_memory().total, "gpus": gpus.describe(),
+                            "rapl": rapl.describe()}) + "\n")
+        due = time.monotonic()
+        try:
+            while os.getppid() == parent:  # orphaned (its starter died without ending it): stop
+                due += interval
+                time.sleep(max(0.0, due - time.monotonic()))
+                f.write(json.dumps(sample(psutil, procs, gpus, rapl)) + "\n")
+        except Stop:  # one more: the moment the job ended, so samples lie beyond the timed window's end
+            f.write("\n" + json.dumps(sample(psutil, procs, gpus, rapl)) + "\n")
+
+
+def sample(psutil, procs: RunProcesses, gpus: Gpus, rapl: Rapl) -> dict:
+    rss, count = procs.rss(psutil)
+    out = {"time": time.time(), "cpu": psutil.cpu_percent(percpu=True), "mem_used": psutil.virtual_memory().used,
+           "rss": rss, "processes": count}
+    if gpus.handles:
+        out["gpus"] = gpus.sample()
+    if rapl.zones:
+        out["rapl_j"] = rapl.sample()
+    return out
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", required=True, help="JSON-lines file to append samples to")
+    parser.add_argument("--interval", type=float, default=1.0, help="seconds between samples")
+    parser.add_argument("--match", default=None, help="NAME=VALUE in the environment of the run's processes")
+    args = parser.parse_args(argv)
+    signal.signal(signal.SIGTERM, _stop)
+    signal.signal(signal.SIGINT, _stop)
+    try:
+        run(args.out, args.interval, args.match)
+    except Stop:  # before the first sample
+        pass
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

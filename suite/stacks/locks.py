@@ -1,0 +1,327 @@
+"""Framework stacks: containers/<stack>/ holds the pinned locks (every package with its hashes), where
+pip alone cannot build the stack a post-install.sh run after the lock is installed, and
+container.toml, which describes each flavour (cpu, cuda): its lock, the extra index its wheels come
+from, the build steps before post-install.sh, and for images the base and system packages. The same
+flavour builds the local virtual environment made here (`local` runtime) and the container images
+(suite/stacks/images.py), so the two cannot drift."""
+
+import fcntl
+import hashlib
+import json
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import tomllib
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from suite.base import paths
+from suite.base.errors import UsageError
+from suite.base.jsonfile import write_json_atomic
+from suite.stacks import wheelhouse
+
+MARKER = "suite-stack.json"
+FACTS = "suite-facts.json"
+FLAVOURS = ("cpu", "cuda")
+DESCRIPTION = "container.toml"
+DIGEST = re.compile(r"@sha256:[0-9a-f]{64}$")
+KEYS = {"base", "base_source", "python", "lock", "pip_extra_index", "apt", "build_env", "build_path", "prepare",
+        "smoke", "check_build", "system_site_packages", "example_case", "no_local"}
+
+
+@dataclass(frozen=True)
+class Stack:
+    name: str
+    dir: Path
+
+    @property
+    def lock(self) -> Path:
+        return self.dir / "requirements.lock"
+
+    @property
+    def post_install(self) -> Path | None:
+        script = self.dir / "post-install.sh"
+        return script if script.exists() else None
+
+    def recipe_files(self) -> list[Path]:
+        """Everything of the stack folder a build reads besides a flavour's own lock."""
+        extra = [self.post_install] if self.post_install else []
+        return [*sorted(self.dir.glob("*.lock")), *extra, *sorted((self.dir / "patches").glob("*"))]
+
+    @property
+    def lock_sha256(self) -> str:
+        return hashlib.sha256(self.lock.read_bytes()).hexdigest()
+
+    @property
+    def recipe_sha256(self) -> str:
+        return _files_sha256(self.dir, self.recipe_files())
+
+
+def _files_sha256(root: Path, files: list[Path], extra: bytes = b"") -> str:
+    digest = hashlib.sha256()
+    for path in files:
+        digest.update(path.relative_to(root).as_posix().encode() + b"\0")
+        digest.update(hashlib.sha256(path.read_bytes()).digest())
+    digest.update(extra)
+    return digest.hexdigest()
+
+
+@dataclass(frozen=True)
+class Flavour:
+    """One build of a stack (cpu, cuda), as container.toml describes it: a local environment here,
+    or an image."""
+
+    stack: Stack
+    name: str
+    lock: str = "requirements.lock"  # relative to the stack folder
+    base: str = ""
+    base_source: str = ""
+    python: str = "python3"
+    smoke: str = ""
+    example_case: str = ""
+    pip_extra_index: str = ""  # where wheels that are not on PyPI are found (torch's CPU build)
+    apt: tuple[str, ...] = ()
+    build_env: dict = field(default_factory=dict)  # the image's: what its base provides (CUDA, MPI)
+    build_path: tuple[str, ...] = ()
+    prepare: tuple[str, ...] = ()  # shell lines before post-install.sh, local and image builds alike
+    check_build: bool = False
+    system_site_packages: bool = False
+    no_local: str = ""  # why this flavour exists as an image only (empty: it builds here too)
+
+    @property
+    def id(self) -> str:
+        return f"{self.stack.name}/{self.name}"
+
+    @property
+    def lock_path(self) -> Path:
+        return self.stack.dir / self.lock
+
+    @property
+    def lock_sha256(self) -> str:
+        return hashlib.sha256(self.lock_path.read_bytes()).hexdigest()
+
+    @property
+    def base_pinned(self) -> bool:
+        return bool(DIGEST.search(self.base))
+
+    @property
+    def recipe_sha256(self) -> str:
+        """The flavour's lock, the stack's other locks, post-install.sh, patches and the settings a
+        local build reads: a change to any of them makes a new environment."""
+        files = sorted({*self.stack.recipe_files(), self.lock_path})
+        settings = {k: asdict(self)[k] for k in ("name", "pip_extra_index", "prepare", "system_site_packages")}
+        return _files_sha256(self.stack.dir, files, json.dumps(settings, sort_keys=True).encode())
+
+    def locks(self) -> list[tuple[Path, bool]]:
+        """Every lock a build installs from: (path, as sdists?): the flavour's lock (wheels), then the
+        stack's other locks (sdists its post-install builds)."""
+        others = [p for p in sorted(self.stack.dir.glob("*.lock")) if p.name != "requirements.lock"]
+        return [(self.lock_path, False), *((p, True) for p in others)]
+
+
+def load_flavour(stack: Stack, name: str) -> Flavour:
+    path = stack.dir / DESCRIPTION
+    if name not in FLAVOURS:
+        raise UsageError(f"unknown flavour '{name}' (known: {', '.join(FLAVOURS)})")
+    if not path.exists():
+        if name == "cpu":  # a stack without images: its lock, built here
+            return Flavour(stack, name)
+        raise UsageError(f"stack {stack.name} has no container description ({path}), so no {name} flavour")
+    spec = tomllib.loads(path.read_text())
+    merged = {k: v for k, v in spec.items() if not isinstance(v, dict)} | spec.get(name, {})
+    unknown = set(merged) - KEYS
+    if unknown or name not in spec:
+        raise UsageError(f"{path}: " + (f"unknown keys {sorted(unknown)}" if unknown else f"no [{name}] table"))
+    if "@sha256:" not in merged.get("base", ""):
+        raise UsageError(f"{path} [{name}]: base must be pinned by digest (IMAGE@sha256:...), got {merged.get('base')!r}")
+    if '"' in merged.get("smoke", ""):
+        raise UsageError(f"{path} [{name}]: smoke must not contain double quotes (it is run as python -c \"...\")")
+    tuples = {k: tuple(merged[k]) for k in ("apt", "build_path", "prepare") if k in merged}
+    return Flavour(stack=stack, name=name, **{**merged, **tuples})
+
+
+def described_flavours() -> list[Flavour]:
+    stacks = sorted(p.parent.name for p in paths.CONTAINERS.glob(f"*/{DESCRIPTION}"))
+    return [load_flavour(load_stack(s), f) for s in stacks for f in FLAVOURS]
+
+
+@dataclass(frozen=True)
+class InstalledStack:
+    flavour: Flavour
+    prefix: Path
+    info: dict
+
+    @property
+    def stack(self) -> Stack:
+        return self.flavour.stack
+
+    @property
+    def python(self) -> Path:
+        return self.prefix / "bin" / "python"
+
+    def tool(self, name: str) -> Path:
+        return self.prefix / "bin" / name
+
+
+PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==([^\s]+)$")
+HASH = re.compile(r"^--hash=sha256:[0-9a-f]{64}$")
+
+
+def lock_pins(lock: Path) -> dict[str, str]:
+    """name -> version of a lock whose every requirement is `name==version --hash=sha256:...`;
+    anything else (a range, a missing or malformed hash) is refused naming its line."""
+    pins: dict[str, str] = {}
+    logical, first = "", 0
+    for lineno, raw in enumerate(lock.read_text().splitlines(), start=1):
+        line = raw.split("#", 1)[0].strip()
+        if not logical:
+            first = lineno
+        logical += " " + line.removesuffix("\\").strip()
+        if line.endswith("\\"):
+            continue
+        fields, logical = logical.split(), ""
+        if not fields:
+            continue
+        pin = PIN.match(fields[0])
+        if not pin or len(fields) < 2 or not all(HASH.match(f) for f in fields[1:]):
+            raise UsageError(f"{lock}:{first}: '{' '.join(fields)[:80]}' is not pinned as "
+                             "'name==version --hash=sha256:<64 hex>' (every line of a lock must be)")
+        pins[pin.group(1).lower()] = pin.group(2)
+    return pins
+
+
+def load_stack(name: str) -> Stack:
+    stack_dir = paths.CONTAINERS / name
+    if not (stack_dir / "requirements.lock").exists():
+        known = sorted(p.parent.name for p in paths.CONTAINERS.glob("*/requirements.lock"))
+        raise UsageError(f"unknown stack '{name}' (known stacks: {', '.join(known)})")
+    stack = Stack(name, stack_dir)
+    for lock in stack_dir.glob("**/*.lock"):
+        lock_pins(lock)
+    return stack
+
+
+def local_flavour(stack: Stack, requested: str | None, gpus: int | None = None, log=print) -> Flavour:
+    """The flavour a local build of the stack uses: the one asked for, else the one that fits this
+    host (suite.inputs.host_gpus.pick_flavour); a flavour that exists as an image only is refused when asked
+    for, and stands back for cpu when it was only this host's fit."""
+    from suite.inputs.host_gpus import pick_flavour
+
+    name = pick_flavour(requested, gpus)
+    asked = bool(requested)
+    if not (stack.dir / DESCRIPTION).exists() and not asked:
+        name = "cpu"  # a stack without images has its lock only
+    flavour = load_flavour(stack, name)
+    if not flavour.no_local:
+        return flavour
+    if asked:
+        raise UsageError(f"stack {stack.name} has no local {name} flavour: {flavour.no_local} (FLAVOUR=cpu runs it "
+                         "here on the CPU)")
+    log(f"note: stack {stack.name}: {flavour.no_local}; installing its cpu flavour here")
+    return load_flavour(stack, "cpu")
+
+
+def local_prefix(flavour: Flavour) -> Path:
+    return paths.stack_home() / f"{flavour.stack.name}-{flavour.name}-{flavour.recipe_sha256[:16]}"
+
+
+def find_installed(flavour: Flavour) -> InstalledStack | None:
+    """The finished local environment of this exact recipe, or None. A folder without the marker is
+    an interrupted install and does not count."""
+    prefix = local_prefix(flavour)
+    try:
+        info = json.loads((prefix / MARKER).read_text())
+    except (OSError, ValueError):
+        return None
+    if info.get("recipe_sha256") != flavour.recipe_sha256:
+        return None
+    return InstalledStack(flavour, prefix, info)
+
+
+def ensure_installed(stack: Stack | Flavour, log=print, wheels: Path | str | None = None) -> InstalledStack:
+    """Install a flavour (a Stack: the flavour that fits this host) once per recipe; concurrent
+    callers wait for the one that installs. With `wheels`, pip reads that folder alone."""
+    flavour = stack if isinstance(stack, Flavour) else local_flavour(stack, None, log=log)
+    prefix = local_prefix(flavour)
+    prefix.parent.mkdir(parents=True, exist_ok=True)
+    with open(prefix.with_name(prefix.name + ".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        installed = find_installed(flavour)
+        if installed:
+            return installed
+        if prefix.exists():
+            log(f"stack {flavour.id}: removing an unfinished install at {prefix}")
+            shutil.rmtree(prefix)
+        where = f"from the wheel folder {wheels}" if wheels else "from the package index"
+        log(f"stack {flavour.id}: installing into {prefix} {where} (once per lock; this takes a few minutes)")
+        started = time.time()
+        _build(flavour, prefix, wheels, log)
+        info = {
+            "stack": flavour.stack.name,
+            "flavour": flavour.name,
+            "recipe_sha256": flavour.recipe_sha256,
+            "lock_sha256": flavour.lock_sha256,
+            "python": sys.version.split()[0],
+            "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "build_seconds": round(time.time() - started, 1),
+            "installed_from": str(Path(wheels).resolve()) if wheels else "index",
+            "packages": _frozen_packages(prefix),
+            "facts": _read_facts(prefix),
+        }
+        write_json_atomic(prefix / MARKER, info)
+        log(f"stack {flavour.id}: ready after {info['build_seconds']:.0f} s")
+        return InstalledStack(flavour, prefix, info)
+
+
+def install_argv(flavour: Flavour, python: str, wheels: Path | str | None = None, log=print) -> list[str]:
+    """The pip command that installs the flavour's lock: hash-checked, no resolution beyond it, from
+    where suite.stacks.wheelhouse says (the image build's %post says the same)."""
+    return [python, "-m", "pip", "install", "--quiet", "--require-hashes", "--no-deps",
+            *wheelhouse.sources(flavour.pip_extra_index, wheels, log), "-r", str(flavour.lock_path)]
+
+
+def post_install_script(flavour: Flavour, stack_dir: str, prefix: str, facts: str) -> str:
+    """The shell that builds what pip cannot: the flavour's prepare lines, then post-install.sh, with
+    STACK_DIR, STACK_PREFIX and SUITE_FACTS_FILE set (local and image builds alike)."""
+    q = shlex.quote
+    exports = f"export STACK_DIR={q(stack_dir)} STACK_PREFIX={q(prefix)} SUITE_FACTS_FILE={q(facts)}"
+    return "\n".join([exports, *flavour.prepare, f"bash {q(stack_dir + '/post-install.sh')}"])
+
+
+def _build(flavour: Flavour, prefix: Path, wheels, log) -> None:
+    venv = ["--system-site-packages"] if flavour.system_site_packages else []
+    subprocess.run([sys.executable, "-m", "venv", *venv, str(prefix)], check=True)
+    _checked_run(install_argv(flavour, str(prefix / "bin" / "python"), wheels, log), flavour, wheels)
+    if flavour.stack.post_install:
+        env = dict(os.environ, PATH=f"{prefix / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}",
+                   **wheelhouse.wheel_env(wheels))
+        script = post_install_script(flavour, str(flavour.stack.dir), str(prefix), str(prefix / FACTS))
+        with tempfile.TemporaryDirectory(prefix=f"{flavour.stack.name}-build-") as work:
+            _checked_run(["bash", "-euo", "pipefail", "-c", script], flavour, wheels, cwd=work, env=env)
+
+
+def _checked_run(argv: list[str], flavour: Flavour, wheels, **kwargs) -> None:
+    result = subprocess.run(argv, **kwargs)
+    if result.returncode != 0:
+        hint = "" if wheels else (" (a machine without the package index: fill a wheel folder where there is one, "
+                                  "`make wheels`, and install from it with WHEELS=<folder>)")
+        shown = " ".join(argv[:4]) if argv[0] != "bash" else "post-install.sh"
+        raise RuntimeError(f"stack {flavour.id}: '{shown} ...' failed with exit {result.returncode}{hint}")
+
+
+def _frozen_packages(prefix: Path) -> dict[str, str]:
+    out = subprocess.run([str(prefix / "bin" / "python"), "-m", "pip", "list", "--format=json"],
+                         capture_output=True, text=True, check=True).stdout
+    return {p["name"].lower(): p["version"] for p in json.loads(out)}
+
+
+def _read_facts(prefix: Path) -> dict:
+    try:
+        return json.loads((prefix / FACTS).read_text())
+    except (OSError, ValueError):
+        return {}

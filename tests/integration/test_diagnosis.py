@@ -1,0 +1,162 @@
+"""A run that explains itself: the diagnosis of what bounded it (real CPU runs built to be input- and
+communication-bound; the rules over every kind of figure), timed windows that grow to --min-seconds,
+the DLE preset, published GPU figures matched to a record, and `make gpu-check`."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import ROOT, records_in
+from support.gpus import fake_nvidia_smi
+
+from suite.analysis import diagnosis, references
+from suite.inputs.cases import load_case
+from suite.inputs.host_gpus import host_gpus
+from suite.records.schema import validate
+
+DDP = ("--case", "pytorch-ddp")
+
+
+def figures(**given) -> dict:
+    return {"device_busy": None, "data_wait": None, "exchange": None, "allreduce": None, "thread_busy": None,
+            "host_cpu_ms_per_step": None, **given}
+
+
+@pytest.mark.parametrize("given, device, verdict", [
+    ({"data_wait": 0.5, "device_busy": 0.99}, "cpu", "input"),
+    ({"exchange": 0.45, "device_busy": 0.95}, "cpu", "communication"),
+    ({"allreduce": 0.6}, "cuda", "communication"),
+    ({"exchange": 0.1, "allreduce": 0.9, "device_busy": 0.9}, "cuda", "compute"),  # measured beats estimated
+    ({"device_busy": 0.92, "thread_busy": 0.95}, "cuda", "compute"),
+    ({"device_busy": 0.62, "thread_busy": 0.97}, "cuda", "host"),
+    ({"device_busy": 0.62, "thread_busy": 0.4}, "cuda", "unknown"),
+    ({"device_busy": 0.9}, "cpu", "compute"),
+    ({}, "cpu", "unknown"),
+])
+def test_the_verdict_follows_the_figures(given, device, verdict):
+    found, why = diagnosis.classify(figures(**given), device)
+    assert found == verdict and why
+
+
+def test_an_allreduce_between_measured_sizes_is_interpolated():
+    sizes = [{"bytes": 1_000_000, "latency_us": 1000.0}, {"bytes": 3_000_000, "latency_us": 2000.0}]
+    assert diagnosis.allreduce_seconds(sizes, 2_000_000) == pytest.approx(0.0015)
+    assert diagnosis.allreduce_seconds(sizes, 6_000_000) == pytest.approx(0.004)  # beyond: the largest's bandwidth
+    assert diagnosis.allreduce_seconds(sizes, 10) == pytest.approx(0.001)
+
+
+def run(suite_cli, *args, case_args=()):
+    done = suite_cli("run", *DDP, "--telemetry-interval", "0", *args, case_args=case_args)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    [record] = records_in(suite_cli.results)
+    validate(record)
+    return record, done.stdout
+
+
+@pytest.fixture(scope="module")
+def jpegs(tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("jpegs")
+    subprocess.run([sys.executable, "-m", "suite", "data", *DDP, "--synthetic", "--data-dir", str(folder), "--",
+                    "--classes", "2", "--train-per-class", "16", "--val-per-class", "0"],
+                   cwd=ROOT, check=True, capture_output=True, timeout=600)
+    return folder
+
+
+def test_a_tiny_model_fed_by_a_slow_loader_is_input_bound(suite_cli, jpegs):
+    record, out = run(suite_cli, "--gpus-per-node", "1", "--data-dir", str(jpegs), case_args=(
+        "--data", "imagefolder", "--model", "tiny-cnn", "--workers", "0", "--image-size", "32", "--batch-size", "4",
+        "--epochs", "2"))
+    found = record["metrics"]["diagnosis"]
+    assert found["verdict"] == "input", found
+    assert found["figures"]["data_wait"] >= diagnosis.INPUT_BOUND and found["hint"] == diagnosis.HINTS["input"]
+    assert "input-bound: each step waited" in out
+    assert record["config"]["model"] == "tiny-cnn"
+
+
+def test_two_workers_on_small_images_are_communication_bound(suite_cli):
+    record, out = run(suite_cli, "--gpus-per-node", "2", case_args=(
+        "--image-size", "16", "--batch-size", "2", "--num-warmup-batches", "1", "--num-batches-per-iter", "2",
+        "--num-iters", "3"))
+    found = record["metrics"]["diagnosis"]
+    assert found["verdict"] == "communication", found
+    assert found["figures"]["exchange"] >= diagnosis.COMMUNICATION_BOUND
+    local = record["repetitions"][0]["results"]["step_without_exchange_s"]
+    assert 0 < local < record["metrics"]["timed_seconds"] / 3  # a step without the exchange, shorter
+    assert "communication-bound: the gradient exchange took" in out
+
+
+def test_timed_iterations_grow_to_min_seconds_and_stay_as_asked_on_cpus(suite_cli, tmp_path):
+    tiny = ("--image-size", "32", "--batch-size", "4", "--num-warmup-batches", "1", "--num-batches-per-iter", "1",
+            "--num-iters", "2")
+    record, _ = run(suite_cli, "--gpus-per-node", "2", case_args=(*tiny, "--min-seconds", "4"))
+    results = record["repetitions"][0]["results"]
+    assert results["min_seconds"] == 4 and results["timed_iterations"] > 2
+    assert len(record["metrics"]["throughput"]["samples"]) == results["timed_iterations"]
+    assert record["metrics"]["timed_seconds"] >= 2  # the first iteration's pace sets the count
+    for path in suite_cli.results.glob("*.json"):
+        path.rename(tmp_path / path.name)
+    record, _ = run(suite_cli, "--gpus-per-node", "1", case_args=tiny)
+    assert record["repetitions"][0]["results"]["timed_iterations"] == 2  # CPU default: exactly --num-iters
+
+
+def test_the_dle_preset_sets_its_options_and_later_ones_win():
+    for name in ("pytorch-ddp", "pytorch-synthetic"):
+        case = load_case(name)
+        options = case.parse_options(["--preset", "dle"])
+        assert (options["preset"], options["amp"], options["channels-last"], options["batch-size"]) == ("dle", True, True, 256)
+        assert case.parse_options(["--preset", "dle", "--batch-size", "64"])["batch-size"] == 64
+        assert case.parse_options([])["preset"] is None
+    with pytest.raises(Exception, match="invalid choice"):
+        load_case("pytorch-ddp").parse_options(["--preset", "mlperf"])
+
+
+def gpu_record(device_name: str, dtype: str, devices: int, per_device: float) -> dict:
+    return {"case": "pytorch-ddp", "world": {"devices": devices},
+            "config": {"dtype": dtype, "reported_by_case": {"device_name": device_name}},
+            "metrics": {"throughput": {"per_device": per_device}}}
+
+
+def test_a_gpu_record_is_set_against_the_published_figure_for_its_gpu_and_precision():
+    a100 = references.comparison(gpu_record("NVIDIA A100-SXM4-80GB", "amp-float16", 1, 2470 * 0.9))
+    assert a100["gpu"] == "A100" and a100["precision"] == "amp" and a100["ratio"] == pytest.approx(0.9)
+    eight = references.comparison(gpu_record("NVIDIA A100 80GB PCIe", "amp-float16", 8, 2000.0))
+    assert eight["published_per_device"] == pytest.approx(16621 / 8) and eight["same_devices"]
+    tf32 = references.comparison(gpu_record("NVIDIA A100-SXM4-80GB", "float32", 1, 938.0))
+    assert tf32["precision"] == "tf32" and tf32["ratio"] == pytest.approx(1.0)
+    h100 = references.comparison(gpu_record("NVIDIA H100 80GB HBM3", "amp-float16", 1, 4350.0))
+    assert h100["gpu"] == "H100" and h100["published_per_device"] == pytest.approx(7000) and not h100["same_devices"]
+    assert "this run 0.62x that" in references.summary_line(h100)
+    assert references.comparison(gpu_record("cpu", "float32", 1, 5.0)) is None
+    assert references.comparison(gpu_record("NVIDIA H100 80GB HBM3", "float32", 1, 1000.0)) is None
+
+
+def test_gpu_check_refuses_a_host_without_gpus_in_one_line():
+    done = subprocess.run([sys.executable, "benchmarks/gpu_check.py"], cwd=ROOT, capture_output=True, text=True,
+                          env={**os.environ, "CUDA_VISIBLE_DEVICES": ""}, timeout=120)
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr == "error: make gpu-check needs an NVIDIA GPU on this host (nvidia-smi -L lists none)\n"
+
+
+@pytest.mark.skipif(host_gpus() > 0, reason="a GPU host runs the real check (make gpu-check)")
+def test_gpu_check_runs_every_part_and_fails_where_a_check_fails(tmp_path):
+    """A stand-in nvidia-smi (in addition to the real CPU runs): the suite and the bare DDP loop run in
+    turns at tiny sizes on the CPU, every line is printed, and the NVML check fails (this host has no
+    NVML), so gpu-check exits 1: a failure is never a skip."""
+    fake = fake_nvidia_smi(tmp_path / "fake", 1)
+    env = {**os.environ, "PATH": f"{fake}{os.pathsep}{os.environ['PATH']}"}
+    env.pop("CUDA_VISIBLE_DEVICES", None)
+    done = subprocess.run([sys.executable, "benchmarks/gpu_check.py", "--tiny", "--rounds", "1", "--min-seconds", "1",
+                           "--", "--flavour", "cpu"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 1, done.stdout + done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith("gpu: cpu; stack pytorch/cpu, runtime local")
+    assert lines[1].startswith("suite_vs_bare.pytorch-ddp: ") and "round ratios" in lines[1]
+    assert lines[2] == "published: no figure for cpu at amp-bfloat16 in cases/pytorch-ddp/case.toml"
+    assert lines[3].startswith("telemetry: FAILED: no NVML figures") and lines[4] == "mllog: ok"
+    assert lines[5].startswith("diagnosis: ") and lines[6].startswith("results: ")
+    saved = json.loads(Path(lines[6].split(": ", 1)[1]).read_text())
+    assert saved["suite"] and saved["bare"] and saved["diagnosis"]["verdict"]
+    Path(lines[6].split(": ", 1)[1]).unlink()

@@ -1,0 +1,207 @@
+"""make report on real and fixture records, rendered in headless Chromium."""
+
+import json
+import shutil
+import struct
+import subprocess
+import sys
+
+import pytest
+from conftest import ROOT, component_unavailable, tiny
+from support.fixture_records import make_record
+
+from suite.base.errors import UsageError
+from suite.inputs.cases import known_cases, load_case
+
+CHROMIUM = shutil.which("chromium")
+FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+         "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+
+
+@pytest.fixture(scope="module")
+def report_dir(tmp_path_factory):
+    base = tmp_path_factory.mktemp("report")
+    results, runs = base / "results", base / "runs"
+    for devices, rate in [(1, 100.0), (2, 95.0), (4, 85.0)]:
+        make_record(results, runs, cluster="cluster-a", devices=devices, per_device=(rate,))
+    for devices, rate in [(1, 120.0), (2, 110.0)]:
+        make_record(results, runs, cluster="cluster-b", devices=devices, per_device=(rate,), repetitions=2)
+    for devices, epoch in [(1, 40.0), (2, 21.0)]:
+        make_record(results, runs, case="tf-cifar", stack="tensorflow", devices=devices, epochs=[60.0, epoch, epoch])
+    (results / "corrupt.json").write_text('{"schema_version": 1, "run_id": ')
+    (results / "foreign.json").write_text(json.dumps({"hello": "world"}))
+    out = base / "site"
+    result = subprocess.run([sys.executable, "-m", "suite", "report", "--results-dir", str(results), "--out", str(out)],
+                            cwd=ROOT, capture_output=True, text=True, check=True)
+    return out, result
+
+
+def test_report_writes_pages_and_skips_bad_files(report_dir):
+    out, result = report_dir
+    assert "skipped" in result.stderr and "corrupt.json" in result.stderr and "foreign.json" in result.stderr
+    for name in ["index.html", "case-pytorch-synthetic.html", "case-tf-cifar.html", "frameworks.html", "summary.csv"]:
+        assert (out / name).exists(), name
+    index = (out / "index.html").read_text()
+    assert "7 records used" in index and "2 file(s) skipped" in index
+    assert index.count("<tr><td>") == 3  # pytorch-synthetic on two clusters, tf-cifar on one
+    page = (out / "case-pytorch-synthetic.html").read_text()
+    assert page.count("<script") >= 2 and "<script src" not in page  # plotly.js is embedded
+    assert "PRACE Best Practice Guide" in page  # the published series
+    assert "model: cluster-a" in page  # the scaling model fitted to a series
+
+
+def test_csv_has_speedup_and_efficiency(report_dir):
+    out, _ = report_dir
+    import csv
+
+    rows = list(csv.DictReader(open(out / "summary.csv")))
+    a = {int(r["devices"]): r for r in rows if r["cluster"] == "cluster-a"}
+    assert float(a[1]["speedup"]) == pytest.approx(1.0)
+    assert float(a[4]["speedup"]) == pytest.approx(4 * 85 / 100, rel=0.01)
+    assert float(a[4]["efficiency_pct"]) == pytest.approx(85, rel=0.01)
+    tf = [r for r in rows if r["case"] == "tf-cifar"]
+    assert sorted(float(r["epoch_seconds"]) for r in tf) == [21.0, 40.0]
+
+
+@pytest.fixture
+def chromium() -> str:
+    if CHROMIUM is None:
+        component_unavailable("Chromium", "chromium is not on PATH (tools/install-test-deps.sh, run by make test, "
+                              "installs it)")
+    return CHROMIUM
+
+
+@pytest.mark.parametrize("page, plots", [("case-pytorch-synthetic.html", 3), ("case-tf-cifar.html", 4),
+                                         ("frameworks.html", 2), ("index.html", 0)])
+def test_pages_render_offline_in_chromium(report_dir, page, plots, chromium):
+    from playwright.sync_api import sync_playwright
+
+    out, _ = report_dir
+    errors, requests = [], []
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=chromium, args=FLAGS)
+        tab = browser.new_page(viewport={"width": 1280, "height": 900})
+        tab.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+        tab.on("pageerror", lambda e: errors.append(str(e)))
+        tab.on("request", lambda r: requests.append(r.url) if not r.url.startswith(("file:", "data:")) else None)
+        tab.goto((out / page).as_uri())
+        tab.wait_for_load_state("load")
+        if plots:
+            tab.wait_for_selector(".js-plotly-plot .main-svg", timeout=30_000)
+        rendered = tab.eval_on_selector_all(".js-plotly-plot", "els => els.map(e => e.querySelectorAll('.scatterlayer .trace').length)")
+        shot = out / f"{page}.png"
+        tab.screenshot(path=str(shot), full_page=True)
+        browser.close()
+    assert errors == [] and requests == []
+    assert len(rendered) == plots and all(traces > 0 for traces in rendered)
+    png = shot.read_bytes()  # a whole page drawn: the PNG's own header, not its size (fonts vary)
+    width, height = struct.unpack(">II", png[16:24])
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and width == 1280 and height >= 900
+
+
+def test_records_are_validated_without_rechecking_the_schema_each_time(tmp_path, monkeypatch):
+    """jsonschema.validate() checks the schema itself for every record (it was 96% of `report`).
+    Valid records pass the compiled check alone; invalid ones go to jsonschema, built once."""
+    import jsonschema
+
+    import suite.records.index
+    import suite.records.schema
+    from suite.records.read import load_points
+
+    record = make_record(tmp_path / "one", tmp_path / "runs", devices=2, per_device=(40.0,))
+    for i in range(200):
+        (tmp_path / "many").mkdir(exist_ok=True)
+        (tmp_path / "many" / f"{i:03d}.json").write_text(json.dumps({**record, "run_id": f"{record['run_id']}-{i}"}))
+    for i in range(3):  # records that fail the check: jsonschema names what is wrong
+        (tmp_path / "many" / f"bad-{i}.json").write_text(json.dumps({**record, "case": i}))
+    checks = []
+    cls = jsonschema.validators.validator_for(suite.records.schema.SCHEMA)
+    original = cls.check_schema
+    monkeypatch.setattr(cls, "check_schema", classmethod(lambda c, schema, **kw: checks.append(1) or original(schema, **kw)))
+    monkeypatch.setattr(suite.records.schema, "_VALIDATOR", None)
+    monkeypatch.setattr(suite.records.index, "PARALLEL_FROM", 10_000)  # all in this process, where the calls are counted
+    warnings = []
+    assert len(load_points(tmp_path / "many", warn=warnings.append)) == 200
+    assert len(warnings) == 3
+    assert all(": not a valid record: case: " in w and "is not of type 'string'" in w for w in warnings)
+    assert len(checks) == 1
+
+
+def plotly_layouts(page: str) -> list[dict]:
+    """The layout of every figure of a page, read from its Plotly.newPlot(id, data, layout, ...) call."""
+    import re
+
+    decoder, layouts = json.JSONDecoder(), []
+    for call in re.finditer(r'Plotly\.newPlot\(\s*"[^"]+",\s*', page):
+        _, end = decoder.raw_decode(page, call.end())
+        layouts.append(decoder.raw_decode(page, end + re.match(r"\s*,\s*", page[end:]).end())[0])
+    return layouts
+
+
+def test_throughput_y_axis_switches_between_linear_and_log(report_dir, chromium):
+    out, _ = report_dir
+    page = (out / "case-pytorch-synthetic.html").read_text()
+    layouts = plotly_layouts(page)
+    assert len(layouts) == 3
+    switched = [layout for layout in layouts if layout.get("updatemenus")]
+    assert len(switched) == 1 and "throughput" in switched[0]["title"]["text"]  # only the throughput figure
+    buttons = switched[0]["updatemenus"][0]["buttons"]
+    assert [(b["label"], b["method"], b["args"]) for b in buttons] == [
+        ("linear", "relayout", [{"yaxis.type": "linear"}]), ("log", "relayout", [{"yaxis.type": "log"}])]
+
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:  # and the buttons work in a browser
+        browser = pw.chromium.launch(executable_path=chromium, args=FLAGS)
+        tab = browser.new_page(viewport={"width": 1280, "height": 900})
+        tab.goto((out / "case-pytorch-synthetic.html").as_uri())
+        tab.wait_for_selector(".js-plotly-plot .updatemenu-button", timeout=30_000)
+        y_type = "el => el.layout.yaxis.type"
+        before = tab.eval_on_selector(".js-plotly-plot", y_type)
+        tab.locator(".js-plotly-plot").first.locator(".updatemenu-button", has_text="log").click()
+        tab.wait_for_function("() => document.querySelector('.js-plotly-plot').layout.yaxis.type === 'log'",
+                              timeout=10_000)
+        tab.locator(".js-plotly-plot").first.locator(".updatemenu-button", has_text="linear").click()
+        after = tab.eval_on_selector(".js-plotly-plot", y_type)
+        browser.close()
+    assert before == "linear" and after == "linear"
+
+
+def test_report_on_real_runs_of_every_case(tmp_path, pytorch_stack, chromium):
+    import csv
+
+    results, runs, data = tmp_path / "results", tmp_path / "runs", tmp_path / "data"
+
+    def suite(*args):
+        done = subprocess.run([sys.executable, "-m", "suite", *args], cwd=ROOT, capture_output=True, text=True)
+        assert done.returncode == 0, done.stdout + done.stderr
+
+    common = ["--results-dir", str(results), "--runs-dir", str(runs), "--data-dir", str(data)]
+    few_images = {"tf-cifar": ["--train-per-batch", "16", "--test-images", "16"],  # an epoch of a few steps
+                  "pytorch-ddp": ["--classes", "2", "--train-per-class", "16", "--val-per-class", "4"]}
+    for name in known_cases():
+        case = load_case(name)
+        without_data = case.spec.get("data", {}).get("unless_option")  # e.g. mxnet's --benchmark
+        args = tiny(name, **({without_data: True} if without_data else {}))
+        try:
+            case.check_data(case.parse_options(list(args)), data)
+        except UsageError:  # the case reads data at these sizes: a small generated set
+            suite("data", "--case", name, "--synthetic", "--data-dir", str(data), "--", *few_images.get(name, ()))
+        suite("run", "--case", name, *common, "--", *args)
+    out = tmp_path / "site"
+    suite("report", "--results-dir", str(results), "--out", str(out))
+    rows = list(csv.DictReader(open(out / "summary.csv")))
+    assert sorted(r["case"] for r in rows) == known_cases()
+    assert all(float(r["throughput"]) > 0 for r in rows)
+    assert float(next(r for r in rows if r["case"] == "tf-cifar")["epoch_seconds"]) > 0
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=chromium, args=FLAGS)
+        tab = browser.new_page()
+        # Case pages: their charts and the telemetry of their latest run.
+        for page, plots in [("case-tf-cifar.html", 5), ("case-mxnet-imagenet.html", 4), ("frameworks.html", 2)]:
+            tab.goto((out / page).as_uri())
+            tab.wait_for_selector(".js-plotly-plot .main-svg", timeout=30_000)
+            assert len(tab.query_selector_all(".js-plotly-plot")) == plots, page
+        browser.close()

@@ -1,0 +1,192 @@
+"""The same work in every framework: `--same-work` and each case's [same_work] table, the
+Keras and Gluon ResNet-50 v1.5 against the PyTorch cases' model (parameters, every weight's name and
+shape, the same logits for the same weights), `compare-frameworks` at tiny sizes, and its table on
+the report's frameworks page."""
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+from conftest import ROOT, records_in
+from support.fixture_records import make_record
+
+from suite.analysis.report import write_report
+from suite.analysis.same_work import build_rows, format_table
+from suite.commands.compare_frameworks import same_work_cases
+from suite.inputs.cases import load_case
+from suite.instack.case_options import parse_case_args
+from suite.records.read import Point
+
+CASES = {"mxnet-imagenet", "pytorch-ddp", "pytorch-synthetic", "tf-cifar"}
+RESNET50_V15 = 25_557_032
+# Each case's options that make "batch 32 per device, 224 px, 1000 classes, float32, synthetic data".
+EXPECTED = {
+    "pytorch-synthetic": {"model": "resnet50", "batch-size": 32, "image-size": 224, "num-classes": 1000,
+                          "amp": False},
+    "pytorch-ddp": {"model": "resnet50", "data": "synthetic", "batch-size": 32, "image-size": 224,
+                    "num-classes": 1000, "amp": False},
+    "mxnet-imagenet": {"model": "resnet50-v1.5", "benchmark": True, "batch-size": 0, "batch-per-device": 32,
+                       "image-size": 224, "num-classes": 1000, "dtype": "float32"},
+    "tf-cifar": {"model": "resnet50-v1.5", "synthetic-input": True, "batch-size": 32, "image-size": 224,
+                 "num-classes": 1000},
+}
+
+
+# --- the switch (no stacks) ------------------------------------------------------------------------
+
+def test_every_framework_case_declares_the_same_work(tmp_path):
+    assert set(same_work_cases()) == CASES
+    for name in CASES:
+        case = load_case(name)
+        options = case.parse_options(["--same-work"])
+        assert options["same-work"] is True
+        assert {k: options[k] for k in EXPECTED[name]} == EXPECTED[name], name
+        case.check_data(options, tmp_path / "no-data")  # synthetic input: no data needed
+        assert case.parse_options([])["same-work"] is False
+
+
+def test_later_options_win_and_the_script_expands_the_same_way():
+    case = load_case("tf-cifar")
+    runner = case.parse_options(["--same-work", "--image-size", "64"])
+    script = parse_case_args(str(case.script), ["--same-work", "--image-size", "64"])
+    assert runner["image-size"] == script.image_size == 64
+    assert runner["batch-size"] == script.batch_size == 32 and script.same_work and script.synthetic_input
+
+
+# --- the table -------------------------------------------------------------------------------------
+
+def same_work_point(tmp_path: Path, case: str, devices: int = 1, per_device: float = 10.0, **config) -> Point:
+    record = make_record(tmp_path / "results", tmp_path / "runs", case=case, devices=devices,
+                         per_device=(per_device,))
+    record["config"]["options"]["same-work"] = True
+    record["config"].update({"model": "resnet50-v1.5", "image_size": 224, "parameters": RESNET50_V15, **config})
+    return Point(record, f"{record['run_id']}.json")
+
+
+def test_a_row_with_another_configuration_is_flagged_and_sweeps_get_efficiency(tmp_path):
+    points = [same_work_point(tmp_path, "pytorch-synthetic"),
+              same_work_point(tmp_path, "pytorch-synthetic", devices=2, per_device=9.0),
+              same_work_point(tmp_path, "pytorch-ddp"),
+              same_work_point(tmp_path, "tf-cifar", parameters=RESNET50_V15 + 53_120, batch_per_device=8)]
+    rows = build_rows(points)
+    assert [(r.point.case, r.point.devices) for r in rows] == [
+        ("pytorch-ddp", 1), ("pytorch-synthetic", 1), ("pytorch-synthetic", 2), ("tf-cifar", 1)]
+    assert [r.differs for r in rows[:3]] == ["", "", ""]
+    assert rows[3].differs == "batch 8 vs 32; parameters 25610152 vs 25557032"
+    assert rows[0].efficiency is None and rows[1].efficiency == pytest.approx(100)
+    assert rows[2].efficiency == pytest.approx(90, rel=0.02)
+    table = format_table(rows)
+    assert table.splitlines()[-2].endswith("DIFFERS: batch 8 vs 32; parameters 25610152 vs 25557032")
+    assert "1 of 4 row(s) differ" in table
+
+
+def test_frameworks_page_shows_the_same_work_table_first(tmp_path):
+    record = make_record(tmp_path / "results", tmp_path / "runs", case="pytorch-ddp")
+    path = tmp_path / "results" / f"{record['run_id']}.json"
+    record["config"]["options"]["same-work"] = True
+    record["config"].update(model="resnet50-v1.5", parameters=RESNET50_V15)
+    path.write_text(json.dumps(record))
+    write_report(tmp_path / "results", tmp_path / "report", warn=lambda m: None)
+    page = (tmp_path / "report" / "frameworks.html").read_text()
+    table = page.index("<h2>The same work in every framework</h2>")
+    assert table < page.index('class="plot"')
+    assert "25,557,032" in page[table:] and "1 row(s), all the same configuration" in page
+
+
+# --- the models in their stacks --------------------------------------------------------------------
+
+TORCH_WEIGHTS = """
+import sys, numpy, torch
+sys.path[:0] = [".", "tools"]
+from cases._shared.torch_resnet import resnet50
+from torchvision_reference import set_deterministic_weights
+model = resnet50()
+set_deterministic_weights(model)
+model.eval()
+images = torch.randn(2, 3, 64, 64, generator=torch.Generator().manual_seed(1234))
+with torch.no_grad():
+    logits = model(images).numpy()
+state = {k: v.numpy() for k, v in model.state_dict().items() if v.is_floating_point()}
+numpy.savez(sys.argv[1], images=images.numpy(), logits=logits, **state)
+"""
+
+KERAS = """
+import json, sys, numpy
+sys.path[:0] = ["cases/tf-cifar"]
+import tf_keras as keras
+import keras_resnet as r
+state = numpy.load(sys.argv[1])
+model = r.resnet50_v15(1000, (64, 64, 3))
+for name, weight, axes in r.torch_weights(model):
+    weight.assign(state[name].transpose(numpy.argsort(axes)) if axes else state[name])
+logits = keras.Model(model.input, model.get_layer("fc").output)(state["images"].transpose(0, 2, 3, 1), training=False)
+print(json.dumps({"parameters": r.parameter_count(model), "shapes": r.torch_shapes(model),
+                  "logits": logits.numpy().tolist()}))
+"""
+
+GLUON = """
+import json, sys, numpy
+sys.path[:0] = ["cases/mxnet-imagenet"]
+import mxnet as mx
+import gluon_resnet as r
+state = numpy.load(sys.argv[1])
+net = r.ResNet50V15(1000)
+net.initialize()
+for name, param in r.torch_params(net):
+    param.set_data(mx.nd.array(state[name]))
+net.hybridize()
+print(json.dumps({"parameters": r.parameter_count(net), "shapes": r.torch_shapes(net),
+                  "logits": net(mx.nd.array(state["images"])).asnumpy().tolist()}))
+"""
+
+
+@pytest.fixture(scope="module")
+def torch_weights(pytorch_stack, tmp_path_factory) -> Path:
+    """The PyTorch cases' ResNet-50 v1.5 with deterministic weights, its input and its logits."""
+    path = tmp_path_factory.mktemp("weights") / "resnet50.npz"
+    subprocess.run([str(pytorch_stack.python), "-c", TORCH_WEIGHTS, str(path)], cwd=ROOT, check=True,
+                   capture_output=True, timeout=300)
+    return path
+
+
+def stack_python(name: str) -> Path:
+    from suite.stacks.locks import ensure_installed, load_stack
+
+    return ensure_installed(load_stack(name)).python
+
+
+@pytest.mark.parametrize("stack, code", [("tensorflow", KERAS), ("mxnet", GLUON)], ids=["keras", "gluon"])
+def test_resnet50_v15_equals_the_pytorch_model(stack, code, torch_weights):
+    out = subprocess.run([str(stack_python(stack)), "-c", code, str(torch_weights)], cwd=ROOT, capture_output=True,
+                         text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    ours = json.loads(out.stdout.splitlines()[-1])
+    reference = json.loads((ROOT / "tests" / "data" / "torchvision_resnet50.json").read_text())["state_dict"]
+    assert ours["parameters"] == RESNET50_V15
+    # Every weight under PyTorch's name with PyTorch's shape (the batch counter is PyTorch's own).
+    assert ours["shapes"] == {k: v for k, v in reference.items() if not k.endswith("num_batches_tracked")}
+    # Same weights, same outputs: padding, strides and batch normalisation (eval) as in PyTorch.
+    import numpy
+
+    expected = numpy.load(torch_weights)["logits"]
+    assert numpy.abs(numpy.array(ours["logits"]) - expected).max() < 1e-4 * numpy.abs(expected).max()
+
+
+def test_compare_frameworks_at_tiny_sizes_runs_every_case(suite_cli, tmp_path):
+    results = tmp_path / "results"
+    out = suite_cli("compare-frameworks", "--tiny", "--gpus-per-node", "1", "--results-dir", str(results),
+                    "--runs-dir", str(tmp_path / "runs"), timeout=2400)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    records = records_in(results)
+    assert {r["case"] for r in records} == CASES and len(records) == 4
+    for record in records:
+        cfg = record["config"]
+        assert record["status"] == "ok" and cfg["options"]["same-work"] is True
+        assert (cfg["model"], cfg["parameters"], cfg["image_size"], cfg["batch_per_device"], cfg["dtype"],
+                cfg["data"]) == ("resnet50-v1.5", RESNET50_V15, 32, 4, "float32", "synthetic"), record["case"]
+        assert "--same-work" in record["provenance"]["argv"]  # a `suite run` line: rerun can repeat it
+    table = out.stdout[out.stdout.index("case  "):].splitlines()
+    rows = [line for line in table[1:] if line.split()[0] in CASES]
+    assert len(rows) == 4 and all("25,557,032" in row and "DIFFERS" not in row for row in rows)
+    assert "4 row(s), all the same configuration" in out.stdout

@@ -1,0 +1,150 @@
+"""A real Docker engine for the tests, and the stacks' cpu images built in it once per session.
+
+The engine is Debian's dockerd (docker.io), started by the session as root with its own socket and
+run folder under /tmp and no iptables or bridge (containers use the host network, as the docker
+runtime runs them). Its data root is kept under $XDG_CACHE_HOME/hpc-dl-bench/dockerd, so a later
+session reuses the layers of an earlier one, but only by one session at a time (a lock file): a
+session that finds it in use gets a data root of its own, removed at its end. A fresh machine builds
+from nothing. No registry is reachable
+here, so the images are built on the Debian base the suite makes from Debian's packages
+(BASE=debian, mmdebstrap). At the end every container of the engine is removed and dockerd stopped.
+When it cannot start (no root, no package) the fixture skips saying why, or fails under CI=true.
+`python tests/docker_fixtures.py` starts the same engine and prints its DOCKER_HOST, for trying
+things by hand."""
+
+import contextlib
+import fcntl
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+from conftest import MEASURED, component_unavailable
+
+from support.cluster_fixtures import ensure_installed, root_prefix, stop_group, wait_for
+
+ROOT = Path(__file__).resolve().parents[2]
+DOCKERD = os.environ.get("SUITE_TEST_DOCKERD", "/usr/sbin/dockerd")
+CPU_STACKS = ("mxnet", "pytorch", "pytorch-horovod", "tensorflow")
+
+
+def data_root() -> Path:
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return cache / "hpc-dl-bench" / "dockerd"
+
+
+@contextlib.contextmanager
+def engine_data_root(run_dir: Path):
+    """The shared data root while this session holds its lock; else one of its own in run_dir."""
+    shared = data_root()
+    shared.mkdir(parents=True, exist_ok=True)
+    with open(shared.with_name("dockerd.lock"), "w") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:  # another session's engine uses it
+            yield run_dir / "data-root"
+            return
+        yield shared
+
+
+def start_dockerd(run_dir: Path, root: Path) -> tuple[subprocess.Popen, str]:
+    """dockerd with its own socket, pid file and exec root in run_dir and its data in root; returns it
+    and its DOCKER_HOST."""
+    host = f"unix://{run_dir}/docker.sock"
+    log = open(run_dir / "dockerd.log", "wb")
+    popen = subprocess.Popen([DOCKERD, "--iptables=false", "--ip6tables=false", "--bridge=none",
+                              "--data-root", str(root), "--exec-root", str(run_dir / "exec"),
+                              "--pidfile", str(run_dir / "dockerd.pid"), "--host", host],
+                             stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    import docker
+
+    def answers():
+        if popen.poll() is not None:
+            raise RuntimeError(f"dockerd exited with {popen.returncode}: "
+                               + (run_dir / "dockerd.log").read_text()[-600:])
+        try:
+            return docker.DockerClient(base_url=host, timeout=5).ping()
+        except Exception:  # noqa: BLE001 (not answering yet)
+            return False
+
+    wait_for(answers, 60, "dockerd to answer")
+    return popen, host
+
+
+def stop_dockerd(popen: subprocess.Popen, host: str) -> None:
+    import docker
+
+    try:
+        for container in docker.DockerClient(base_url=host, timeout=30).containers.list(all=True):
+            container.remove(force=True)
+    finally:
+        stop_group(popen, grace=30)
+
+
+def require_engine() -> None:
+    if root_prefix() != []:
+        component_unavailable("Docker engine", "dockerd must run as root here (rootless Docker is not set up)")
+    ensure_installed((DOCKERD, "mmdebstrap"), "Docker engine")
+
+
+@pytest.fixture(scope="session")
+def docker_engine():
+    """The session's engine; DOCKER_HOST points the suite (and the Docker SDK) at it."""
+    require_engine()
+    run_dir = Path(tempfile.mkdtemp(prefix="hpcdl-dockerd-", dir="/tmp"))  # a socket path must be short
+    with engine_data_root(run_dir) as root:
+        try:
+            popen, host = start_dockerd(run_dir, root)
+        except RuntimeError as exc:
+            component_unavailable("Docker engine", str(exc))
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setenv("DOCKER_HOST", host)
+            try:
+                yield host
+            finally:
+                stop_dockerd(popen, host)
+                shutil.rmtree(run_dir, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def cpu_images(docker_engine, tmp_path_factory):
+    """Every stack's cpu image, built on the Debian base by the suite's own command (what `make
+    containers TOOL=docker BASE=debian` runs); stack name -> the metadata the build wrote."""
+    image_dir = tmp_path_factory.mktemp("images")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("SUITE_IMAGE_DIR", str(image_dir))
+        started = time.monotonic()
+        build = subprocess.run([sys.executable, "-m", "suite", "containers", "build", "--tool", "docker",
+                                "--base", "debian", "--flavour", "cpu"], cwd=ROOT, capture_output=True, text=True,
+                               timeout=2400)
+        assert build.returncode == 0, build.stdout[-4000:] + build.stderr[-4000:]
+        MEASURED.append(f"docker: the cpu images of {', '.join(CPU_STACKS)} built in {time.monotonic() - started:.0f} s")
+        MEASURED.extend(line.removeprefix("containers: ") for line in build.stdout.splitlines()
+                        if " built in " in line or "Debian base" in line)
+        metas = {stack: json.loads((image_dir / f"{stack}-cpu.docker.json").read_text()) for stack in CPU_STACKS}
+        yield metas
+
+
+def main() -> int:
+    require_engine_here = root_prefix() == [] and Path(DOCKERD).exists()
+    if not require_engine_here:
+        print(f"needs root and {DOCKERD}", file=sys.stderr)
+        return 1
+    run_dir = Path(tempfile.mkdtemp(prefix="hpcdl-dockerd-", dir="/tmp"))
+    with engine_data_root(run_dir) as root:
+        popen, host = start_dockerd(run_dir, root)
+        print(f"export DOCKER_HOST={host}   # Ctrl-C stops it")
+        try:
+            popen.wait()
+        except KeyboardInterrupt:
+            stop_dockerd(popen, host)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,87 @@
+"""Records for report and compare tests, made by the real probe and record code from invented timings."""
+
+import json
+import math
+from pathlib import Path
+
+from suite.execution import interconnect_check
+from suite.execution.request import RunRequest, recorded
+from suite.inputs.cases import Case, load_case
+from suite.inputs.hostfiles import Host, World
+from suite.instack.probe import Probe
+from suite.records import telemetry_window
+from suite.records.measure import Repetition, measure
+from suite.records.write import RunContext, build_record, new_run_id, utc_now, write_record
+
+
+def make_record(results: Path, runs: Path, *, case="pytorch-synthetic", cluster="cluster-a", stack=None,
+                devices=1, per_device=(10.0,), repetitions=1, batch=32, epochs=None, nodes=1,
+                extra_metrics=None) -> dict:
+    """One record whose throughput per repetition is devices x per_device[i] img/s (approximately:
+    each rank reports 3 iterations of 100 images at the matching rate). `devices` are spread evenly
+    over `nodes` hosts; extra_metrics(world, run_dir) -> what goes into `metrics` beside throughput."""
+    base = load_case("pytorch-synthetic")
+    spec = {**base.spec, "name": case, "stack": stack or base.stack}
+    world = World(tuple(Host(f"node{n + 1}", devices // nodes) for n in range(nodes)), f"hostfiles/{cluster}")
+    options = base.parse_options(["--batch-size", str(batch)])
+    ctx = RunContext(new_run_id(case, nodes, devices), Case(case, base.dir, spec), options, world, "local", "local",
+                     ["python", "-m", "suite", "run"], utc_now(), request=recorded(RunRequest(case=case)))
+    reps = []
+    for index in range(repetitions):
+        rate = per_device[index % len(per_device)]
+        rep_dir = runs / ctx.run_id / f"rep-{index}"
+        for rank in range(devices):
+            probe = Probe(rank, devices, rank, devices, run_dir=str(rep_dir))
+            probe.start(config={"dtype": "float32", "device_type": "cpu"}, versions={"torch": "2.13.0"})
+            if epochs:
+                for e, seconds in enumerate(epochs):
+                    probe._write("epoch", index=e, images=1000 // devices, seconds=seconds, metrics={"accuracy": 0.1 * e})
+            else:
+                for i, jitter in enumerate((0.99, 1.0, 1.01)):
+                    probe._write("iteration", index=i, images=100, seconds=100 / (rate * jitter))
+            probe.end()
+        rep = Repetition(index, str(rep_dir))
+        measure(rep, devices)
+        reps.append(rep)
+    record = build_record(ctx, reps, {"stack_lock_sha256": "ab" * 32}, {"launcher": "horovod"}, None)
+    if extra_metrics:
+        record["metrics"].update(extra_metrics(world, runs / ctx.run_id))
+    write_record(record, results)
+    return record
+
+
+def make_large_record(results: Path, runs: Path, **kwargs) -> dict:
+    """The largest kind of record a run writes today: 2 nodes, telemetry with its series over time
+    (300 samples per host) and the interconnect check's all-reduce sweep (12 sizes)."""
+    kwargs = {"case": "pytorch-ddp", "stack": "pytorch", "devices": 4, "nodes": 2, "per_device": (40.0,), **kwargs}
+    return make_record(results, runs, extra_metrics=lambda world, run_dir: {
+        "telemetry": telemetry(world, samples=300), "interconnect": allreduce_sweep(world, run_dir / "precheck", 12)},
+        **kwargs)
+
+
+def telemetry(world: World, samples: int) -> dict:
+    """metrics.telemetry as the real summary makes it from a CPU host's samples (8 cores, RAPL)."""
+    start = {"event": "start", "interval": 1.0, "memory_total": 64 * 2**30, "gpus": "not available: no NVIDIA driver",
+             "rapl": {"package-0": {"wrap_j": 262143.0}}}
+    hosts = {}
+    for n, host in enumerate(world.hosts):
+        rows = [{"time": 1000.0 + t, "cpu": [50 + 40 * math.sin((t + c + n) / 7) for c in range(8)],
+                 "mem_used": (20 + t / 100) * 2**30, "rss": 6 * 2**30, "processes": 3,
+                 "rapl_j": {"package-0": 95.0 * t + 10 * math.sin(t)}} for t in range(samples)]
+        cut = telemetry_window.Cut(rows, 1005.0, 1000.0 + samples - 5)
+        hosts[host.name] = telemetry_window.host_summary([cut], start, images=30_000.0 * host.slots / world.devices)
+    energy = sum(h["energy_j"] for h in hosts.values())
+    return {"interval_s": 1.0, "hosts": hosts, "energy_j": energy, "joules_per_image": round(energy / 30_000, 4)}
+
+
+def allreduce_sweep(world: World, folder: Path, sizes: int) -> dict:
+    """metrics.interconnect as the real check summarizes its ranks' timings (1 MiB doubling)."""
+    folder = folder / "allreduce"
+    folder.mkdir(parents=True, exist_ok=True)
+    for rank in range(world.devices):
+        timings = [{"bytes": 2**20 * 2**i, "seconds": 30e-6 + 2**20 * 2**i / 10e9 * (1 + rank / 100)}
+                   for i in range(sizes)]
+        (folder / f"rank-{rank:05d}.json").write_text(json.dumps(
+            {"size": world.devices, "timings": timings, "implementation": "torch.distributed gloo", "device": "cpu",
+             "iters": 20}))
+    return {**interconnect_check.summarize(folder, world), "seconds": 4.2, "run_dir": str(folder.parent)}

@@ -1,0 +1,10 @@
+"""Processes as /proc shows them."""
+
+
+def alive(pid: int) -> bool:
+    """Whether pid is running (not ended, not a zombie)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (FileNotFoundError, IndexError):
+        return False

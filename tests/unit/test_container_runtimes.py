@@ -1,0 +1,198 @@
+"""RUNTIME=apptainer and RUNTIME=docker: the argv and environment they give a case, their refusals
+before launch, and the provenance they put into the record."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from suite.base import paths
+from suite.base.errors import UsageError
+from suite.execution.plan import Launch, StackRequest
+from suite.execution.request import RunRequest, recorded
+from suite.inputs import host_gpus
+from suite.inputs.cases import load_case
+from suite.inputs.hostfiles import Host, World
+from suite.launchers import tfdist
+from suite.records.schema import validate
+from suite.records.write import RunContext, build_record, new_run_id, utc_now
+from suite.runtimes import apptainer, docker, local
+from suite.stacks import images
+from suite.stacks.locks import Stack, load_stack
+
+STACK = load_stack("tensorflow")
+SHA = "5e" * 32
+
+
+def executable(folder: Path, name: str, body: str) -> Path:
+    path = folder / name
+    path.write_text(f"#!/bin/sh\n{body}\n")
+    path.chmod(0o755)
+    return path
+
+
+@pytest.fixture
+def host(tmp_path, monkeypatch):
+    """This host with an `apptainer` on PATH, an image folder, and no GPU unless asked for."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    executable(bin_dir, "apptainer", "exit 0")
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("SUITE_IMAGE_DIR", str(tmp_path / "images"))
+    for name in ("SUITE_IMAGE", "SUITE_APPTAINER"):
+        monkeypatch.delenv(name, raising=False)
+    (tmp_path / "images").mkdir()
+    return tmp_path
+
+
+def want(**given) -> StackRequest:
+    """The tensorflow stack as a run asks for it, on a host with no GPU unless given."""
+    return StackRequest(STACK, **{"gpus": 0, **given})
+
+
+def built_image(folder: Path, flavour: str = "cpu") -> Path:
+    """An image file and the metadata `make containers` writes beside it."""
+    image = folder / "images" / f"tensorflow-{flavour}.sif"
+    image.write_bytes(b"not really an image")
+    fl = images.load_flavour(STACK, flavour)
+    images.write_image_meta(apptainer.meta_path(image), fl, str(image), SHA, "apptainer",
+                                {"built": True}, {"tensorflow": "2.21.0"}, {"kind": "pinned", "ref": fl.base})
+    return image
+
+
+def test_apptainer_runs_each_process_of_the_case_in_the_image(host):
+    image = built_image(host)
+    env = apptainer.prepare(want(binds=(str(host),)), log=lambda m: None)
+    tool = str(host / "bin" / "apptainer")
+    assert env.prefix == (tool, "exec", "--bind", f"{paths.ROOT},{host}", str(image))
+    assert env.argv("python", "train.py") == [*env.prefix, "/opt/stack/bin/python", "train.py"]
+    assert env.env == {"PYTHONPATH": str(paths.ROOT)} and env.facts == {"built": True}
+
+    world = World((Host("127.0.0.1", 1), Host("127.0.0.2", 1)), "hf")
+    plan = tfdist.plan(Launch("/c/train.py", ["--epochs", "2"], world, env, str(host / "run"), "/data"))
+    for process in plan.processes:  # one container per process, started where the scheduler runs it
+        assert process.argv[:5] == list(env.prefix) and process.argv[5:7] == ["/opt/stack/bin/python", "/c/train.py"]
+        assert process.env["PYTHONPATH"] == str(paths.ROOT) and "TF_CONFIG" in process.env
+
+
+def test_apptainer_asks_for_gpus_and_the_cuda_image_on_a_gpu_host(host, monkeypatch):
+    image = built_image(host, "cuda")
+    env = apptainer.prepare(want(gpus=4), log=lambda m: None)
+    assert env.prefix[1:3] == ("exec", "--nv") and env.prefix[-1] == str(image)
+    assert env.provenance["image_flavour"] == "cuda"
+
+
+def test_gpus_are_counted_from_nvidia_smi(host, monkeypatch):
+    executable(host / "bin", "nvidia-smi", 'echo "GPU 0: NVIDIA H100 (UUID: GPU-1)"; echo "GPU 1: NVIDIA H100 (UUID: GPU-2)"')
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    assert host_gpus.host_gpus() == 2
+    assert host_gpus.pick_flavour() == "cuda" and host_gpus.pick_flavour(None, 0) == "cpu" and host_gpus.pick_flavour("cpu") == "cpu"
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
+    assert host_gpus.host_gpus() == 1
+
+
+def test_apptainer_provenance_names_the_image_and_its_digest(host):
+    image = built_image(host)
+    env = apptainer.prepare(want(), log=lambda m: None)
+    prov = env.provenance
+    assert (prov["runtime"], prov["image"], prov["image_sha256"]) == ("apptainer", str(image), SHA)
+    assert prov["stack_lock_sha256"] == STACK.lock_sha256 and prov["stack_packages"] == {"tensorflow": "2.21.0"}
+    record = failed_record(prov)
+    validate(record)
+    assert record["provenance"]["image_sha256"] == SHA and record["provenance"]["runtime"] == "apptainer"
+
+
+def test_apptainer_refuses_a_missing_image_naming_path_and_make_target(host):
+    with pytest.raises(UsageError, match=r"no cpu image of stack tensorflow at .*tensorflow-cpu\.sif: build it "
+                                         r"with `make containers STACK=tensorflow FLAVOUR=cpu`"):
+        apptainer.prepare(want(), log=lambda m: None)
+
+
+def test_apptainer_refuses_without_apptainer(host, monkeypatch):
+    monkeypatch.setenv("PATH", "/nonexistent")
+    with pytest.raises(UsageError, match="needs `apptainer`"):
+        apptainer.prepare(want(), log=lambda m: None)
+
+
+def test_apptainer_refuses_an_image_of_another_lock_unless_allowed(host, monkeypatch):
+    image = built_image(host)
+    meta = json.loads(apptainer.meta_path(image).read_text())
+    apptainer.meta_path(image).write_text(json.dumps({**meta, "lock_sha256": "00" * 32}))
+    with pytest.raises(UsageError, match=r"built from another lock than the checkout's \(image 000000000000, checkout "):
+        apptainer.prepare(want(), log=lambda m: None)
+    monkeypatch.setenv("SUITE_ALLOW_STALE_IMAGE", "1")
+    said = []
+    env = apptainer.prepare(want(), log=said.append)
+    assert any("built from another lock" in m for m in said)
+    assert env.provenance["stack_lock_sha256"] == "00" * 32  # the record states the image's lock
+
+
+def test_run_with_missing_image_stops_in_one_line_before_launch(tmp_path):
+    env = {**os.environ, "SUITE_IMAGE_DIR": str(tmp_path), "SUITE_APPTAINER": "/bin/true"}
+    result = subprocess.run([sys.executable, "-m", "suite", "run", "--case", "pytorch-synthetic", "--runtime",
+                             "apptainer", "--flavour", "cpu", "--gpus-per-node", "1", "--results-dir", str(tmp_path / "results"), "--runs-dir",
+                             str(tmp_path / "runs")], cwd=paths.ROOT, env=env, capture_output=True, text=True)
+    assert result.returncode == 2
+    [line] = result.stderr.strip().splitlines()
+    assert line.startswith("error: no cpu image of stack pytorch-horovod") and "make containers" in line
+    assert not any((tmp_path / "runs").iterdir()) and not (tmp_path / "results").exists()  # nothing ran
+
+
+def test_docker_stack_env_runs_programs_through_the_sdk_shim():
+    labels = {"org.hpc-dl-bench.stack": "tensorflow", "org.hpc-dl-bench.lock_sha256": STACK.lock_sha256,
+              "org.hpc-dl-bench.flavour": "cpu"}
+    labels |= {"org.hpc-dl-bench.base_ref": "hpc-dl-bench-base:debian-bookworm-0123",
+               "org.hpc-dl-bench.base.kind": "debian", "org.hpc-dl-bench.base.release_date": "Sat, 10 Jan 2026",
+               "org.hpc-dl-bench.base.spec": "ab12"}
+    env = docker.stack_env("hpc-dl-bench-tensorflow:cpu-x", f"sha256:{SHA}", labels, {}, {}, True, ["/a", "/b"], "s1")
+    assert env.argv("python", "t.py") == [sys.executable, "-m", "suite.runtimes.docker", "--image",
+                                          "hpc-dl-bench-tensorflow:cpu-x", "--bind", "/a,/b", "--session", "s1",
+                                          "--gpus", "--", "/opt/stack/bin/python", "t.py"]
+    prov = env.provenance
+    assert (prov["runtime"], prov["image"], prov["image_sha256"]) == ("docker", "hpc-dl-bench-tensorflow:cpu-x", SHA)
+    assert prov["image_base"] == {"kind": "debian", "ref": "hpc-dl-bench-base:debian-bookworm-0123",
+                                  "release_date": "Sat, 10 Jan 2026"}
+    pinned = docker.stack_env("t", f"sha256:{SHA}", {"org.hpc-dl-bench.base_ref": "python:3.11@sha256:x"}, {}, {},
+                              False, [], "s2")
+    assert pinned.provenance["image_base"] == {"kind": "pinned", "ref": "python:3.11@sha256:x"}
+    validate(failed_record(prov))
+
+
+def test_docker_container_options():
+    environ = {"SUITE_RUN_DIR": "/r", "TF_CONFIG": "{}", "PYTHONPATH": "/suite", "HOME": "/root", "SECRET": "x"}
+    opts = docker.run_options("img", ["/opt/stack/bin/python", "t.py"], ["/suite", "/r"], True, environ, "/r", "s1")
+    assert opts["labels"] == {"org.hpc-dl-bench.session": "s1", "org.hpc-dl-bench.client_pid": str(os.getpid())}
+    assert opts["command"] == ["/opt/stack/bin/python", "t.py"] and opts["working_dir"] == "/r"
+    assert opts["environment"] == {"SUITE_RUN_DIR": "/r", "TF_CONFIG": "{}", "PYTHONPATH": "/suite", "HOME": "/tmp"}
+    assert opts["volumes"] == {"/suite": {"bind": "/suite", "mode": "rw"}, "/r": {"bind": "/r", "mode": "rw"}}
+    assert (opts["network_mode"], opts["ipc_mode"]) == ("host", "host")
+    [gpus] = opts["device_requests"]
+    assert gpus["Count"] == -1 and gpus["Capabilities"] == [["gpu"]]
+    assert docker.run_options("img", ["x"], [], False, {}, "/")["device_requests"] is None
+
+
+def test_docker_refuses_without_an_engine(monkeypatch, tmp_path):
+    monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/no-engine.sock")
+    with pytest.raises(UsageError, match="RUNTIME=docker needs a Docker engine on this host"):
+        docker.prepare(want(), log=lambda m: None)
+
+
+def test_local_runtime_records_runtime_and_no_image(tmp_path, monkeypatch):
+    monkeypatch.setenv("SUITE_STACK_HOME", str(tmp_path / "home"))
+    folder = tmp_path / "toy"
+    folder.mkdir()
+    (folder / "requirements.lock").write_text("# no packages\n")
+    prov = local.prepare(StackRequest(Stack("toy", folder)), log=lambda m: None).provenance
+    assert (prov["runtime"], prov["image"], prov["image_sha256"]) == ("local", None, None)
+    assert "pip" in prov["stack_packages"]  # pip list of the environment
+
+
+def failed_record(provenance: dict) -> dict:
+    case = load_case("pytorch-synthetic")
+    world = World((Host("localhost", 1),), "hostfiles/localhost")
+    ctx = RunContext(new_run_id(case.name, 1, 1), case, {}, world, provenance["runtime"], "local", ["suite"], utc_now(),
+                     request=recorded(RunRequest()))
+    return build_record(ctx, [], provenance, {}, "stopped for the test")

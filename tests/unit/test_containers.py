@@ -1,0 +1,212 @@
+"""The container definitions: parsed with spython, they install exactly their stack's lock, carry its
+hash, pin their base by digest, and regenerate identically; the Dockerfiles say the same."""
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+import pytest
+from spython.main.parse.parsers import DockerParser, SingularityParser
+
+from suite import __version__
+from suite.base import paths
+from suite.base.errors import UsageError
+from suite.execution import image_builds
+from suite.runtimes import apptainer, docker
+from suite.stacks import images, locks
+from suite.stacks.locks import ensure_installed, load_stack, lock_pins
+
+FLAVOURS = locks.described_flavours()
+IDS = [fl.id for fl in FLAVOURS]
+PIP_LOCK = re.compile(r"^/opt/stack/bin/python -m pip install --no-cache-dir --require-hashes --no-deps "
+                      r"(?:--extra-index-url https://\S+ )?-r /opt/recipe/(\S+)$")
+INSTALLERS = re.compile(r"\b(pip3?|easy_install|conda|mamba|uv)\b.*\binstall\b")
+# Where a cuda lock may differ from the cpu lock, and why.
+FRAMEWORK_NAMES = {"tensorflow-cpu": "tensorflow"}
+ALLOWED_DIFFERENCES = {("mxnet", "pillow"): "the NGC MXNet image has CPython 3.10; pillow 13 needs 3.11"}
+
+
+def definition(fl) -> "os.PathLike":
+    return apptainer.recipe(fl).path
+
+
+def dockerfile(fl) -> "os.PathLike":
+    return docker.recipe(fl).path
+
+
+def parsed(path):
+    [recipe] = SingularityParser(str(path)).recipe.values() if path.suffix == ".def" else DockerParser(str(path)).recipe.values()
+    return recipe
+
+
+def post_commands(fl) -> list[str]:
+    """%post lines as spython reads them (it appends the %test script as echo lines: left out)."""
+    return [line for line in parsed(definition(fl)).install if not line.startswith(("echo ", "chmod u+x /tests.sh"))]
+
+
+def normalise(name: str) -> str:
+    name = name.lower().replace("_", "-")
+    return FRAMEWORK_NAMES.get(name, name)
+
+
+def test_every_stack_has_both_flavours():
+    stacks = {p.parent.name for p in paths.CONTAINERS.glob("*/requirements.lock")}
+    assert {(fl.stack.name, fl.name) for fl in FLAVOURS} == {(s, f) for s in stacks for f in locks.FLAVOURS}
+
+
+@pytest.mark.parametrize("fl", FLAVOURS, ids=IDS)
+def test_definition_installs_exactly_its_lock(fl):
+    commands = post_commands(fl)
+    pip = [c for c in commands if INSTALLERS.search(c)]
+    assert len(pip) == 1, pip  # one package installation, and it is the lock's
+    lock = PIP_LOCK.match(pip[0]).group(1)
+    assert lock == fl.lock and lock_pins(fl.stack.dir / lock)  # every line name==version with hashes
+    recipe = parsed(definition(fl))
+    assert recipe.files == [f"containers/{fl.stack.name} /opt/recipe"]  # the lock the image reads is this file
+    assert not [p for p in fl.apt if p.startswith("python3-") and p not in ("python3-venv", "python3-dev")]
+    runs_post_install = [c for c in commands if c.endswith("bash /opt/recipe/post-install.sh")]
+    assert len(runs_post_install) == (1 if fl.stack.post_install else 0)
+
+
+@pytest.mark.parametrize("fl", [fl for fl in FLAVOURS if fl.name == "cpu"], ids=lambda fl: fl.id)
+def test_cpu_image_installs_the_local_stacks_lock(fl):
+    assert fl.lock_path == fl.stack.lock  # the same file `suite install` builds the local stack from
+
+
+@pytest.mark.parametrize("fl", [fl for fl in FLAVOURS if fl.name == "cuda"], ids=lambda fl: fl.id)
+def test_cuda_lock_keeps_the_cpu_locks_versions(fl):
+    cpu = {normalise(n): v for n, v in lock_pins(fl.stack.lock).items()}
+    cuda = {normalise(n): v for n, v in lock_pins(fl.lock_path).items()}
+    shared = sorted(set(cpu) & set(cuda))
+    assert shared, "a cuda lock shares its stack's packages"
+    differ = {n: (cpu[n], cuda[n]) for n in shared if cpu[n] != cuda[n] and (fl.stack.name, n) not in ALLOWED_DIFFERENCES}
+    assert not differ
+
+
+@pytest.mark.parametrize("fl", FLAVOURS, ids=IDS)
+def test_labels_carry_lock_hash_and_suite_version(fl):
+    labels = dict(line.split(None, 1) for line in parsed(definition(fl)).labels)
+    assert labels["org.hpc-dl-bench.lock_sha256"] == fl.lock_sha256
+    assert labels["org.hpc-dl-bench.stack"] == fl.stack.name and labels["org.hpc-dl-bench.flavour"] == fl.name
+    assert labels["org.hpc-dl-bench.suite_version"] == __version__
+
+
+@pytest.mark.parametrize("fl", FLAVOURS, ids=IDS)
+def test_base_is_pinned_by_digest_or_marked_as_placeholder(fl):
+    base = parsed(definition(fl)).fromHeader
+    assert re.search(r"@sha256:([0-9a-f]{64}|placeholder)$", base), base
+    if not fl.base_pinned:
+        assert "PLACEHOLDER" in fl.base_source  # said where a reader looks
+
+
+@pytest.mark.parametrize("fl", FLAVOURS, ids=IDS)
+def test_test_section_smoke_imports_the_framework(fl):
+    text = definition(fl).read_text()
+    tests = text.split("%test", 1)[1].split("%help", 1)[0]
+    framework = {"pytorch-horovod": "import torch", "pytorch": "import torch", "tensorflow": "import tensorflow", "mxnet": "import mxnet"}
+    assert framework[fl.stack.name] in tests
+    assert ("horovodrun --check-build" in tests) == (fl.stack.name == "pytorch-horovod")
+    assert f"CASE={fl.example_case} RUNTIME=apptainer" in text.split("%help", 1)[1]
+
+
+@pytest.mark.parametrize("fl", FLAVOURS, ids=IDS)
+def test_dockerfile_says_what_the_definition_says(fl):
+    defined, docked = parsed(definition(fl)), parsed(dockerfile(fl))
+    assert f"ARG BASE={defined.fromHeader}\nFROM ${{BASE}}\n" in dockerfile(fl).read_text()  # the default base
+    assert [f"{src} {dst}" for src, dst in docked.files] == defined.files
+    assert [label.replace('="', " ").rstrip('"').replace("${BASE}", defined.fromHeader)
+            for [label] in docked.labels] == defined.labels
+    env = set(docked.environ)
+    docker_commands = [c.removesuffix(" && \\") for c in docked.install if not c.startswith("#") and c.strip()
+                       and c not in env and not c.startswith("BASE=")]  # spython's reading of the ARG
+    tests = definition(fl).read_text().split("%test", 1)[1].split("%help", 1)[0].split("\n")
+    def_tests = [line.strip() for line in tests if line.strip() and line.strip() != "set -eu"]
+    assert docker_commands == post_commands(fl)[1:] + def_tests  # %post without its `set -eu`, then %test
+
+
+def test_rendering_again_gives_the_same_files():
+    assert image_builds.render(check=True) == []
+    check = subprocess.run([sys.executable, "-m", "suite", "containers", "check"], cwd=paths.ROOT,
+                           capture_output=True, text=True)
+    assert check.returncode == 0, check.stdout + check.stderr
+
+
+def test_a_changed_lock_makes_the_definition_stale(tmp_path, monkeypatch):
+    monkeypatch.setattr(paths, "CONTAINERS", tmp_path)
+    shutil.copytree(paths.ROOT / "containers" / "mxnet", tmp_path / "mxnet")
+    assert image_builds.render(check=True) == []
+    with open(tmp_path / "mxnet" / "requirements.lock", "a") as lock:
+        lock.write("# changed\n")
+    stale = image_builds.render(check=True)  # cpu: its lock's hash; cuda: the recipe hash covers that lock too
+    assert stale == [tmp_path / "mxnet" / f"{f}.{kind}" for f in ("cpu", "cuda") for kind in ("def", "Dockerfile")]
+    image_builds.render()
+    assert image_builds.render(check=True) == []
+
+
+def test_description_errors_are_one_line(tmp_path, monkeypatch):
+    monkeypatch.setattr(paths, "CONTAINERS", tmp_path)
+    shutil.copytree(paths.ROOT / "containers" / "mxnet", tmp_path / "mxnet")
+    description = tmp_path / "mxnet" / "container.toml"
+    description.write_text(description.read_text().replace("@sha256:2e32", ":3.11-moving-tag#"))
+    with pytest.raises(UsageError, match="must be pinned by digest"):
+        images.load_flavour(load_stack("mxnet"), "cpu")
+    with pytest.raises(UsageError, match="unknown flavour 'gpu'"):
+        images.load_flavour(load_stack("mxnet"), "gpu")
+
+
+def test_placeholder_base_is_refused_before_building():
+    unpinned = [fl for fl in FLAVOURS if not fl.base_pinned]
+    if not unpinned:
+        pytest.skip("every base image is pinned")
+    fl = unpinned[0]
+    with pytest.raises(UsageError, match="not pinned to a verified digest"):
+        image_builds.build(fl.stack.name, fl.name, "auto", log=lambda m: None)
+
+
+def test_make_containers_says_what_is_missing():
+    # What is missing depends on the machine: ask for a builder that is not here (auto when neither is).
+    have_apptainer, engine_problem = shutil.which("apptainer"), docker.engine_problem()
+    if have_apptainer and engine_problem is None:
+        pytest.skip("apptainer and a Docker engine are both here: no builder is missing")
+    tool = "docker" if have_apptainer else "apptainer" if engine_problem is None else "auto"
+    result = subprocess.run([sys.executable, "-m", "suite", "containers", "build", "--stack", "tensorflow",
+                             "--flavour", "cpu", "--tool", tool], cwd=paths.ROOT, capture_output=True, text=True)
+    assert result.returncode == 2, result.stdout + result.stderr
+    [line] = result.stderr.strip().splitlines()
+    asked = {"auto": "apptainer or a Docker engine", "apptainer": "apptainer", "docker": "a Docker engine"}[tool]
+    assert f"needs {asked};" in line
+    assert f"apptainer: {'not asked for' if tool == 'docker' else 'not on PATH'}" in line
+    assert f"docker: {'not asked for' if tool == 'apptainer' else engine_problem.split(' (')[0]}" in line
+
+
+@pytest.mark.parametrize("name", sorted(p.parent.name for p in paths.CONTAINERS.glob("*/requirements.lock")))
+def test_installed_local_stack_has_the_versions_of_its_lock(name):
+    stack = load_stack(name)
+    installed = ensure_installed(stack)  # the flavour that fits this host; the other tests need it too
+    expected = {}
+    for lock in stack.dir.glob("*.lock"):
+        expected.update(lock_pins(lock))
+    have = {normalise(n): v.split("+")[0] for n, v in installed.info["packages"].items()}
+    wrong = {n: (v, have.get(normalise(n))) for n, v in expected.items() if have.get(normalise(n)) != v}
+    assert not wrong
+
+
+@pytest.mark.parametrize("args, path, message", [
+    (("--base", "debian", "--stack", "pytorch"), "/nonexistent",
+     "error: BASE=debian needs mmdebstrap or debootstrap on PATH (Debian: apt-get install mmdebstrap)"),
+    (("--base", "debian", "--stack", "pytorch", "--flavour", "cuda"), None,
+     "error: BASE=debian makes cpu images only (the cuda images start from NVIDIA's CUDA base)"),
+    (("--base", "alpine", "--stack", "pytorch"), None, "error: BASE must be one of pinned, debian, got 'alpine'"),
+    (("--stack", "pytorch"), None, "error: cannot build containers: needs a Docker engine; apptainer: "),
+])
+def test_build_refusals_are_one_line_before_anything_starts(tmp_path, args, path, message):
+    env = {**os.environ, "DOCKER_HOST": f"unix://{tmp_path}/no-engine.sock", "SUITE_IMAGE_DIR": str(tmp_path / "images"),
+           **({"PATH": path} if path else {})}
+    result = subprocess.run([sys.executable, "-m", "suite", "containers", "build", "--tool", "docker", *args],
+                            cwd=paths.ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2, result.stdout + result.stderr
+    [line] = result.stderr.strip().splitlines()
+    assert line.startswith(message)
+    assert not (tmp_path / "images").exists()  # no wheel folder, no base, nothing built

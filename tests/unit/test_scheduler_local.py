@@ -1,0 +1,94 @@
+"""The local scheduler with real processes: live output kept per process, first failure or the time
+limit ends every process group, and nothing is left running."""
+
+import os
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+from suite.execution.plan import Plan, Process
+from suite.schedulers import local
+
+MARGIN_S = 15  # beyond the grace a limit allows: a busy machine starts and ends processes slowly
+
+PY = sys.executable
+
+
+def proc(name, code, tmp_path):
+    return Process(name=name, host="localhost", argv=[PY, "-c", code], env={"MARK": name}, cwd=str(tmp_path))
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().split()[2] != "Z"
+
+
+def test_output_and_exit_codes(tmp_path):
+    plan = Plan(ranks=1, processes=(proc("a", "import os; print('hello from', os.environ['MARK'])", tmp_path),))
+    [result] = local.execute(plan, tmp_path / "logs", timeout_s=60)
+    assert result.ok and result.returncode == 0
+    assert result.tail == ["hello from a"]
+    assert (tmp_path / "logs" / "a.log").read_text() == "hello from a\n"
+
+
+def test_first_failure_ends_the_others_and_their_children(tmp_path):
+    sleeper = ("import subprocess, sys, time; "
+               "c = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)']); "
+               "print(c.pid, flush=True); time.sleep(600)")
+    crasher = proc("crasher", "import time; time.sleep(1); raise SystemExit(3)", tmp_path)
+    plan = Plan(ranks=2, processes=(proc("sleeper", sleeper, tmp_path), crasher))
+    started = time.monotonic()
+    sleeper_result, crasher_result = local.execute(plan, tmp_path / "logs", timeout_s=300)
+    assert time.monotonic() - started < 30
+    assert crasher_result.returncode == 3 and crasher_result.reason is None
+    assert not sleeper_result.ok and sleeper_result.reason == "ended because crasher failed"
+    grandchild = int(sleeper_result.tail[0])
+    time.sleep(0.5)
+    assert not alive(grandchild)
+
+
+def run_watched(plan: Plan, log_dir, **limits):
+    """Runs a one-process plan whose process prints its pid first; returns its result, the seconds the
+    run took and the pid, which was seen alive while the run went on (the positive control)."""
+    log = log_dir / f"{plan.processes[0].name}.log"
+    pid = None
+    started = time.monotonic()
+    with ThreadPoolExecutor(1) as pool:
+        running = pool.submit(local.execute, plan, log_dir, **limits)
+        while pid is None and not running.done():
+            first = log.read_text().split("\n", 1) if log.exists() else []
+            if len(first) == 2:  # a whole first line
+                pid = int(first[0])
+                assert alive(pid)
+            time.sleep(0.05)
+        [result] = running.result()
+    assert pid is not None, "the process was never seen running"
+    return result, time.monotonic() - started, pid
+
+
+def test_time_limit(tmp_path):
+    slow = "import os, time; print(os.getpid(), flush=True); time.sleep(600)"
+    plan = Plan(ranks=1, processes=(proc("slow", slow, tmp_path),))
+    result, elapsed, pid = run_watched(plan, tmp_path / "logs", timeout_s=1)
+    assert result.reason == "time limit of 1 s reached" and not result.ok
+    assert 1 <= elapsed < 1 + local.GRACE_S + MARGIN_S
+    assert not alive(pid)
+
+
+def test_first_error_line_is_kept_behind_rank_prefixes(tmp_path):
+    code = ("print('[1]<stderr>:Traceback (most recent call last):'); "
+            "print('[1]<stderr>:ValueError: bad shape'); print('RuntimeError: job terminated'); raise SystemExit(1)")
+    [result] = local.execute(Plan(ranks=1, processes=(proc("launcher", code, tmp_path),)), tmp_path / "logs", timeout_s=60)
+    assert result.returncode == 1 and result.first_error == "ValueError: bad shape"
+
+
+def test_stall_limit_ends_a_silent_job(tmp_path):
+    talker = proc("talker", "import os, time; print(os.getpid(), flush=True); time.sleep(600)", tmp_path)
+    result, elapsed, pid = run_watched(Plan(ranks=1, processes=(talker,)), tmp_path / "logs", timeout_s=600, stall_s=2)
+    assert result.reason == "stall limit: no output from any process for 2 s"
+    assert 2 <= elapsed < 2 + local.GRACE_S + MARGIN_S
+    assert not alive(pid)
