@@ -1,5 +1,5 @@
 # make run CASE=pytorch-synthetic NODES=1 GPUS_PER_NODE=2 ARGS="--image-size 64 --batch-size 8"
-# [CPU_BIND=none|cores|numa|gpu-affine]: how each worker binds itself to cores (README, "CPU binding")
+# [CPU_BIND=none|cores|numa|gpu-affine]: how each worker binds itself to cores (docs/running.md, "CPU binding")
 CASE ?= pytorch-synthetic
 NODES ?= 1
 GPUS_PER_NODE ?=
@@ -24,7 +24,8 @@ DRY_RUN ?=
 TINY ?=
 RECORD ?=
 ALLOW_DRIFT ?=
-# RUNTIME=modules: the site's environment modules to load, scripts to source, the Python to run (README);
+ONLY ?=
+# RUNTIME=modules: the site's environment modules to load, scripts to source, the Python to run (docs/clusters.md);
 # PYTHON only from make's command line: a PYTHON some shells export for other tools is not meant here
 MODULES ?=
 SOURCE ?=
@@ -60,6 +61,12 @@ run: $(VENV)/.installed
 doctor: $(VENV)/.installed
 	$(SUITE) doctor $(call opt,--cluster,$(CLUSTER)) $(call opt,--flavour,$(FLAVOUR))
 
+# make check-site [CLUSTER=name] [ONLY=pattern]: every path the profile (or this host) offers, each case at its tiny
+# sizes, in one table of ok / failed / not available here (docs/clusters.md, "Checking a site"); exit 1 when one failed
+.PHONY: check-site
+check-site: $(VENV)/.installed
+	$(SUITE) check $(call opt,--cluster,$(CLUSTER)) $(call opt,--only,$(ONLY))
+
 data: $(VENV)/.installed
 	$(SUITE) data --case "$(CASE)" $(call opt,--data-dir,$(DATA_DIR)) $(call opt,--cluster,$(CLUSTER)) \
 		$(if $(filter 1 yes true,$(SYNTHETIC)),--synthetic) $(if $(strip $(SRC)),--src "$(SRC)") -- $(ARGS)
@@ -69,7 +76,7 @@ install: $(VENV)/.installed
 	$(SUITE) install --case "$(CASE)" $(call opt,--flavour,$(FLAVOUR)) $(call opt,--wheels,$(WHEELS))
 
 # make wheels CASE=... WHEELS=folder [FLAVOUR=cpu|cuda]: every file of the stack's locks, for machines
-# without network (README, "Installing")
+# without network (docs/containers.md, "Installing")
 .PHONY: wheels
 wheels: $(VENV)/.installed
 	$(if $(strip $(WHEELS)),,$(error make wheels needs WHEELS=<folder>))
@@ -81,7 +88,7 @@ cases: $(VENV)/.installed
 report: $(VENV)/.installed
 	$(SUITE) report
 
-# make compare A=reports/results-old B=reports/results, or selections of one folder (README, "Reports"):
+# make compare A=reports/results-old B=reports/results, or selections of one folder (docs/running.md):
 # make compare A='reports/results?cluster=jsc&until=2026-10-31' B='reports/results?cluster=jsc&since=2026-11-01'
 compare: $(VENV)/.installed
 	$(SUITE) compare "$(A)" "$(B)"
@@ -120,6 +127,19 @@ test: $(VENV)/.installed
 	tools/install-test-deps.sh
 	$(VENV)/bin/python -m pytest -ra tests
 
+# make locks [ONLY=stack[/flavour]] [EXTRA_INDEX=1]: every stack's locks for CPython 3.10-3.13 on Linux x86_64
+# and aarch64, resolved by uv from tools/locks.toml (containers/README.md, "Locks")
+LOCK_TOOLS := build/lock-tools
+.PHONY: locks
+$(LOCK_TOOLS)/.installed:
+	$(BOOTSTRAP_PYTHON) -m venv $(LOCK_TOOLS)
+	$(LOCK_TOOLS)/bin/pip install --quiet 'uv==0.13.8' 'packaging>=23'
+	touch $@
+
+locks: $(LOCK_TOOLS)/.installed
+	PATH="$(CURDIR)/$(LOCK_TOOLS)/bin:$$PATH" $(LOCK_TOOLS)/bin/python tools/make-locks.py \
+		$(if $(strip $(ONLY)),--only "$(ONLY)") $(if $(filter 1 yes true,$(EXTRA_INDEX)),--extra-index)
+
 clean-runs:
 	rm -rf runs
 
@@ -132,7 +152,7 @@ gpu-check: $(VENV)/.installed
 		$(call opt,--modules,$(MODULES)) $(call opt,--source,$(SOURCE)) $(site_python)
 
 # make containers [STACK=tensorflow] [FLAVOUR=cpu|cuda] [TOOL=apptainer|docker] [BASE=pinned|debian] [BASE_REFRESH=1]
-# (README, "Containers"): images into containers/build/ or the Docker engine
+# (docs/containers.md): images into containers/build/ or the Docker engine
 .PHONY: containers
 containers: $(VENV)/.installed
 	$(SUITE) containers build $(if $(strip $(STACK)),--stack "$(STACK)") \

@@ -43,17 +43,17 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from suite.binding import parse_cpu_list  # noqa: E402
-from suite.cases import load_case, option_args  # noqa: E402
-from suite.gpus import host_gpus  # noqa: E402
-from suite.stacks import ensure_installed, load_stack  # noqa: E402
+from suite.inputs.cases import load_case, option_args  # noqa: E402
+from suite.inputs.host_gpus import host_gpus  # noqa: E402
+from suite.instack.cpu_binding import parse_cpu_list  # noqa: E402
+from suite.stacks.locks import ensure_installed, load_stack  # noqa: E402
 
 SIZES = {
     "full": {"pytorch": {"batch-size": 32, "image-size": 224, "num-warmup-batches": 5, "num-batches-per-iter": 5, "num-iters": 5},
              "mxnet": {"batch-size": 32, "image-size": 224, "num-warmup-batches": 5, "disp-batches": 5, "num-batches": 30},
              "tf": {"batch-size": 32, "image-size": 128, "epochs": 3}},
     # --medium: sizes where the ratios mean something on 2 cores (NOTES.md: >= 128 px, real batches),
-    # the whole bench in about 20 minutes there (README, "Benchmarking the suite itself")
+    # the whole bench in about 20 minutes there (CONTRIBUTING.md, the bench)
     "medium": {"pytorch": {"batch-size": 16, "image-size": 128, "num-warmup-batches": 1, "num-batches-per-iter": 2, "num-iters": 3},
                "mxnet": {"batch-size": 16, "image-size": 128, "num-warmup-batches": 1, "disp-batches": 2, "num-batches": 7},
                "tf": {"batch-size": 16, "image-size": 128, "epochs": 2, "steps-per-epoch": 8}},

@@ -3,8 +3,10 @@ communication or unknown), the figures behind it and one thing to try. Reads a r
 records and records from elsewhere can be diagnosed as well (`metrics.diagnosis`, docs/record.md).
 
 The figures, each a fraction of the timed window (None where the run could not say):
-  device_busy      GPUs: NVML utilisation over the timed window (telemetry); CPUs: CPU time of the
-                   ranks' processes / the cores they may use
+  device_busy      GPUs: NVML utilisation over the timed window of the GPUs the ranks trained on
+                   (telemetry); CPUs: CPU time of the ranks' processes / the cores they may use
+  gpu_pass_busy    GPUs: the GPU's own time for a step's forward and backward pass (CUDA events, the
+                   launches queued ahead: cases/_shared/gpu_busy.py) / the timed step's wall time
   data_wait        the time a step waited for its next batch (cases that read data time it)
   exchange         what the gradient exchange adds to a step, where the case measures it: 1 - a
                    step without the exchange (DDP's no_sync, no optimizer update) / a timed step
@@ -13,6 +15,13 @@ The figures, each a fraction of the timed window (None where the run could not s
                    Horovod overlap part of it with the backward pass)
   thread_busy      the training thread's CPU time (on GPUs the thread that launches the kernels)
 and, for the hint, the host CPU time per step in milliseconds.
+
+On a GPU the training thread is busy whatever bounds the step (it spins while it waits for the GPU),
+so the verdict reads the GPU's side: where the GPU works at least BUSY of the step, compute; where it
+works less and waits neither for data nor for the exchange, the host, which launches the GPU's work,
+is the bound. The thresholds are set against one H100 (NOTES.md; tests/unit/test_diagnosis_thresholds.py):
+AMP + channels-last at batch 256, 92% busy: compute; fp32 at batch 32, 62-71%: host; 160 px batch 64
+AMP, 30% busy with about 30 ms of CPU per step: host.
 """
 
 from bisect import bisect_left
@@ -22,7 +31,6 @@ from suite.instack.cpu_binding import parse_cpu_list
 INPUT_BOUND = 0.2  # waiting for data this share of the step: the input pipeline bounds the run
 COMMUNICATION_BOUND = 0.3  # one gradient all-reduce takes this share of a step
 BUSY = {"cuda": 0.8, "cpu": 0.75}  # the device works this share of the window: compute-bound
-HOST_BOUND = 0.8  # the training thread is busy this share while the GPU is not: it cannot feed it
 HINTS = {
     "input": "more loader processes (--workers), data on faster storage, or decoding on the GPU (DALI)",
     "communication": "a larger batch per device, fp16 gradients (--fp16-allreduce), or fewer, larger "
@@ -30,7 +38,7 @@ HINTS = {
     "host": "a larger batch per GPU, or --compile (torch.compile; CUDA graphs cut the launch cost)",
     "compute-cuda": "mixed precision and channels-last (--amp --channels-last, or --preset dle) if not on; "
                     "else the GPU is the limit: compare with the published figure",
-    "compute-cpu": "more cores per worker, or the memory allocator settings of the README (CPU nodes)",
+    "compute-cpu": "more cores per worker, or the memory allocator settings of docs/telemetry.md (CPU nodes)",
     "unknown": "--precheck measures the all-reduce, telemetry (on by default) the GPUs' utilisation",
 }
 
@@ -40,19 +48,21 @@ def diagnose(record: dict) -> dict:
     device = record["world"].get("device_type") or "cpu"
     figures = {
         "device_busy": device_busy(record, device),
+        "gpu_pass_busy": gpu_pass_busy(record) if device == "cuda" else None,
         "data_wait": profile_mean(record, "data_wait_share"),
         "exchange": exchange_share(record),
         "allreduce": allreduce_share(record),
         "thread_busy": profile_mean(record, "thread_busy"),
         "host_cpu_ms_per_step": host_cpu_per_step(record),
     }
-    verdict, why = classify(figures, device)
+    verdict, why = classify(figures, device, record["world"].get("devices") or 1)
     hint = HINTS.get(f"{verdict}-{device}" if verdict == "compute" else verdict, HINTS["unknown"])
     return {"verdict": verdict, "device": device, "figures": figures, "why": why, "hint": hint}
 
 
-def classify(f: dict, device: str) -> tuple[str, str]:
-    busy, wait, thread = f["device_busy"], f["data_wait"], f["thread_busy"]
+def classify(f: dict, device: str, devices: int = 1) -> tuple[str, str]:
+    wait = f["data_wait"]
+    busy, measured_as = gpu_side(f) if device == "cuda" else (f["device_busy"], "")
     if wait is not None and wait >= INPUT_BOUND:
         return "input", f"each step waited {pct(wait)} of its time for the next batch"
     if f["exchange"] is not None and f["exchange"] >= COMMUNICATION_BOUND:
@@ -61,13 +71,24 @@ def classify(f: dict, device: str) -> tuple[str, str]:
     if f["exchange"] is None and f["allreduce"] is not None and f["allreduce"] >= COMMUNICATION_BOUND:
         return "communication", f"one all-reduce of the gradient takes {pct(f['allreduce'])} of a step's time"
     if busy is not None and busy >= BUSY.get(device, BUSY["cpu"]):
-        return "compute", f"the {'GPUs were' if device == 'cuda' else 'workers kept their cores'} busy {pct(busy)} of the window"
-    if device == "cuda" and busy is not None and thread is not None and thread >= HOST_BOUND:
-        return "host", (f"the GPUs were busy {pct(busy)} while the training thread was busy {pct(thread)}: "
-                        "the GPU waits for the host to launch its work")
+        return "compute", (f"the GPUs worked {pct(busy)} of the step{measured_as}" if device == "cuda"
+                           else f"the workers kept their cores busy {pct(busy)} of the window")
+    exchange_known = devices == 1 or f["exchange"] is not None or f["allreduce"] is not None
+    if device == "cuda" and busy is not None and exchange_known:
+        cpu = f" ({f['host_cpu_ms_per_step']:.0f} ms of CPU per step)" if f["host_cpu_ms_per_step"] else ""
+        return "host", (f"the GPUs worked {pct(busy)} of the step{measured_as} and waited the rest, neither for "
+                        f"data nor for the exchange: the host launches their work too slowly{cpu}")
     known = ", ".join(f"{name.replace('_', ' ')} {pct(value)}" for name, value in f.items()
                       if value is not None and name != "host_cpu_ms_per_step")
     return "unknown", f"no figure points one way ({known or 'nothing measured'})"
+
+
+def gpu_side(f: dict) -> tuple[float | None, str]:
+    """How much of the step the GPUs worked: the GPU's own time for a step's pass where the case timed
+    it, else NVML's utilisation; and a phrase saying which."""
+    if f.get("gpu_pass_busy") is not None:
+        return f["gpu_pass_busy"], " (its forward and backward pass, timed on the GPU)"
+    return f["device_busy"], " (NVML utilisation)" if f["device_busy"] is not None else ""
 
 
 def pct(fraction: float) -> str:
@@ -93,19 +114,39 @@ def device_busy(record: dict, device: str) -> float | None:
     return round(min(1.0, cores_per_rank * record["world"]["devices"] / cores), 4)
 
 
-def gpu_busy(record: dict) -> float | None:
-    """NVML utilisation of the GPUs the run used: on each host the `slots` busiest ones."""
+def run_gpus(record: dict) -> list[dict]:
+    """The sampled GPUs the run trained on: those its ranks named (by UUID, `used`), else on each host
+    the `slots` busiest of those sampled (the sampler reads only the run's CUDA_VISIBLE_DEVICES)."""
     hosts = ((record["metrics"].get("telemetry") or {}).get("hosts")) or {}
-    used = []
+    found = []
     for host, slots in record["world"]["slots"].items():
         gpus = hosts.get(host, {}).get("gpus") if isinstance(hosts.get(host), dict) else None
         if not isinstance(gpus, list):
-            return None
-        utils = sorted(((g.get("util_pct") or {}).get("mean") for g in gpus), key=lambda u: -(u or 0))[:slots]
-        if len(utils) < slots or None in utils:
-            return None
-        used += utils
-    return round(sum(used) / len(used) / 100, 4) if used else None
+            continue
+        if any("used" in g for g in gpus):
+            found += [g for g in gpus if g.get("used")]
+        else:
+            found += sorted(gpus, key=lambda g: -((g.get("util_pct") or {}).get("mean") or 0))[:slots]
+    return found
+
+
+def gpu_busy(record: dict) -> float | None:
+    """NVML utilisation of the GPUs the run trained on, over the timed window."""
+    utils = [(g.get("util_pct") or {}).get("mean") for g in run_gpus(record)]
+    if not utils or None in utils:
+        return None
+    return round(sum(utils) / len(utils) / 100, 4)
+
+
+def gpu_pass_busy(record: dict) -> float | None:
+    """The GPU's own seconds for a step's forward and backward pass (as the case timed them) over the
+    timed step's wall seconds."""
+    passes = [r["results"]["gpu_pass_s"] for r in record.get("repetitions", [])
+              if r.get("status") == "ok" and (r.get("results") or {}).get("gpu_pass_s")]
+    seconds = step_seconds(record)
+    if not passes or not seconds:
+        return None
+    return round(min(1.0, sum(passes) / len(passes) / seconds), 4)
 
 
 def usable_cores(record: dict) -> int | None:

@@ -6,6 +6,7 @@ reports/case-<case>.html  throughput, speedup, efficiency (and epoch time) vs de
 reports/frameworks.html   the same work in every framework (a table of the --same-work records, rows whose
                           configuration differs flagged), then all cases side by side: per-device
                           throughput and efficiency
+reports/site-check.html   the latest `suite check` of each cluster: which paths work, and why not
 reports/summary.csv       the figures behind the plots
 """
 
@@ -18,7 +19,9 @@ from pathlib import Path
 import plotly.graph_objects as go
 from plotly.offline import get_plotlyjs
 
+from suite.analysis import site_check
 from suite.analysis.scaling import exchange_for, fit, from_points
+from suite.analysis.utilisation import mfu_cell, reference_mfu
 from suite.base.stats import speedup_efficiency
 from suite.records.read import Point, case_references, case_spec, latest, load_points
 
@@ -32,10 +35,15 @@ class Series:
     stack: str
     config_label: str
     points: list[Point]
+    distinct: str = ""  # what tells this series from another of the same label (its data, its lock)
 
     @property
     def name(self) -> str:
         return f"{self.cluster} / {self.stack}"
+
+    @property
+    def label(self) -> str:
+        return f"{self.name} ({self.config_label}{self.distinct})"
 
     @property
     def baseline(self) -> Point:
@@ -61,15 +69,44 @@ def build_series(points: list[Point]) -> list[Series]:
     for (case, cluster, stack, _), by_devices in sorted(groups.items(), key=lambda kv: kv[0][:3]):
         ordered = [by_devices[d] for d in sorted(by_devices)]
         series.append(Series(case, cluster, stack, ordered[0].config_label, ordered))
+    return distinguish(series)
+
+
+# config_key's fields, as a legend names them where they tell two series apart
+KEY_FIELDS = ("model", "image size", "batch", "dtype", "data", "lock")
+
+
+def distinguish(series: list[Series]) -> list[Series]:
+    """Series of one case whose legend labels would be equal (they differ in a field the label does
+    not show: the data, the stack's lock) get the fields that differ appended."""
+    same: dict[tuple, list[Series]] = defaultdict(list)
+    for s in series:
+        same[(s.case, s.label)].append(s)
+    for group in (g for g in same.values() if len(g) > 1):
+        keys = [s.points[0].config_key for s in group]
+        differ = [i for i in range(len(KEY_FIELDS)) if len({k[i] for k in keys}) > 1]
+        for s, key in zip(group, keys):
+            s.distinct = "".join(f", {KEY_FIELDS[i]} {str(key[i])[:12]}" for i in differ)
     return series
 
 
-def _axes(fig: go.Figure, title: str, y_title: str) -> go.Figure:
+def _axes(fig: go.Figure, title: str, y_title: str, log_y: bool = False) -> go.Figure:
+    """Layout of a plot over device counts: a log x axis ticked at the counts its series hold (and
+    only there), and a log y axis where asked (throughput: a CPU's 20 img/s beside a GPU's 50,000)."""
     fig.update_layout(title=title, template="plotly_white", height=420, hovermode="closest",
                       legend={"orientation": "h", "y": -0.25}, margin={"t": 60, "b": 40})
-    fig.update_xaxes(title="devices", type="log", dtick=0.30102999566, tickformat="d")  # log2 ticks
-    fig.update_yaxes(title=y_title, rangemode="tozero" if "efficiency" not in y_title else None)
+    ticks = device_ticks(fig)
+    fig.update_xaxes(title="devices", type="log", tickmode="array", tickvals=ticks, ticktext=[str(t) for t in ticks])
+    if log_y:
+        fig.update_yaxes(title=y_title, type="log")
+    else:
+        fig.update_yaxes(title=y_title, rangemode="tozero" if "efficiency" not in y_title else None)
     return fig
+
+
+def device_ticks(fig: go.Figure) -> list[int]:
+    """The device counts the figure's series are drawn at, each once."""
+    return sorted({int(x) for trace in fig.data for x in (trace.x or ()) if x})
 
 
 def _trace(series: Series, ys: list[float], errors: list[float | None] | None = None) -> go.Scatter:
@@ -77,22 +114,29 @@ def _trace(series: Series, ys: list[float], errors: list[float | None] | None = 
     if errors and any(e is not None for e in errors):
         error_y = {"type": "data", "array": [e or 0 for e in errors], "visible": True}
     return go.Scatter(x=[p.devices for p in series.points], y=ys, mode="lines+markers", error_y=error_y,
-                      name=f"{series.name} ({series.config_label})",
-                      hovertext=[p.hover() for p in series.points], hoverinfo="x+y+text")
+                      name=series.label, hovertext=[_hover(p) for p in series.points], hoverinfo="x+y+text")
 
 
-def _reference_traces(case: str, key: str, transform=None) -> list[go.Scatter]:
+def _hover(point: Point) -> str:
+    """The point's hover text, with its MFU where the record has one."""
+    used = point.record["metrics"].get("utilisation")
+    return point.hover() + (f"<br>MFU {mfu_cell(used)}" if used else "")
+
+
+def _reference_traces(case: str, key: str, transform=None, min_points: int = 1) -> list[go.Scatter]:
+    """The case's published figures of `key` (transformed), those of at least `min_points` device counts."""
     traces = []
     for ref in case_references(case):
-        if key not in ref:
+        if key not in ref or len(ref.get("devices", [])) < min_points:
             continue
         devices, values = ref["devices"], ref[key]
         ys = transform(devices, values) if transform else values
         label = f"published: {ref['source']}"
+        mfu = reference_mfu(ref)
+        texts = [f"{ref['source']}<br>{ref.get('hardware', '')}" + (f"<br>MFU {100 * m:.1f}%" if mfu else "")
+                 for m in (mfu or [None] * len(devices))]
         traces.append(go.Scatter(x=devices, y=ys, mode="lines+markers", name=label,
-                                 line={"dash": "dash"}, marker={"symbol": "x"},
-                                 hovertext=[f"{ref['source']}<br>{ref.get('hardware', '')}"] * len(devices),
-                                 hoverinfo="x+y+text"))
+                                 line={"dash": "dash"}, marker={"symbol": "x"}, hovertext=texts, hoverinfo="x+y+text"))
     return traces
 
 
@@ -121,10 +165,10 @@ def _efficiencies(devices, values):
 
 
 def _y_scale_switch(fig: go.Figure) -> go.Figure:
-    """Buttons above the plot that switch its y axis between linear and log scale."""
+    """Buttons above the plot that switch its y axis between linear and log scale (log at first)."""
     fig.update_layout(updatemenus=[{
         "type": "buttons", "direction": "right", "x": 1.0, "xanchor": "right", "y": 1.12, "yanchor": "bottom",
-        "showactive": True, "active": 0,
+        "showactive": True, "active": 1,
         "buttons": [{"label": "linear", "method": "relayout", "args": [{"yaxis.type": "linear"}]},
                     {"label": "log", "method": "relayout", "args": [{"yaxis.type": "log"}]}]}])
     return fig
@@ -133,22 +177,47 @@ def _y_scale_switch(fig: go.Figure) -> go.Figure:
 def case_figures(case: str, series: list[Series]) -> list[go.Figure]:
     throughput = go.Figure([_trace(s, [p.throughput["mean"] for p in s.points], [p.throughput["ci95"] for p in s.points])
                             for s in series] + _reference_traces(case, "throughput") + _model_traces(case, series))
-    speedup = go.Figure([_trace(s, [s.speedup(p) for p in s.points]) for s in series]
-                        + _reference_traces(case, "throughput", _speedups))
-    devices = sorted({p.devices for s in series for p in s.points} | {d for r in case_references(case) for d in r.get("devices", [])})
+    scaling = [s for s in series if len(s.points) > 1]  # one point has no speedup to show
+    speedup = go.Figure([_trace(s, [s.speedup(p) for p in s.points]) for s in scaling]
+                        + _reference_traces(case, "throughput", _speedups, min_points=2))
+    devices = device_ticks(speedup)
     if devices:
         speedup.add_trace(go.Scatter(x=devices, y=[d / devices[0] for d in devices], mode="lines", name="ideal",
                                      line={"dash": "dot", "color": "grey"}))
-    efficiency = go.Figure([_trace(s, [s.efficiency(p) for p in s.points]) for s in series]
-                           + _reference_traces(case, "throughput", _efficiencies))
-    figures = [_y_scale_switch(_axes(throughput, f"{case}: throughput (mean ± 95% CI)", "images/s, all devices")),
-               _axes(speedup, f"{case}: speedup over the smallest device count", "speedup"),
-               _axes(efficiency, f"{case}: parallel efficiency", "efficiency %")]
+    efficiency = go.Figure([_trace(s, [s.efficiency(p) for p in s.points]) for s in scaling]
+                           + _reference_traces(case, "throughput", _efficiencies, min_points=2))
+    figures = [_y_scale_switch(_axes(throughput, f"{case}: throughput (mean ± 95% CI)", "images/s, all devices",
+                                     log_y=True))]
+    if any(p.record["metrics"].get("utilisation") for s in series for p in s.points):
+        figures.append(mfu_figure(case, series))
+    figures += [_axes(speedup, f"{case}: speedup over the smallest device count", "speedup"),
+                _axes(efficiency, f"{case}: parallel efficiency", "efficiency %")]
     if any(p.epoch_seconds for s in series for p in s.points) or any("epoch_seconds" in r for r in case_references(case)):
         epochs = go.Figure([_trace(s, [p.epoch_seconds for p in s.points]) for s in series]
                            + _reference_traces(case, "epoch_seconds"))
         figures.append(_axes(epochs, f"{case}: time per epoch (first epoch excluded)", "seconds"))
     return figures
+
+
+def mfu_figure(case: str, series: list[Series]) -> go.Figure:
+    """Model FLOPs utilisation per device count: against the datasheet peak (solid) and the measured
+    matmul peak (dotted) of each series, and the published figures whose FLOPs are known."""
+    traces = []
+    for s in series:
+        for key, against, dash in (("mfu_datasheet", "datasheet", None), ("mfu_measured", "measured matmul", "dot")):
+            points = [p for p in s.points if (p.record["metrics"].get("utilisation") or {}).get(key)]
+            if points:
+                traces.append(go.Scatter(x=[p.devices for p in points], mode="lines+markers", line={"dash": dash},
+                                         y=[100 * p.record["metrics"]["utilisation"][key] for p in points],
+                                         name=f"{s.label} vs {against}", hovertext=[_hover(p) for p in points],
+                                         hoverinfo="x+y+text"))
+    for ref in case_references(case):
+        if mfu := reference_mfu(ref):
+            traces.append(go.Scatter(x=ref["devices"], y=[100 * m for m in mfu], mode="lines+markers",
+                                     name=f"published: {ref['source']}", line={"dash": "dash"}, marker={"symbol": "x"},
+                                     hovertext=[f"{ref['source']}<br>{ref.get('hardware', '')}"] * len(mfu),
+                                     hoverinfo="x+y+text"))
+    return _axes(go.Figure(traces), f"{case}: model FLOPs utilisation (MFU)", "MFU %, of the peak named")
 
 
 def frameworks_figures(series: list[Series]) -> list[go.Figure]:
@@ -162,8 +231,10 @@ def frameworks_figures(series: list[Series]) -> list[go.Figure]:
         trace.name = f"{s.case}: {trace.name}"
         return trace
 
-    return [_axes(go.Figure([per_device(s) for s in series]), "per-device throughput, all cases", "images/s per device"),
-            _axes(go.Figure([efficiency(s) for s in series]), "parallel efficiency, all cases", "efficiency %")]
+    scaling = [s for s in series if len(s.points) > 1]
+    return [_y_scale_switch(_axes(go.Figure([per_device(s) for s in series]), "per-device throughput, all cases",
+                                  "images/s per device", log_y=True)),
+            _axes(go.Figure([efficiency(s) for s in scaling]), "parallel efficiency, all cases", "efficiency %")]
 
 
 def same_work_table(points: list[Point]) -> str:
@@ -193,6 +264,14 @@ def bound(point: Point) -> str:
     """What bounded the run (metrics.diagnosis), with its leading figure; "-" for older records."""
     diagnosis = point.record["metrics"].get("diagnosis")
     return f"{diagnosis['verdict']}: {diagnosis['why']}" if diagnosis else "-"
+
+
+def bound_cell(point: Point) -> str:
+    """The index's cell: the verdict in a word, the sentence behind it as the cell's tooltip."""
+    diagnosis = point.record["metrics"].get("diagnosis")
+    if not diagnosis:
+        return "<td>-</td>"
+    return f'<td title="{html.escape(diagnosis["why"])}">{html.escape(diagnosis["verdict"])}</td>'
 
 
 def published_cell(point: Point) -> str:
@@ -261,31 +340,35 @@ def _index_body(series: list[Series], points: list[Point], skipped: int) -> str:
             f"<td>{html.escape(s.stack)}</td><td>{html.escape(s.cluster)}</td><td>{html.escape(s.config_label)}</td>"
             f"<td>{', '.join(str(p.devices) for p in s.points)}</td><td>{top.devices}</td>"
             f"<td>{tp['mean']:.1f}{ci}</td><td>{tp['per_device']:.1f}</td><td>{_joules_cell(top)}</td>"
-            f"<td>{s.efficiency(top):.0f}%</td><td>{html.escape(bound(top))}</td>"
+            f"<td>{s.efficiency(top):.0f}%</td>{bound_cell(top)}"
+            f"<td>{html.escape(mfu_cell(top.record['metrics'].get('utilisation')))}</td>"
             f"<td>{html.escape(published_cell(top))}</td>"
             f"<td>{html.escape(top.finished_at)}</td></tr>")
     return (f"<p>{len(points)} records used ({span}); {skipped} file(s) skipped. "
-            f"<a href=\"frameworks.html\">All cases side by side</a> · <a href=\"summary.csv\">CSV</a></p>"
+            f"<a href=\"frameworks.html\">All cases side by side</a> · <a href=\"site-check.html\">Site checks</a> · "
+            f"<a href=\"summary.csv\">CSV</a></p>"
             "<table><tr><th>case</th><th>stack</th><th>cluster</th><th>configuration</th><th>devices measured</th>"
             "<th>largest</th><th>img/s there</th><th>img/s per device</th><th>J/img</th><th>efficiency</th>"
-            "<th>bound</th><th>vs published</th><th>latest</th></tr>"
+            "<th>bound</th><th>MFU</th><th>vs published</th><th>latest</th></tr>"
             + "".join(rows) + "</table>")
 
 
 CSV_COLUMNS = ["case", "stack", "cluster", "devices", "nodes", "throughput", "ci95", "per_device", "speedup",
                "efficiency_pct", "epoch_seconds", "model", "image_size", "batch_per_device", "dtype", "run_id",
-               "finished_at", "joules_per_image", "bound", "published_ratio"]
+               "finished_at", "joules_per_image", "bound", "published_ratio", "flops_per_sample",
+               "achieved_flops_per_s", "mfu_datasheet", "mfu_measured"]
 
 
 def _csv_rows(series: list[Series]):
     for s in series:
         for p in s.points:
-            cfg = p.record["config"]
+            cfg, used = p.record["config"], p.record["metrics"].get("utilisation") or {}
             yield [s.case, s.stack, s.cluster, p.devices, p.nodes, p.throughput["mean"], p.throughput["ci95"],
                    p.throughput["per_device"], s.speedup(p), s.efficiency(p), p.epoch_seconds, cfg.get("model"),
                    cfg.get("image_size"), cfg.get("batch_per_device"), cfg.get("dtype"), p.record["run_id"], p.finished_at,
                    joules_per_image(p), (p.record["metrics"].get("diagnosis") or {}).get("verdict"),
-                   (p.record["metrics"].get("published") or {}).get("ratio")]
+                   (p.record["metrics"].get("published") or {}).get("ratio"),
+                   *(used.get(k) for k in ("flops_per_sample", "achieved_flops_per_s", "mfu_datasheet", "mfu_measured"))]
 
 
 def write_report(results_dir: Path, out_dir: Path, warn=print) -> list[Path]:
@@ -308,6 +391,8 @@ def write_report(results_dir: Path, out_dir: Path, warn=print) -> list[Path]:
     written.append(_write(out_dir / "frameworks.html",
                           _page("All cases side by side", '<p><a href="index.html">index</a></p>' + same_work_table(points),
                                 frameworks_figures(series))))
+    written.append(_write(out_dir / "site-check.html", _page("Site checks", '<p><a href="index.html">index</a></p>'
+                                                             + site_check.report_body(results_dir, warn), [])))
     written.append(_write(out_dir / "index.html", _page("Benchmark results", _index_body(series, points, len(warnings)), [])))
     csv_path = out_dir / "summary.csv"
     with open(csv_path, "w", newline="") as f:

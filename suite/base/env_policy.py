@@ -12,7 +12,7 @@ NAMES = {"MASTER_ADDR", "MASTER_PORT", "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCA
          "PYTHONUNBUFFERED", "PYTHONHASHSEED"}
 # The memory allocator: glibc malloc's tunables (MALLOC_MMAP_MAX_, MALLOC_TRIM_THRESHOLD_ ...,
 # GLIBC_TUNABLES), jemalloc's MALLOC_CONF, tcmalloc's TCMALLOC_*, and LD_PRELOAD that swaps malloc
-# itself. On CPUs they moved img/s by up to 60% (README, "CPU nodes: the memory allocator").
+# itself. On CPUs they moved img/s by up to 60% (docs/telemetry.md, "the CPU memory allocator").
 PREFIXES += ("MALLOC_", "TCMALLOC_")
 NAMES |= {"LD_PRELOAD", "GLIBC_TUNABLES"}
 # Where each host's container engine listens: the docker runtime's client program reads it on every

@@ -2,15 +2,18 @@
 normal runner with the same run options, then the same-work table (suite/analysis/same_work.py) of the
 records they wrote."""
 
+import argparse
 import json
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from suite.analysis.same_work import build_rows, format_table
 from suite.base.errors import INTERRUPTED
 from suite.base.log import log
+from suite.execution import plugins, request
 from suite.execution.request import RunRequest
-from suite.execution.run import check, run
+from suite.execution.run import check
+from suite.execution.run import run as run_point
 from suite.inputs.cases import known_cases, load_case
 from suite.instack.case_options import option_args
 from suite.records.read import Point
@@ -39,7 +42,7 @@ def compare_frameworks(request: RunRequest, tiny: bool) -> int:
     status = 0
     for req in requests:
         log(f"compare-frameworks: {req.case} {' '.join(req.case_args)}")
-        status = max(status, run(req))
+        status = max(status, run_point(req))
         if any(r["reason"] == INTERRUPTED for r in new_records(results, before)):
             break
     if not request.dry_run:
@@ -50,3 +53,30 @@ def compare_frameworks(request: RunRequest, tiny: bool) -> int:
 
 def new_records(folder: Path, before: set[Path]) -> list[dict]:
     return [json.loads(path.read_text()) for path in sorted(set(folder.glob("*.json")) - before)]
+
+
+NAME = "compare-frameworks"
+HELP = ("run every case's --same-work configuration (ResNet-50 v1.5, 224 px, batch 32 per device, float32, "
+        "synthetic data) one after the other and print one table")
+EPILOG = "Case options after '--' (Make: ARGS) go to every case, after its --same-work values."
+
+
+@dataclass(frozen=True)
+class FrameworksRequest:
+    run: RunRequest  # the run options it shares with `run`; its case is set per case
+    tiny: bool = False
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    request.add_run_options(parser, plugins.available("runtimes"), plugins.available("schedulers"),
+                            leave_out=frozenset({"case", "baseline", "run_id"}))
+    parser.add_argument("--tiny", action="store_true", help="each case's [tiny] sizes (and [same_work.tiny]): "
+                        "a check that all run, not a measurement (Make: TINY=1)")
+
+
+def make_request(args, case_args: list[str], argv: list[str]) -> FrameworksRequest:
+    return FrameworksRequest(request.from_namespace(args, case_args), args.tiny)
+
+
+def run(req: FrameworksRequest) -> int:
+    return compare_frameworks(req.run, req.tiny)

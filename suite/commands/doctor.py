@@ -3,10 +3,12 @@ there, one line each (`ok:` or `missing:`): the scheduler's commands, the runtim
 and images, or local stacks), the cases' data, and that the hosts can be reached. Exit status 1 when
 anything is missing; nothing is installed or started."""
 
+from dataclasses import dataclass
 from pathlib import Path
 
 from suite.base import paths
 from suite.base.errors import UsageError
+from suite.commands import common_args
 from suite.execution import plugins
 from suite.execution.clusters import Cluster, load_cluster
 from suite.inputs.cases import known_cases, load_case
@@ -54,3 +56,30 @@ def data_lines(cluster: Cluster, cases: list) -> list[str]:
                      f"{f' and {len(missing) - 1} more' if len(missing) > 1 else ''} "
                      f"(make data CASE={case.name}, SYNTHETIC=1 for a small set)")
     return lines
+
+
+NAME = "doctor"
+HELP = "what a cluster profile needs and what is missing here, one line each"
+
+
+@dataclass(frozen=True)
+class DoctorRequest:
+    cluster: str | None = None
+    case: list[str] | None = None
+    flavour: str | None = None
+
+
+def add_arguments(parser) -> None:
+    common_args.cluster(parser, "cluster profile hostfiles/NAME.toml (default: this machine)")
+    parser.add_argument("--case", action="append", default=None,
+                        help="check only this case's stack, image and data (repeatable; default: every case)")
+    common_args.flavour(parser, "the stacks' cpu or cuda flavour (default: what this host fits) (Make: FLAVOUR)")
+
+
+def make_request(args, case_args: list[str], argv: list[str]) -> DoctorRequest:
+    common_args.no_case_args(NAME, case_args)
+    return common_args.request_of(DoctorRequest, args)
+
+
+def run(req: DoctorRequest) -> int:
+    return doctor(req.cluster, req.case, req.flavour)

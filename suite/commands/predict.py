@@ -2,11 +2,14 @@
 
 from collections import Counter
 from dataclasses import dataclass
+from pathlib import Path
 
 from suite.analysis.network_figures import measured_network as measured
 from suite.analysis.scaling import Measurements, Model, exchange_for, fit, from_points, from_reference
+from suite.base import paths
 from suite.base.errors import UsageError
 from suite.base.stats import fmt_number, speedup_efficiency
+from suite.commands import common_args
 from suite.execution.clusters import load_cluster
 from suite.inputs.cases import load_case
 from suite.inputs.hostfiles import positive_ints
@@ -36,7 +39,7 @@ def measured_network(case_name: str, cluster: str | None, results_dir) -> dict:
     return {**found[0], "source": found[1]} if found else {}
 
 
-def predict(args) -> str:
+def predict(args: "PredictRequest") -> str:
     case = load_case(args.case)
     devices = positive_ints(args.devices, "--devices")
     data = measurements(case, args.cluster, args.results_dir, args.published)
@@ -134,3 +137,39 @@ def validation_table(case_name: str, published: str, fit_up_to: int) -> str:
                     f"| {fmt_number(v.model.throughput(n), 0)} | {error} | {loo} "
                     f"| {fmt_number(published_eff[n])}% | {fmt_number(100 * v.model.efficiency(n))}% |")
     return "\n".join(rows)
+
+
+NAME = "predict"
+HELP = "predict throughput and efficiency at other device counts"
+
+
+@dataclass(frozen=True)
+class PredictRequest:
+    case: str
+    devices: str
+    cluster: str | None = None
+    results_dir: Path = paths.RESULTS
+    published: str | None = None
+    fit_up_to: int | None = None
+    fit_network: bool = False
+
+
+def add_arguments(parser) -> None:
+    add = parser.add_argument
+    add("--case", required=True)
+    add("--devices", required=True, help="device counts to predict, e.g. 8,16,32,64")
+    common_args.cluster(parser, "use this cluster's records and its profile's interconnect figures")
+    common_args.results_dir(parser)
+    add("--published", metavar="SOURCE", help="fit the case's published figures whose source contains SOURCE")
+    add("--fit-up-to", type=int, default=None, help="fit only measurements at or below this many devices")
+    add("--fit-network", action="store_true", help="fit bandwidth and latency even when the profile gives them")
+
+
+def make_request(args, case_args: list[str], argv: list[str]) -> PredictRequest:
+    common_args.no_case_args(NAME, case_args)
+    return common_args.request_of(PredictRequest, args)
+
+
+def run(req: PredictRequest) -> int:
+    print(predict(req))
+    return 0

@@ -77,6 +77,7 @@ class Launch:
     # scheduler's `placement` hook. See docs/plugins.md.
     placement: str = "ssh"
     cpu_bind: str = "none"  # how each case process binds itself to cores (suite/instack/cpu_binding.py)
+    device: str | None = None  # "cuda": GPUs were asked for and are there; a rank on another device stops
 
     def env(self, host: Host | None = None, **extra: str) -> dict:
         """Environment of a case process; SUITE_* tell the case where to write and what it runs on."""
@@ -84,6 +85,8 @@ class Launch:
                "SUITE_NODES": str(self.world.nodes), "SUITE_DEVICES": str(self.world.devices)}
         if self.cpu_bind != "none":
             env["SUITE_CPU_BIND"] = self.cpu_bind
+        if self.device:
+            env["SUITE_DEVICE"] = self.device
         if host is not None:
             env["SUITE_DEVICES_PER_NODE"] = str(host.slots)
             env.update(self.machine_slots(host))

@@ -64,9 +64,15 @@ RECORDED = ("case", "nodes", "gpus_per_node", "cluster", "hostfile", "runtime", 
 NOT_OPTIONS = {"case_args", "argv", "rerun_of"}
 
 
-def add_run_options(parser: argparse.ArgumentParser, runtimes: list[str], schedulers: list[str]) -> None:
-    """The `run` options (Make variables in brackets); `compare-frameworks` shares all but a few."""
-    add = parser.add_argument
+def add_run_options(parser: argparse.ArgumentParser, runtimes: list[str], schedulers: list[str],
+                    leave_out: frozenset[str] = frozenset()) -> None:
+    """The `run` options (Make variables in brackets), but those whose destination is in `leave_out`
+    (`compare-frameworks` shares all but a few)."""
+
+    def add(*names, **how):
+        if names[0].lstrip("-").replace("-", "_") not in leave_out:
+            parser.add_argument(*names, **how)
+
     add("--case", default="pytorch-synthetic", help="case folder under cases/ (Make: CASE)")
     add("--nodes", default="1", help="use the first N hosts of the hostfile; a list such as 1,2,4 runs a sweep (Make: NODES)")
     add("--gpus-per-node", default=None, help="devices (processes) per node, overriding the hostfile's slots; a list "

@@ -31,15 +31,17 @@ from suite.records.write import new_run_id
 from suite.stacks.locks import load_flavour
 
 
-def rerun(args) -> int:
-    path = Path(args.record)
+def rerun(asked) -> int:
+    """`asked`: the rerun command's request (suite/commands/rerun.py: record, argv, hosts, folders, tolerance,
+    allow_drift, dry_run)."""
+    path = Path(asked.record)
     record = load_record(path)
-    req = request(record, args)
+    req = request(record, asked)
     checked = possible(path, lambda: check(req))
     drift = possible(path, lambda: differences(record, req, checked))
     for line in notes(record, checked):
         print(f"note: {line}")
-    if drift and not args.allow_drift:
+    if drift and not asked.allow_drift:
         for line in drift:
             print(f"drift: {line}", file=sys.stderr)
         raise UsageError(f"rerun of {record['run_id']} refused: {len(drift)} difference(s) from the record, one "
@@ -48,11 +50,11 @@ def rerun(args) -> int:
         print(f"drift (allowed): {line}")
     if world_drift(record["world"], checked):
         req.gpus_per_node = str(devices_per_node(record["world"]))  # the record's world shape, as asked
-    req.rerun_of = {"run_id": record["run_id"], "record": str(path.resolve()), "argv": [*SUITE, *args.argv],
+    req.rerun_of = {"run_id": record["run_id"], "record": str(path.resolve()), "argv": [*SUITE, *asked.argv],
                     "drift": drift}
     status = run(req)
     if not req.dry_run:
-        print(comparison(path, req.results_dir / f"{req.run_id}.json", args.tolerance))
+        print(comparison(path, req.results_dir / f"{req.run_id}.json", asked.tolerance))
     return status
 
 
@@ -89,28 +91,28 @@ def devices_per_node(world: dict) -> int:
     return counts.pop()
 
 
-def request(record: dict, args) -> RunRequest:
+def request(record: dict, asked) -> RunRequest:
     """The record's request (suite.execution.request.from_record) on the hosts at hand: devices per node as the
     original chose them (given: the record's count; else from the hosts, now the current ones, and a
     count that then differs is drift), a new run id, this invocation's folders."""
-    original = possible(Path(args.record), lambda: from_record(record))
+    original = possible(Path(asked.record), lambda: from_record(record))
     world = record["world"]
     per_node = devices_per_node(world)
-    cluster, hostfile = host_source(world, args)
+    cluster, hostfile = host_source(world, asked)
     return replace(original, case=record["case"], nodes=str(world["nodes"]), gpus_per_node=str(per_node) if original.gpus_per_node else None,
                    cluster=cluster, hostfile=hostfile, runtime=record["execution"]["runtime"],
-                   scheduler=None if args.cluster or args.hostfile else original.scheduler,
-                   results_dir=args.results_dir, runs_dir=args.runs_dir, data_dir=args.data_dir, dry_run=args.dry_run,
+                   scheduler=None if asked.cluster or asked.hostfile else original.scheduler,
+                   results_dir=asked.results_dir, runs_dir=asked.runs_dir, data_dir=asked.data_dir, dry_run=asked.dry_run,
                    run_id=new_run_id(record["case"], world["nodes"], world["devices"]), baseline=None, argv=[],
                    cpu_bind=world.get("binding", {}).get("policy") or original.cpu_bind,
                    flavour=recorded_flavour(record))
 
 
-def host_source(world: dict, args) -> tuple[str | None, str | None]:
+def host_source(world: dict, asked) -> tuple[str | None, str | None]:
     """(cluster, hostfile): as given; else the record's cluster profile or hostfile where this checkout
     has it; else neither (hostfiles/localhost). Host names rarely survive, so only the hosts are new."""
-    if args.cluster or args.hostfile:
-        return args.cluster, args.hostfile
+    if asked.cluster or asked.hostfile:
+        return asked.cluster, asked.hostfile
     name = world.get("cluster") or Path(world["hostfile"]).stem
     if (paths.HOSTFILES / f"{name}.toml").is_file():
         return name, None

@@ -19,6 +19,8 @@ from suite.analysis.sweeps import (
     summarize_sweep,
     write_sweep,
 )
+from suite.analysis.utilisation import summary_line as utilisation_line
+from suite.analysis.utilisation import utilisation
 from suite.base import paths
 from suite.base.env_policy import masked_env
 from suite.base.errors import INTERRUPTED, RunFailed, UsageError
@@ -144,9 +146,18 @@ def plan_point(req: RunRequest, checked: Checked, world: World, stack_env: Stack
     """The launch of the case (or of another program of its stack: the interconnect check) on a world."""
     launch = Launch(script or str(checked.case.script), req.case_args if argv is None else argv, world, stack_env,
                     str(rep_dir), str(checked.data_dir), checked.options,
-                    checked.scheduler.placement(checked.cluster_profile), checked.cpu_bind)
+                    checked.scheduler.placement(checked.cluster_profile), checked.cpu_bind,
+                    device_asked(checked, world))
     checked.launcher.check(launch)
     return named(checked.launcher.plan(launch))
+
+
+def device_asked(checked: Checked, world: World) -> str | None:
+    """"cuda" where every host of the world has GPUs (the devices asked for are GPUs there: a count
+    given, or a GPU host's own) and the case was not told to stay on the CPU (--no-cuda)."""
+    if checked.options.get("no-cuda") or not world.hosts:
+        return None
+    return "cuda" if all(checked.gpus.get(host.name) for host in world.hosts) else None
 
 
 def named(plan: Plan) -> Plan:
@@ -256,6 +267,8 @@ def run_point(req: RunRequest, checked: Checked, world: World, stack_env, failur
     record["metrics"].update(hardware_metrics(reps, world, req.telemetry_interval, interconnect))
     if record["status"] == "ok":
         record["metrics"]["diagnosis"] = diagnose(record)
+        if used := utilisation(record):
+            record["metrics"]["utilisation"] = used
         if published := comparison(record):
             record["metrics"]["published"] = published
     record["provenance"]["system_description"] = system_description(record)
@@ -334,7 +347,7 @@ def run_context(req: RunRequest, checked: Checked, world: World, sweep_id: str |
     case = checked.case
     return RunContext(req.run_id or new_run_id(case.name, world.nodes, world.devices), case, checked.options, world,
                       checked.runtime.name, checked.scheduler.name, req.provenance_argv(), utc_now(), sweep_id,
-                      checked.cluster, req.rerun_of, checked.cpu_bind, recorded(req))
+                      checked.cluster, req.rerun_of, checked.cpu_bind, recorded(req), device_asked(checked, world))
 
 
 def dry_run(req: RunRequest, checked: Checked) -> int:
@@ -392,6 +405,8 @@ def print_summary(record: dict, path: Path) -> None:
               f"(mean{' ± 95% CI' if ci else ''}, n={tp['n']} {tp['ci95_basis']})")
     if diagnosis := record["metrics"].get("diagnosis"):
         print(f"   {summary_line(diagnosis)}")
+    if used := record["metrics"].get("utilisation"):
+        print(f"   {utilisation_line(used)}")
     if published := record["metrics"].get("published"):
         print(f"   {published_line(published)}")
     if record["status"] != "ok":

@@ -4,7 +4,9 @@ Each rank appends JSON lines to $SUITE_RUN_DIR/ranks/rank-<rank>.jsonl: one `sta
 versions, host facts), then either a `warmup` line and one `iteration` line per timed iteration
 (step-based cases) or one `epoch` line per epoch (epoch-based cases: the first epoch is the warmup),
 optional `result` lines, and one `end` line. A line is written after the timed work, so the probe
-adds no I/O inside a timed window.
+adds no I/O inside a timed window. Before its warmup a case may say what a sample costs (`work`: the
+model's FLOPs per sample of a training step, and where that figure comes from) and what its device
+can do (`peak`: a measured matmul rate per device), for the record's utilisation (MFU).
 
 Beside its wall time every timed unit says where the rank's time went, for the run's diagnosis
 (suite/analysis/diagnosis.py): `cpu_s`, the CPU time of the rank's process (all its threads); `thread_s`, the
@@ -41,14 +43,21 @@ class Probe:
         self._file.write(json.dumps({"event": event, "rank": self.rank, "time": time.time(), **fields}) + "\n")
 
     def start(self, config: dict, versions: dict) -> None:
-        versions = {"python": platform.python_version(), **versions}
+        """The rank's start line: what it runs (config: device_type and device_name among it; where a
+        process drives several GPUs, `device_indices` lists them, else it drives the one of its local
+        rank), versions, host facts, and the GPUs it trains on (index, UUID, bus id). Where the runner
+        asked for GPUs (SUITE_DEVICE=cuda) and the rank found none, it stops here, saying so."""
+        versions = {"python": platform.python_version(), **versions, "mlperf_logging": self._mllog.version}
         host = host_info() if self.local_rank == 0 else None
+        gpus = [visible_gpu(i) for i in config.get("device_indices", [self.local_rank])] \
+            if config.get("device_type") == "cuda" else []
+        self._write("start", size=self.size, local_rank=self.local_rank, local_size=self.local_size,
+                    host=socket.gethostname(), pid=os.getpid(), host_info=host, config=config, versions=versions,
+                    gpus=gpus, binding={"policy": os.environ.get("SUITE_CPU_BIND", "none"), "cpus": cpus_allowed()})
+        refuse_other_device(config.get("device_type"), config.get("device_name"))
         if config.get("global_batch"):
             self._mllog.log("event", "global_batch_size", config["global_batch"])
         self._mllog.log("start", "run_start")
-        self._write("start", size=self.size, local_rank=self.local_rank, local_size=self.local_size,
-                    host=socket.gethostname(), pid=os.getpid(), host_info=host, config=config, versions=versions,
-                    binding={"policy": os.environ.get("SUITE_CPU_BIND", "none"), "cpus": cpus_allowed()})
 
     @contextmanager
     def warmup(self, images: int, sync=None):
@@ -113,6 +122,19 @@ class Probe:
         self._say(f"epoch {index}{of}: {seconds:.1f} s, ~{images * self.size / seconds:.1f} img/s"
                   + (f", {shown}" if shown else "") + (" (first epoch: not counted in throughput)" if index == 1 else ""))
 
+    def work(self, flops_per_sample: float, source: str, precision: str | None = None) -> None:
+        """What one sample (an image, a sequence) costs to train: the model's FLOPs of one training
+        step per sample (forward and backward), where the figure comes from (counted, profiled, an
+        architecture's count), and the precision the step's matrix products run in (fp32, tf32, bf16,
+        fp16; None: judged from the record's dtype and device)."""
+        self._write("work", flops_per_sample=flops_per_sample, source=source, precision=precision)
+
+    def measured_peak(self, flops_per_s: float, precision: str, **how) -> None:
+        """The best FLOP/s per device of large matrix products at `precision`, measured by the case
+        before its warmup, and how (matrix side, seconds, ...)."""
+        self._write("peak", flops_per_s=flops_per_s, precision=precision, **how)
+        self._say(f"measured matmul peak: {flops_per_s / 1e12:.3g} TFLOP/s per device ({precision})")
+
     def result(self, **metrics) -> None:
         """Figures of the whole run that are not timings, e.g. test accuracy."""
         self._write("result", metrics=metrics)
@@ -134,11 +156,13 @@ class MLLog:
     written after the timed work, carrying the times it began and ended."""
 
     def __init__(self, path: str, rank: int):
+        self.version = None  # of mlperf-logging, where the stack has it
         try:
             from mlperf_logging.mllog.mllog import MLLogger
         except ImportError:
             self.logger = None
             return
+        self.version = _distribution_version("mlperf-logging") or "unknown"
         import logging
 
         logger = logging.getLogger(f"suite.mllog.rank-{rank}")
@@ -183,6 +207,48 @@ def _timed(sync):
     if sync:
         sync()
     result["seconds"] = time.perf_counter() - begin
+
+
+def refuse_other_device(device_type: str | None, device_name: str | None) -> None:
+    """Ends the rank where it trains on another device than the runner asked for (SUITE_DEVICE)."""
+    asked = os.environ.get("SUITE_DEVICE")
+    if asked and device_type != asked:
+        raise SystemExit(f"asked to train on {asked} (GPUs are present and were asked for) but this rank found "
+                         f"{device_name or device_type}: the framework sees no GPU (a CPU build, or a driver older "
+                         "than its CUDA); CUDA_VISIBLE_DEVICES= runs on the CPU on purpose")
+
+
+def visible_gpu(index: int) -> dict:
+    """The GPU a process sees as device `index`: its entry in CUDA_VISIBLE_DEVICES (an index or a UUID)
+    where that is set, matched with nvidia-smi's list (index, UUID, PCI bus id) where that is there."""
+    visible = [v.strip() for v in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if v.strip()]
+    entry = visible[index] if index < len(visible) else str(index)
+    found = {"device_index": index, "visible_as": entry}
+    for gpu in nvidia_smi_gpus():
+        if entry == gpu["index"] or (len(entry) > 4 and gpu["uuid"].startswith(entry)):
+            return {**found, **gpu}
+    return found
+
+
+def nvidia_smi_gpus() -> list[dict]:
+    """index, uuid, bus_id and name of each GPU nvidia-smi lists (none without nvidia-smi)."""
+    if not shutil.which("nvidia-smi"):
+        return []
+    query = ["nvidia-smi", "--query-gpu=index,uuid,pci.bus_id,name", "--format=csv,noheader"]
+    try:
+        out = subprocess.run(query, capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    rows = [[part.strip() for part in line.split(",")] for line in out.strip().splitlines()]
+    return [dict(zip(("index", "uuid", "bus_id", "name"), row, strict=True)) for row in rows if len(row) == 4]
+
+
+def _distribution_version(name: str) -> str | None:
+    try:
+        from importlib.metadata import PackageNotFoundError, version
+        return version(name)
+    except (ImportError, PackageNotFoundError):
+        return None
 
 
 def announce() -> None:

@@ -26,25 +26,44 @@ RAPL_GLOB = "/sys/class/powercap/intel-rapl:[0-9]*"  # packages; their sub-zones
 
 
 class Gpus:
-    """NVML, or the reason it is not available. A metric the GPU does not support is asked once."""
+    """NVML, or the reason it is not available: the GPUs the run may use only (CUDA_VISIBLE_DEVICES,
+    by index or UUID, where set), never another job's on a shared node. A metric the GPU does not
+    support is asked once."""
 
-    def __init__(self, nvml=None):
-        self.nvml, self.handles, self.missing, self.why = nvml, [], set(), None
+    def __init__(self, nvml=None, visible: str | None = None):
+        """`visible`: the run's CUDA_VISIBLE_DEVICES (None: unset, every GPU)."""
+        self.nvml, self.handles, self.ids, self.missing, self.why = nvml, [], [], set(), None
         try:
             if self.nvml is None:
                 import pynvml as nvml_module
                 self.nvml = nvml_module
             self.nvml.nvmlInit()
-            self.handles = [self.nvml.nvmlDeviceGetHandleByIndex(i) for i in range(self.nvml.nvmlDeviceGetCount())]
+            every = [self.nvml.nvmlDeviceGetHandleByIndex(i) for i in range(self.nvml.nvmlDeviceGetCount())]
+            chosen = run_gpus([(i, self._uuid(h)) for i, h in enumerate(every)], visible)
+            self.ids = [{"nvml_index": i, "uuid": uuid, "bus_id": self._bus_id(every[i])} for i, uuid in chosen]
+            self.handles = [every[i] for i, _ in chosen]
         except Exception as exc:  # ImportError, NVMLError (no driver, no library), OSError
             self.why = f"not available: {type(exc).__name__}: {exc}"
         if not self.handles and self.why is None:
-            self.why = "not available: NVML lists no GPU"
+            of = f" of CUDA_VISIBLE_DEVICES={visible}" if visible is not None else ""
+            self.why = f"not available: NVML lists no GPU{of}"
+
+    def _uuid(self, handle) -> str | None:
+        try:
+            return _text(self.nvml.nvmlDeviceGetUUID(handle))
+        except Exception:  # NVMLError_NotSupported and friends
+            return None
+
+    def _bus_id(self, handle) -> str | None:
+        try:
+            return _text(self.nvml.nvmlDeviceGetPciInfo(handle).busId)
+        except Exception:  # NVMLError_NotSupported and friends
+            return None
 
     def describe(self):
         if self.why:
             return self.why
-        return [{"index": i, "name": self._call(i, "name", self.nvml.nvmlDeviceGetName, h),
+        return [{"index": i, "name": _text(self._call(i, "name", self.nvml.nvmlDeviceGetName, h)), **self.ids[i],
                  "memory_total": getattr(self._call(i, "memory", self.nvml.nvmlDeviceGetMemoryInfo, h), "total", None)}
                 for i, h in enumerate(self.handles)]
 
@@ -85,6 +104,28 @@ class Gpus:
         if not values or any(v.nvmlReturn != 0 for v in values):
             return {}
         return {"nvlink_tx_kib": values[0].value.ullVal, "nvlink_rx_kib": values[1].value.ullVal}  # counters
+
+
+def run_gpus(gpus: list[tuple[int, str | None]], visible: str | None) -> list[tuple[int, str | None]]:
+    """The (NVML index, UUID) pairs a run may use: all where CUDA_VISIBLE_DEVICES is unset, else those
+    it names, by index or by UUID (or a UUID's leading part, as CUDA accepts), in its order."""
+    if visible is None:
+        return gpus
+    chosen = []
+    for entry in (v.strip() for v in visible.split(",")):
+        if not entry or entry == "-1":
+            break  # CUDA stops at the first entry it cannot use
+        found = next((g for g in gpus if entry == str(g[0]) or (len(entry) > 4 and (g[1] or "").startswith(entry))),
+                     None)
+        if found is None:
+            break
+        chosen.append(found)
+    return chosen
+
+
+def _text(value) -> str | None:
+    """NVML strings are bytes in older pynvml releases."""
+    return value.decode() if isinstance(value, bytes) else value
 
 
 class Rapl:
@@ -147,7 +188,8 @@ def _stop(signum, frame):
 def run(out: str, interval: float, match: str | None, gpus=None, rapl=None) -> None:
     import psutil
 
-    gpus, rapl, procs = gpus or Gpus(), rapl or Rapl(), RunProcesses(match)
+    gpus = gpus or Gpus(visible=os.environ.get("CUDA_VISIBLE_DEVICES"))  # the run's, as its processes see them
+    rapl, procs = rapl or Rapl(), RunProcesses(match)
     psutil.cpu_percent(percpu=True)  # the first call only starts the count
     parent = os.getppid()
     os.makedirs(os.path.dirname(out) or ".", exist_ok=True)

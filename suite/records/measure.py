@@ -31,6 +31,8 @@ class Repetition:
     launched_at: float | None = None
     profile: dict = field(default_factory=dict)  # where the ranks' time went (time_profile)
     ran_on: dict = field(default_factory=dict)  # process name -> hosts it announced (suite.instack.probe.announce)
+    work: dict | None = None  # rank 0's `work` line: FLOPs per sample and where they come from
+    peaks: list[dict] = field(default_factory=list)  # each rank's measured matmul peak (`peak` lines)
 
     def summary(self) -> dict:
         mean = sum(self.samples) / len(self.samples) if self.samples else None
@@ -39,6 +41,7 @@ class Repetition:
                 "warmup": self.warmup, "epochs": self.epochs, "results": self.results,
                 "exit_codes": self.exit_codes, "command": self.command, "processes": self.processes,
                 "launched_at": self.launched_at, "profile": self.profile, "ran_on": self.ran_on,
+                **({"work": self.work, "peaks": self.peaks} if self.work or self.peaks else {}),
                 "cpus": [s.get("binding", {}).get("cpus") for s in self.starts]}  # per rank, read back by the probe
 
 
@@ -69,6 +72,8 @@ def measure(rep: Repetition, expected_ranks: int) -> None:
     rep.starts = [next(e for e in events[r] if e["event"] == "start") for r in sorted(events)]
     rep.results = {k: v for r in sorted(events) for e in events[r] if e["event"] == "result"
                    for k, v in e["metrics"].items()}
+    rep.work = next((_fields(e) for r in sorted(events) for e in events[r] if e["event"] == "work"), None)
+    rep.peaks = [_fields(e) for r in sorted(events) for e in events[r] if e["event"] == "peak"]
     units = _aligned(events, "iteration")
     epochs = _aligned(events, "epoch")
     if epochs:
@@ -89,6 +94,11 @@ def measure(rep: Repetition, expected_ranks: int) -> None:
         rep.images += combined["images"]
         rep.seconds += combined["seconds"]
     rep.profile = time_profile(units)
+
+
+def _fields(line: dict) -> dict:
+    """A probe line without its event name and time (its rank kept)."""
+    return {k: v for k, v in line.items() if k not in ("event", "time")}
 
 
 def time_profile(units: list[tuple[dict, ...]]) -> dict:

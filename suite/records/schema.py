@@ -1,10 +1,10 @@
-"""The record schema (suite/schema/record.schema.json, docs/record.md) and the check against it."""
+"""The record schema (suite/records/record.schema.json, docs/record.md) and the check against it."""
 
 import hashlib
 import json
 from pathlib import Path
 
-SCHEMA_VERSION = 3  # docs/record.md, "Versions": records of every earlier version still validate
+SCHEMA_VERSION = 4  # docs/record.md, "Versions": records of every earlier version still validate
 SCHEMA_TEXT = (Path(__file__).with_name("record.schema.json")).read_text()
 SCHEMA = json.loads(SCHEMA_TEXT)
 SCHEMA_SHA256 = hashlib.sha256(SCHEMA_TEXT.encode()).hexdigest()  # what a remembered check was made against

@@ -166,7 +166,7 @@ def _gpus(totals: Totals, start: dict):
         return start.get("gpus") or "not available: the sampler wrote no start line"
     gpus = []
     for i, gpu in enumerate(start["gpus"]):
-        entry = {"index": i, "name": gpu.get("name")}
+        entry = {"index": i, "name": gpu.get("name"), "uuid": gpu.get("uuid"), "bus_id": gpu.get("bus_id")}
         for key, label in GPU_MEANS.items():
             entry[label] = totals.mean_max(f"gpu{i}.{key}") if key in ("util", "mem_used", "temp_c") \
                 else totals.mean(f"gpu{i}.{key}")
@@ -255,6 +255,16 @@ def _rate(a: dict, b: dict, wraps: dict) -> float | None:
     return round(joules / (b["time"] - a["time"]), 1) if b["time"] > a["time"] else None
 
 
+def mark_used(hosts: dict, uuids: set[str]) -> None:
+    """Each sampled GPU says whether a rank of the run trained on it (`used`), where the ranks named
+    their GPUs' UUIDs (suite.instack.probe.visible_gpu); the diagnosis reads those only."""
+    if not uuids:
+        return
+    for summary in hosts.values():
+        for gpu in summary.get("gpus") if isinstance(summary, dict) and isinstance(summary.get("gpus"), list) else []:
+            gpu["used"] = gpu.get("uuid") in uuids
+
+
 def summarize(reps, world, interval: float | None) -> dict | None:
     """metrics.telemetry: per host of the world, over the timed windows of the repetitions that ran;
     a host without usable samples says why."""
@@ -274,6 +284,7 @@ def summarize(reps, world, interval: float | None) -> dict | None:
         why = ("no samples on both sides of the timed window (see this host's telemetry log)" if ok
                else "no repetition finished its timed window")
         hosts[host.name] = host_summary(cuts, start, images) if cuts else f"not available: {why}"
+    mark_used(hosts, {g["uuid"] for rep, _ in ok for s in rep.starts for g in s.get("gpus") or [] if g.get("uuid")})
     energies = [h.get("energy_j") if isinstance(h, dict) else None for h in hosts.values()]
     total = sum(energies) if energies and all(e is not None for e in energies) else None
     images = sum(rep.images for rep, _ in ok)

@@ -1,4 +1,4 @@
-"""One run point -> one result record (schema: suite/schema/record.schema.json, docs/record.md): what
+"""One run point -> one result record (schema: suite/records/record.schema.json, docs/record.md): what
 the runner knew before launch, what each repetition measured and the provenance of stack and suite,
 checked against the schema and written atomically."""
 
@@ -45,6 +45,7 @@ class RunContext:
     rerun_of: dict | None = None  # set by `suite rerun`: the record this run repeats
     cpu_bind: str = "none"  # the policy the ranks were asked to bind by (suite/instack/cpu_binding.py)
     request: dict | None = None  # the request as asked (suite.execution.request.recorded): what a rerun reads back
+    device_asked: str | None = None  # "cuda": GPUs were there and asked for; ranks on another device fail the run
 
 
 def build_record(ctx: RunContext, reps: list[Repetition], stack_provenance: dict, plan_details: dict,
@@ -55,7 +56,8 @@ def build_record(ctx: RunContext, reps: list[Repetition], stack_provenance: dict
     reported = first.get("config", {})
     batch = reported.get("batch_per_device") or ctx.options.get(spec.get("batch_per_device"))
     failed = [r for r in reps if r.status != "ok"]
-    reason = failure or (f"repetition {failed[0].index}: {failed[0].reason}" if failed else None)
+    reason = failure or (f"repetition {failed[0].index}: {failed[0].reason}" if failed else None) \
+        or trained_elsewhere(ctx.device_asked, starts)
     return {
         "schema_version": SCHEMA_VERSION,
         "run_id": ctx.run_id,
@@ -108,6 +110,17 @@ def build_record(ctx: RunContext, reps: list[Repetition], stack_provenance: dict
             "rerun_of": ctx.rerun_of,
         },
     }
+
+
+def trained_elsewhere(asked: str | None, starts: list[dict]) -> str | None:
+    """Why a run asked on GPUs fails where a rank reports another device (a CPU build of the
+    framework, a driver older than its CUDA): its figure is not a GPU's."""
+    other = next((s for s in starts if asked and s.get("config", {}).get("device_type") != asked), None)
+    if other is None:
+        return None
+    config = other.get("config", {})
+    return (f"asked to train on {asked} (GPUs are present and were asked for) but rank {other.get('rank')} on "
+            f"{other.get('host')} trained on {config.get('device_name') or config.get('device_type')}")
 
 
 def binding(policy: str, reps: list[Repetition]) -> dict:

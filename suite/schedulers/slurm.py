@@ -263,14 +263,17 @@ def job_script(job: BatchJob) -> str:
 
 
 def describe(plan: Plan, job: BatchJob) -> str:
-    """For --dry-run: the srun command of each process, or the batch job that will run the point."""
+    """For --dry-run: the srun command of each process; outside an allocation also the batch job that
+    will run the point, whose runner starts each process as that step on the job's nodes."""
+    srun = SrunPlacement(settings(job.profile).get("mpi"))
+    steps = "\n".join(f"  {p.name}: {shlex.join(srun.popen_args(p)[0])}" for p in plan.processes)
     if inside_allocation():
-        srun = SrunPlacement(settings(job.profile).get("mpi"))
-        return "started as:\n" + "\n".join(f"  {p.name}: {shlex.join(srun.popen_args(p)[0])}"
-                                            for p in plan.processes)
+        return f"started as:\n{steps}"
     return (f"submitted as: cd {shlex.quote(str(job.run_dir))} && sbatch --parsable job.sbatch\n"
             f"(the hosts above stand for the job's nodes)\n--- {job.run_dir / 'job.sbatch'} ---\n"
-            f"{job_script(job)}--- end ---")
+            f"{job_script(job)}--- end ---\n"
+            f"inside the job, its runner starts each process as a job step ({srun.token}: a name new to each "
+            f"launch; the job's nodes in place of the hosts above):\n{steps}")
 
 
 def take_over(job: BatchJob) -> TakenOver | None:

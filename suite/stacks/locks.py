@@ -9,6 +9,7 @@ import fcntl
 import hashlib
 import json
 import os
+import platform
 import re
 import shlex
 import shutil
@@ -20,10 +21,14 @@ import tomllib
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from packaging.markers import Marker
+from packaging.requirements import InvalidRequirement, Requirement
+
 from suite.base import paths
 from suite.base.errors import UsageError
 from suite.base.jsonfile import write_json_atomic
-from suite.stacks import wheelhouse
+from suite.stacks import lock_targets, wheelhouse
+from suite.stacks.lock_targets import Target
 
 MARKER = "suite-stack.json"
 FACTS = "suite-facts.json"
@@ -168,14 +173,27 @@ class InstalledStack:
         return self.prefix / "bin" / name
 
 
-PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==([^\s]+)$")
-HASH = re.compile(r"^--hash=sha256:[0-9a-f]{64}$")
+HASH = re.compile(r"^--hash=sha256:([0-9a-f]{64})$")
 
 
-def lock_pins(lock: Path) -> dict[str, str]:
-    """name -> version of a lock whose every requirement is `name==version --hash=sha256:...`;
-    anything else (a range, a missing or malformed hash) is refused naming its line."""
-    pins: dict[str, str] = {}
+@dataclass(frozen=True)
+class LockPin:
+    """One requirement of a lock: `name==version [; marker]` with the hashes of its files."""
+
+    name: str
+    version: str
+    marker: str
+    hashes: tuple[str, ...]
+
+    def applies(self, target: Target | None = None) -> bool:
+        """Whether pip installs it on the target (None: the running interpreter)."""
+        return not self.marker or Marker(self.marker).evaluate(target.environment() if target else None)
+
+
+def lock_entries(lock: Path) -> list[LockPin]:
+    """Every requirement of a lock, each `name==version [; marker] --hash=sha256:...`; anything else
+    (a range, a missing or malformed hash) is refused naming its line."""
+    entries = []
     logical, first = "", 0
     for lineno, raw in enumerate(lock.read_text().splitlines(), start=1):
         line = raw.split("#", 1)[0].strip()
@@ -184,15 +202,29 @@ def lock_pins(lock: Path) -> dict[str, str]:
         logical += " " + line.removesuffix("\\").strip()
         if line.endswith("\\"):
             continue
-        fields, logical = logical.split(), ""
-        if not fields:
-            continue
-        pin = PIN.match(fields[0])
-        if not pin or len(fields) < 2 or not all(HASH.match(f) for f in fields[1:]):
-            raise UsageError(f"{lock}:{first}: '{' '.join(fields)[:80]}' is not pinned as "
-                             "'name==version --hash=sha256:<64 hex>' (every line of a lock must be)")
-        pins[pin.group(1).lower()] = pin.group(2)
-    return pins
+        text, logical = logical.strip(), ""
+        if text:
+            entries.append(_lock_entry(text, f"{lock}:{first}"))
+    return entries
+
+
+def _lock_entry(text: str, where: str) -> LockPin:
+    requirement, _, options = text.partition(" --hash=")
+    hashes = [HASH.match(f) for f in f"--hash={options}".split()] if options else [None]
+    try:
+        req = Requirement(requirement)
+        (spec,) = req.specifier
+    except (InvalidRequirement, ValueError):
+        spec = req = None
+    if not req or spec.operator != "==" or "*" in spec.version or not all(hashes):
+        raise UsageError(f"{where}: '{text[:80]}' is not pinned as 'name==version [; marker] "
+                         "--hash=sha256:<64 hex>' (every line of a lock must be)")
+    return LockPin(req.name, spec.version, str(req.marker or ""), tuple(h.group(1) for h in hashes))
+
+
+def lock_pins(lock: Path, target: Target | None = None) -> dict[str, str]:
+    """name -> version of what the lock installs on the target (None: the running interpreter)."""
+    return {pin.name.lower(): pin.version for pin in lock_entries(lock) if pin.applies(target)}
 
 
 def load_stack(name: str) -> Stack:
@@ -227,7 +259,44 @@ def local_flavour(stack: Stack, requested: str | None, gpus: int | None = None, 
 
 
 def local_prefix(flavour: Flavour) -> Path:
-    return paths.stack_home() / f"{flavour.stack.name}-{flavour.name}-{flavour.recipe_sha256[:16]}"
+    """The stack's folder, one per recipe, interpreter version and processor (runners of two Pythons
+    sharing a stack home each get their own)."""
+    version = f"py{sys.version_info.major}.{sys.version_info.minor}"
+    interpreter = version if sys.implementation.name == "cpython" else f"{sys.implementation.name}-{version}"
+    name = f"{flavour.stack.name}-{flavour.name}-{interpreter}-{platform.machine()}-{flavour.recipe_sha256[:16]}"
+    return paths.stack_home() / name
+
+
+def require_covered(flavour: Flavour, target: Target | None, glibc: str | None) -> None:
+    """Refuses, before anything is built, an interpreter or processor for which the flavour's lock
+    has no files (its header says what it covers), naming what it covers and the ways on."""
+    coverage = lock_targets.read_coverage(flavour.lock_path)
+    reason = lock_targets.uncovered_reason(coverage, target, glibc) if coverage else ""
+    if not reason:
+        return
+    machine = target.machine if target else platform.machine()
+    ways = []
+    if target not in coverage.covered:  # the interpreter or processor; else an older glibc
+        pythons = [t.python for t in coverage.covered if t.machine == machine]
+        best = flavour.python.removeprefix("python") if flavour.python.removeprefix("python") in pythons else None
+        if pythons:
+            ways.append(f"a covered interpreter ({', '.join('python' + p for p in pythons)}: e.g. "
+                        f"BOOTSTRAP_PYTHON=python{best or pythons[-1]}, the runner builds its stacks with its own)")
+        ways += [f"FLAVOUR={other.name} (its lock covers {target.key})" for other in _other_local_flavours(flavour)
+                 if target and target in (lock_targets.read_coverage(other.lock_path) or coverage).covered]
+    ways.append("the site's own framework (RUNTIME=modules)")
+    if machine == "x86_64":
+        ways.append("an image (RUNTIME=apptainer or docker)")
+    where = flavour.lock_path.relative_to(paths.CONTAINERS.parent)
+    raise UsageError(f"stack {flavour.id}: {where} covers CPython {coverage.keys()}, not {reason}; "
+                     f"use {', or '.join(ways)}")
+
+
+def _other_local_flavours(flavour: Flavour) -> list[Flavour]:
+    if not (flavour.stack.dir / DESCRIPTION).exists():
+        return []
+    others = [load_flavour(flavour.stack, name) for name in FLAVOURS if name != flavour.name]
+    return [other for other in others if not other.no_local]
 
 
 def find_installed(flavour: Flavour) -> InstalledStack | None:
@@ -247,6 +316,7 @@ def ensure_installed(stack: Stack | Flavour, log=print, wheels: Path | str | Non
     """Install a flavour (a Stack: the flavour that fits this host) once per recipe; concurrent
     callers wait for the one that installs. With `wheels`, pip reads that folder alone."""
     flavour = stack if isinstance(stack, Flavour) else local_flavour(stack, None, log=log)
+    require_covered(flavour, lock_targets.here(), lock_targets.glibc_here())
     prefix = local_prefix(flavour)
     prefix.parent.mkdir(parents=True, exist_ok=True)
     with open(prefix.with_name(prefix.name + ".lock"), "w") as lock:
@@ -267,6 +337,7 @@ def ensure_installed(stack: Stack | Flavour, log=print, wheels: Path | str | Non
             "recipe_sha256": flavour.recipe_sha256,
             "lock_sha256": flavour.lock_sha256,
             "python": sys.version.split()[0],
+            "machine": platform.machine(),
             "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "build_seconds": round(time.time() - started, 1),
             "installed_from": str(Path(wheels).resolve()) if wheels else "index",

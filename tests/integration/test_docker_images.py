@@ -1,7 +1,7 @@
 """The stacks' cpu images, built for real in a Docker engine on a Debian base made here, and the cases
 run inside them (RUNTIME=docker): what is installed in each image is exactly its lock, every process
 of a case runs in a container of the image whose ID the record states, and no container of a run
-outlives it. The engine and the images are tests/docker_fixtures.py's."""
+outlives it. The engine and the images are tests/support/docker_fixtures.py's."""
 
 import hashlib
 import json
@@ -59,7 +59,7 @@ def test_image_holds_exactly_its_locks(cpu_images, stack):
         if not pinned:
             name = line.split(" @ ")[0]
             version = meta["packages"][name.lower()]  # pip list's version of it, read at build time
-        installed[normalise(name)] = version.split("+")[0]
+        installed[normalise(name)] = version
     installed.pop("pip")  # the venv's own, as in the local stack
     if "setuptools" not in expected:
         installed.pop("setuptools", None)  # Python 3.11's venv seeds it

@@ -1,6 +1,6 @@
 """Faults during a real run: a worker dies, or the runner is told to stop (also on a machine busy
 with CPU burners and a disk writer). The whole job must end within the bound, leave no process of
-the run behind and leave a failed record that says why (tests/faults.py)."""
+the run behind and leave a failed record that says why (tests/support/faults.py)."""
 
 import os
 import signal
@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 from conftest import tiny
-from support.faults import Load, alive, descendants, failed_record_after, start_run, wait_for_ranks, with_environment
+from support.faults import (Load, alive, as_from_a_terminal, descendants, failed_record_after, ignored_signals,
+                            start_run, wait_for_ranks, with_environment, with_sigint_ignored)
 
 LONG = tiny("pytorch-synthetic", num_iters=500)
 
@@ -28,10 +29,13 @@ def test_a_dying_worker_ends_the_job(tmp_path, pytorch_stack):
     assert "Process name: 1" in said and "Exit code: 137" in said  # the rank killed, by SIGKILL (128 + 9)
 
 
-@pytest.mark.parametrize("sig, busy", [(signal.SIGTERM, False), (signal.SIGINT, False), (signal.SIGINT, True)],
-                         ids=["SIGTERM", "SIGINT", "SIGINT-on-a-busy-machine"])
-def test_stopping_the_runner_cleans_up(tmp_path, pytorch_stack, sig, busy):
-    runner = start_run(tmp_path, "--gpus-per-node", "2", case_args=LONG)
+@pytest.mark.parametrize("sig, busy, preexec", [(signal.SIGTERM, False, as_from_a_terminal),
+                                                (signal.SIGINT, False, as_from_a_terminal),
+                                                (signal.SIGINT, True, as_from_a_terminal),
+                                                (signal.SIGINT, False, with_sigint_ignored)],
+                         ids=["SIGTERM", "SIGINT", "SIGINT-on-a-busy-machine", "SIGINT-to-a-runner-started-ignoring-it"])
+def test_stopping_the_runner_cleans_up(tmp_path, pytorch_stack, sig, busy, preexec):
+    runner = start_run(tmp_path, "--gpus-per-node", "2", case_args=LONG, preexec=preexec)
     pids = wait_for_ranks(tmp_path, 2)
     family = descendants(runner.pid)
     # Positive control: the ranks that must be gone afterwards are alive and part of the run now.
@@ -44,6 +48,18 @@ def test_stopping_the_runner_cleans_up(tmp_path, pytorch_stack, sig, busy):
         runner.send_signal(sig)
         record = failed_record_after(runner, tmp_path, family)
     assert record["reason"].startswith("interrupted"), record["reason"]
+
+
+def test_the_runners_of_the_tests_start_as_from_a_terminal_or_as_from_a_background_shell():
+    """Positive control of the start-up above: the SIGINT a child is started with (a shell started in the
+    background of a non-interactive one ignores SIGINT, as the tests' parent may)."""
+    shown = {}
+    for preexec in (as_from_a_terminal, with_sigint_ignored):
+        child = subprocess.Popen(["sleep", "30"], preexec_fn=preexec)
+        shown[preexec.__name__] = ignored_signals(child.pid)
+        child.kill()
+        child.wait()
+    assert signal.SIGINT in shown["with_sigint_ignored"] and signal.SIGINT not in shown["as_from_a_terminal"]
 
 
 def environ_of(pid: int) -> dict:

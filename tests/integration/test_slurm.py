@@ -1,6 +1,6 @@
 """The slurm scheduler: node lists, job scripts from cluster profiles, and real batch jobs and job
 steps on a one-node SLURM cluster started for the session (slurmctld + slurmd + munged,
-tests/cluster_fixtures.py) with the real stacks."""
+tests/support/cluster_fixtures.py) with the real stacks."""
 
 import json
 import re

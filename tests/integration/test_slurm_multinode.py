@@ -1,5 +1,5 @@
 """Every case across nodes without ssh: on a real SLURM cluster of two nodes with their own addresses
-and host names (network namespaces of this machine, tests/cluster_fixtures.py slurm_two_nodes), each
+and host names (network namespaces of this machine, tests/support/cluster_fixtures.py slurm_two_nodes), each
 case as a batch job submitted from outside (sbatch) and inside an allocation (salloc), every process
 an srun step; and the loopback hostfile that tries several nodes on one machine as local processes.
 An `ssh` on PATH that only records being called shows that nothing used ssh."""

@@ -1,5 +1,5 @@
 """The ssh scheduler and the loopback-ssh cluster profile, against a real sshd on 127.0.0.2 and
-127.0.0.3 (tests/cluster_fixtures.py) and the real stacks: quoting, ending a job on every host,
+127.0.0.3 (tests/support/cluster_fixtures.py) and the real stacks: quoting, ending a job on every host,
 the ssh settings reaching launchers that ssh themselves, and 2-host runs of every case."""
 
 import json
@@ -277,6 +277,9 @@ def test_the_gpus_of_each_host_are_read_over_ssh(loopback_sshd):
     out = ssh.run_on_hosts([*LOOPBACK_HOSTS, "127.0.0.9"], PROBE, FORCED)
     assert all(out[host] is not None and "CUDA_VISIBLE_DEVICES=" in out[host] for host in LOOPBACK_HOSTS), out
     assert {count_from_probe(out[host]) for host in LOOPBACK_HOSTS} == {host_gpus()}
+    # Processes the tests start over ssh see no GPU, as the local ones do (unless SUITE_TEST_ON_GPUS=1).
+    hidden = os.environ.get("SUITE_TEST_ON_GPUS") != "1"
+    assert all(("CUDA_VISIBLE_DEVICES=" in out[host].splitlines()) == hidden for host in LOOPBACK_HOSTS), out
     assert out["127.0.0.9"] is None
     sessions = loopback_sshd.sessions()
     assert all(sessions[host] > 0 for host in LOOPBACK_HOSTS)

@@ -77,7 +77,7 @@ def test_installed_pytorch_stack_matches_its_locks(pytorch_stack):
     expected = {}
     for lock in pytorch_stack.stack.dir.glob("*.lock"):
         expected.update(lock_pins(lock))
-    installed = {name.replace("_", "-"): version.split("+")[0] for name, version in pytorch_stack.info["packages"].items()}
+    installed = {name.replace("_", "-"): version for name, version in pytorch_stack.info["packages"].items()}
     for name, version in expected.items():
         assert installed.get(name.replace("_", "-")) == version, name
     assert pytorch_stack.info["facts"]["horovod_gloo"] is True

@@ -23,7 +23,7 @@ def verdict(nodeid: str, ci: bool) -> str | None:
     """None: the skip stands; else why it fails the run."""
     if not ci or nodeid.split("[")[0] in ALLOWED:
         return None
-    return "skipped under CI=true, and not on the allow-list of tests/ci_skips.py"
+    return "skipped under CI=true, and not on the allow-list of tests/support/ci_skips.py"
 
 
 @pytest.hookimpl(hookwrapper=True)

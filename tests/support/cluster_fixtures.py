@@ -152,7 +152,7 @@ def start_sshd(folder: Path) -> Sshd:
     (folder / "sshd_config").write_text(
         f"{listen}HostKey {folder / 'host_key'}\nAuthorizedKeysFile {folder / 'authorized_keys'}\n"
         f"PidFile {folder / 'sshd.pid'}\nPasswordAuthentication no\nKbdInteractiveAuthentication no\n"
-        "UsePAM no\nStrictModes no\nLogLevel VERBOSE\nMaxStartups 100\nMaxSessions 100\n")
+        "UsePAM no\nStrictModes no\nLogLevel VERBOSE\nMaxStartups 100\nMaxSessions 100\n" + hide_gpus_line())
     host_key = " ".join((folder / "host_key.pub").read_text().split()[:2])
     (folder / "known_hosts").write_text("".join(f"[{host}]:{port} {host_key}\n" for host in LOOPBACK_HOSTS))
     config = folder / "ssh_config"
@@ -169,6 +169,13 @@ def start_sshd(folder: Path) -> Sshd:
         stop_group(popen)
         raise
     return sshd
+
+
+def hide_gpus_line() -> str:
+    """The processes the tests start over ssh see no GPU, as the local ones do (conftest): sshd sets
+    CUDA_VISIBLE_DEVICES= in every session, unless SUITE_TEST_ON_GPUS=1 keeps the GPUs. SLURM's steps
+    and batch jobs take the submitting process's environment (--export=ALL), so they see none already."""
+    return "" if os.environ.get("SUITE_TEST_ON_GPUS") == "1" else "SetEnv CUDA_VISIBLE_DEVICES=\n"
 
 
 def _ssh_ok(config: Path, host: str) -> bool:
@@ -471,12 +478,12 @@ def slurm_two_nodes(tmp_path_factory):
 
 
 def main(argv: list[str]) -> int:
-    """`python tests/cluster_fixtures.py sshd|slurm|slurm2`: the same services for trying things by
+    """`python tests/support/cluster_fixtures.py sshd|slurm|slurm2`: the same services for trying things by
     hand, until Ctrl-C (e.g. `make run CLUSTER=loopback-ssh` without a system sshd; slurm2: two nodes)."""
     import tempfile
 
     if argv not in (["sshd"], ["slurm"], ["slurm2"]):
-        print("usage: python tests/cluster_fixtures.py sshd|slurm|slurm2", file=sys.stderr)
+        print("usage: python tests/support/cluster_fixtures.py sshd|slurm|slurm2", file=sys.stderr)
         return 2
     try:
         require_sshd() if argv[0] == "sshd" else require_slurm()

@@ -9,7 +9,7 @@ from nothing. No registry is reachable
 here, so the images are built on the Debian base the suite makes from Debian's packages
 (BASE=debian, mmdebstrap). At the end every container of the engine is removed and dockerd stopped.
 When it cannot start (no root, no package) the fixture skips saying why, or fails under CI=true.
-`python tests/docker_fixtures.py` starts the same engine and prints its DOCKER_HOST, for trying
+`python tests/support/docker_fixtures.py` starts the same engine and prints its DOCKER_HOST, for trying
 things by hand."""
 
 import contextlib

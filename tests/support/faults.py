@@ -21,12 +21,35 @@ from support.processes import alive
 BOUND_S = 60  # a fault (a dead rank, Ctrl-C, SIGTERM) ends the whole job within this, however loaded
 
 
-def start_run(tmp_path: Path, *args: str, case_args=()) -> subprocess.Popen:
-    """`python -m suite run ARGS -- CASE_ARGS` in a session of its own (so that it can be killed whole)."""
+STOP_SIGNALS = (signal.SIGINT, signal.SIGQUIT)  # what a non-interactive shell's background job inherits as ignored
+
+
+def as_from_a_terminal() -> None:
+    """In the child before exec: SIGINT and SIGQUIT back to their defaults, as a shell with job control
+    starts a command (the tests themselves may run in the background of a non-interactive shell)."""
+    for sig in STOP_SIGNALS:
+        signal.signal(sig, signal.SIG_DFL)
+
+
+def with_sigint_ignored() -> None:
+    """In the child before exec: SIGINT ignored, as `bash -c 'cmd &'` and many batch scripts start it."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def ignored_signals(pid: int) -> set[int]:
+    """The signals a process ignores (SigIgn of /proc/PID/status)."""
+    mask = int(next(line for line in Path(f"/proc/{pid}/status").read_text().splitlines()
+                    if line.startswith("SigIgn:")).split()[1], 16)
+    return {sig for sig in range(1, 65) if mask & (1 << (sig - 1))}
+
+
+def start_run(tmp_path: Path, *args: str, case_args=(), preexec=as_from_a_terminal) -> subprocess.Popen:
+    """`python -m suite run ARGS -- CASE_ARGS` in a session of its own (so that it can be killed whole),
+    its signal dispositions as a terminal gives them unless `preexec` sets others."""
     command = [sys.executable, "-m", "suite", "run", "--results-dir", str(tmp_path / "results"),
                "--runs-dir", str(tmp_path / "runs"), *args, "--", *case_args]
     return subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True)
+                            start_new_session=True, preexec_fn=preexec)
 
 
 def wait_for_ranks(tmp_path: Path, ranks: int, timeout: float = 300) -> dict[int, int]:

@@ -1,4 +1,4 @@
-"""The hook of tests/ci_skips.py: under CI=true a skip fails the run unless the test is allowed to."""
+"""The hook of tests/support/ci_skips.py: under CI=true a skip fails the run unless the test is allowed to."""
 
 import os
 import subprocess
@@ -39,7 +39,7 @@ def test_a_skip_fails_under_ci_and_skips_elsewhere(tmp_path):
     assert elsewhere.returncode == 0 and "1 passed, 2 skipped" in elsewhere.stdout, elsewhere.stdout
     in_ci = run_pytest(tmp_path, ci=True)
     assert in_ci.returncode == 1 and "1 failed, 1 passed, 1 error" in in_ci.stdout, in_ci.stdout  # skipif: at setup
-    assert in_ci.stdout.count("not on the allow-list of tests/ci_skips.py") >= 2
+    assert in_ci.stdout.count("not on the allow-list of tests/support/ci_skips.py") >= 2
     assert "nothing here" in in_ci.stdout and "never on this machine" in in_ci.stdout
 
 

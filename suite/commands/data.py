@@ -1,0 +1,55 @@
+"""`suite data`: prepare a case's dataset with the case's data script, inside the case's local stack."""
+
+import os
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from suite.base import paths
+from suite.base.errors import UsageError
+from suite.commands import common_args
+from suite.inputs.cases import load_case
+
+NAME = "data"
+HELP = "prepare a case's dataset (download, pack, or generate with --synthetic)"
+
+
+@dataclass(frozen=True)
+class DataRequest:
+    case: str
+    data_dir: Path | None = None
+    cluster: str | None = None
+    synthetic: bool = False
+    src: str | None = None
+    case_args: list[str] = field(default_factory=list)
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("--case", required=True, help="case folder under cases/ (Make: CASE)")
+    parser.add_argument("--data-dir", type=Path, default=None,
+                        help="default: the cluster profile's data_dir, else $DATA_DIR, else data/ in the checkout")
+    common_args.cluster(parser, "cluster profile whose data_dir to use (Make: CLUSTER)")
+    parser.add_argument("--synthetic", action="store_true",
+                        help="generate a small dataset in the real format (Make: SYNTHETIC=1)")
+    parser.add_argument("--src", default=None, help="source to pack from, where the case supports it (Make: SRC)")
+
+
+def make_request(args, case_args: list[str], argv: list[str]) -> DataRequest:
+    return common_args.request_of(DataRequest, args, case_args=list(case_args))
+
+
+def run(req: DataRequest) -> int:
+    from suite.execution.clusters import load_cluster
+    from suite.execution.plan import StackRequest
+    from suite.runtimes import local
+    from suite.stacks.locks import load_stack
+
+    case = load_case(req.case)
+    if case.data_script is None:
+        raise UsageError(f"case {case.name} needs no data")
+    cluster = load_cluster(req.cluster) if req.cluster else None
+    data_dir = Path(req.data_dir or (cluster and cluster.data_dir) or paths.data_dir()).resolve()
+    extra = (["--synthetic"] if req.synthetic else []) + (["--src", req.src] if req.src else [])
+    stack_env = local.prepare(StackRequest(load_stack(case.stack), wheels=cluster.wheels if cluster else None))
+    argv = stack_env.argv("python", str(case.data_script), "--data-dir", str(data_dir), *extra, *req.case_args)
+    return subprocess.run(argv, env={**os.environ, **stack_env.env}).returncode

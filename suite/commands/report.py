@@ -1,0 +1,35 @@
+"""`suite report`: HTML pages and a CSV from the result records (suite/analysis/report.py)."""
+
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from suite.base import paths
+from suite.commands import common_args
+
+NAME = "report"
+HELP = "write HTML pages and a CSV from the result records"
+
+
+@dataclass(frozen=True)
+class ReportRequest:
+    results_dir: Path
+    out: Path
+
+
+def add_arguments(parser) -> None:
+    common_args.results_dir(parser)
+    parser.add_argument("--out", type=Path, default=paths.RESULTS.parent, help="folder for the pages (default: reports/)")
+
+
+def make_request(args, case_args: list[str], argv: list[str]) -> ReportRequest:
+    common_args.no_case_args(NAME, case_args)
+    return common_args.request_of(ReportRequest, args)
+
+
+def run(req: ReportRequest) -> int:
+    from suite.analysis.report import write_report
+
+    for path in write_report(req.results_dir, req.out, warn=lambda m: print(m, file=sys.stderr)):
+        print(path)
+    return 0

@@ -1,0 +1,38 @@
+"""`suite run`: check every input, then install the stack, launch each repetition and write one record
+(suite/execution/run.py)."""
+
+import argparse
+
+from suite.execution import plugins, request
+from suite.execution.request import RunRequest
+from suite.inputs.cases import known_cases, load_case
+from suite.instack.case_options import build_parser
+
+NAME = "run"
+HELP = "run a case and write a result record"
+EPILOG = """Case options go after '--' (Make: ARGS) and are checked against the case before anything
+starts, e.g.  python -m suite run --case pytorch-synthetic --gpus-per-node 2 -- --image-size 64 --batch-size 8
+"""
+FORMATTER = argparse.RawDescriptionHelpFormatter
+
+
+def epilog() -> str:
+    sections = []
+    for name in known_cases():
+        usage = build_parser(load_case(name).spec).format_help()
+        sections.append(f"case {name}:\n" + usage.split("\n\n", 1)[-1].split("options:\n", 1)[-1])
+    return EPILOG + "\n" + "\n".join(sections)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    request.add_run_options(parser, plugins.available("runtimes"), plugins.available("schedulers"))
+
+
+def make_request(args, case_args: list[str], argv: list[str]) -> RunRequest:
+    return request.from_namespace(args, case_args, argv)
+
+
+def run(req: RunRequest) -> int:
+    from suite.execution.run import run
+
+    return run(req)

@@ -1,0 +1,39 @@
+"""`suite validate`: result records checked against the record schema."""
+
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from suite.commands import common_args
+
+NAME = "validate"
+HELP = "check result records against the record schema"
+
+
+@dataclass(frozen=True)
+class ValidateRequest:
+    records: list[Path]
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("records", nargs="+", type=Path)
+
+
+def make_request(args, case_args: list[str], argv: list[str]) -> ValidateRequest:
+    common_args.no_case_args(NAME, case_args)
+    return common_args.request_of(ValidateRequest, args)
+
+
+def run(req: ValidateRequest) -> int:
+    from suite.records.schema import validate
+
+    bad = 0
+    for path in req.records:
+        try:
+            validate(json.loads(path.read_text()))
+            print(f"ok: {path}")
+        except Exception as exc:  # report every broken file, not just the first
+            print(f"invalid: {path}: {str(exc).splitlines()[0]}", file=sys.stderr)
+            bad += 1
+    return 1 if bad else 0

@@ -1,0 +1,87 @@
+"""Every command is one module of suite/commands/ with its arguments beside its run, and gets a typed
+request, never the parser's Namespace."""
+
+import argparse
+import dataclasses
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+from conftest import ROOT
+
+from suite import cli
+
+COMMANDS = cli.commands()
+# the least each command needs on its command line to parse
+MINIMAL = {"data": ["--case", "mxnet-imagenet"], "wheels": ["--dest", "w"], "validate": ["r.json"],
+           "predict": ["--case", "pytorch-ddp", "--devices", "8"], "compare": ["a", "b"], "rerun": ["r.json"],
+           "containers": ["check"]}
+
+
+def test_the_commands_a_user_knows_are_all_there():
+    assert {"run", "rerun", "report", "compare", "compare-frameworks", "query", "predict", "doctor", "data",
+            "install", "wheels", "cases", "containers", "validate"} <= set(COMMANDS)
+
+
+@pytest.mark.parametrize("name", sorted(COMMANDS))
+def test_a_command_module_defines_its_arguments_request_and_run(name):
+    module = COMMANDS[name]
+    for part in ("HELP", "add_arguments", "make_request", "run"):
+        assert hasattr(module, part), f"suite/commands: {name} lacks {part}"
+    args = cli.build_cli().parse_args([name, *MINIMAL.get(name, [])])
+    request = module.make_request(args, [], [name])
+    assert dataclasses.is_dataclass(request) and not isinstance(request, argparse.Namespace)
+
+
+def test_options_shared_by_run_and_compare_frameworks_are_defined_once():
+    parser = cli.build_cli()
+    frameworks = parser.parse_args(["compare-frameworks", "--nodes", "2", "--tiny"])
+    request = COMMANDS["compare-frameworks"].make_request(frameworks, ["--num-iters", "1"], [])
+    assert request.run.nodes == "2" and request.tiny and request.run.case_args == ["--num-iters", "1"]
+    with pytest.raises(SystemExit):
+        parser.parse_args(["compare-frameworks", "--case", "tf-cifar"])  # each case is run by it
+
+
+def test_a_bad_tolerance_is_refused_with_exit_2(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["compare", "a", "b", "--tolerance", "1.5"])
+    assert exit_.value.code == 2 and "fraction" in capsys.readouterr().err
+
+
+def test_case_options_after_a_command_that_takes_none_are_refused_in_one_line(capsys):
+    assert cli.main(["report", "--", "--batch-size", "8"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "report takes no case options" in err
+
+
+def test_a_runner_started_with_sigint_ignored_still_stops_on_it(tmp_path):
+    """A process started in the background of a non-interactive shell inherits SIGINT as ignored; the
+    entry point sets its own handler, so Ctrl-C (or scancel --signal=INT) still ends it."""
+    code = ("import signal, sys, time\n"
+            "from suite import cli\n"
+            "cli.commands = lambda: {'wait': Wait}\n"
+            "class Wait:\n"
+            "    NAME, HELP = 'wait', 'waits'\n"
+            "    add_arguments = staticmethod(lambda parser: None)\n"
+            "    make_request = staticmethod(lambda args, case_args, argv: None)\n"
+            "    @staticmethod\n"
+            "    def run(request):\n"
+            "        print('ready', flush=True)\n"
+            "        try:\n"
+            "            time.sleep(60)\n"
+            "        except KeyboardInterrupt:\n"
+            "            print('interrupted', flush=True)\n"
+            "            return 130\n"
+            "sys.exit(cli.main(['wait']))\n")
+    runner = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, stdout=subprocess.PIPE, text=True,
+                              preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+    assert runner.stdout.readline().strip() == "ready"
+    status = open(f"/proc/{runner.pid}/status").read()
+    ignored = int(next(line for line in status.splitlines() if line.startswith("SigIgn:")).split()[1], 16)
+    assert not ignored & (1 << (signal.SIGINT - 1)), "the entry point left SIGINT ignored"
+    began = time.monotonic()
+    runner.send_signal(signal.SIGINT)
+    assert runner.wait(timeout=30) == 130 and runner.stdout.read().strip() == "interrupted"
+    assert time.monotonic() - began < 30

@@ -1,0 +1,199 @@
+"""`suite check`'s logic without running a case: the table, its JSON and report page, the exit status,
+which paths a host offers, and why a path is not available (suite/analysis/site_check.py,
+suite/commands/check.py)."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import ROOT
+
+from suite.analysis import site_check
+from suite.analysis.site_check import FAILED, OK, UNAVAILABLE, PathResult, SiteCheck
+from suite.base.errors import UsageError
+from suite.commands import check
+from suite.execution import plugins
+from suite.inputs.cases import load_case
+from suite.execution.clusters import Cluster
+
+
+def a_check(*outcomes: str, cluster: str = "localhost", only: str | None = None, at: str = "2026-11-25T06:00:00Z"):
+    paths = [PathResult("pytorch-ddp", "local", f"launcher{i}", 1, 2, outcome,
+                        "" if outcome == OK else f"why {i}", None if outcome == UNAVAILABLE else 12.3)
+             for i, outcome in enumerate(outcomes)]
+    return SiteCheck(f"{at}-{cluster}-check", cluster, "local", "host1", at, 0, only, 40.0, paths)
+
+
+@pytest.mark.parametrize("outcomes, status", [((OK, UNAVAILABLE), 0), ((OK, FAILED, UNAVAILABLE), 1),
+                                              ((UNAVAILABLE,), 0), ((FAILED,), 1)])
+def test_exit_status_is_1_only_when_an_available_path_failed(outcomes, status):
+    assert site_check.exit_status(a_check(*outcomes)) == status
+
+
+def test_a_check_where_nothing_ran_says_that_nothing_was_checked():
+    line = site_check.summary_line(a_check(UNAVAILABLE, UNAVAILABLE))
+    assert "0 ok, 0 failed, 2 not available here" in line and "nothing of this site was checked" in line
+    assert "nothing" not in site_check.summary_line(a_check(OK, UNAVAILABLE))
+
+
+def test_the_table_has_a_row_per_path_with_outcome_why_and_seconds():
+    table = site_check.format_table(a_check(OK, FAILED, UNAVAILABLE)).splitlines()
+    assert table[0].split() == list(site_check.COLUMNS)
+    assert table[1].split()[:7] == ["pytorch-ddp", "local", "launcher0", "1", "2", "ok", "12"]
+    assert table[2].endswith("why 1") and " failed " in table[2]
+    assert " not available here " in table[3] and table[3].split()[-3:] == ["-", "why", "2"]  # nothing ran: no seconds
+
+
+def test_an_unknown_outcome_is_refused():
+    with pytest.raises(ValueError, match="outcome must be one of"):
+        PathResult("c", "local", "l", 1, 1, "passed")
+
+
+def test_the_why_is_one_line_of_bounded_length():
+    assert site_check.one_line("a\n  b\tc") == "a b c"
+    assert len(site_check.one_line("x" * 1000)) == site_check.WHY_CHARS
+
+
+def test_the_json_beside_the_results_reads_back_and_the_report_shows_the_latest_whole_check(tmp_path):
+    results = tmp_path / "reports" / "results"
+    older = a_check(FAILED, at="2026-11-24T06:00:00Z")
+    whole = a_check(OK, UNAVAILABLE, at="2026-11-25T06:00:00Z")
+    narrowed = a_check(OK, only="ranks", at="2026-11-25T07:00:00Z")
+    other = a_check(FAILED, cluster="loopback-ssh")
+    for one in (older, whole, narrowed, other):
+        path = site_check.write_check(one, results)
+        assert path.parent == tmp_path / "reports" / "site-checks"
+    (tmp_path / "reports" / "site-checks" / "junk.json").write_text("[]")
+    warnings = []
+    checks = site_check.load_checks(results, warnings.append)
+    assert [c.check_id for c in checks][:2] == [older.check_id, whole.check_id] and len(checks) == 4
+    assert checks[1] == whole and len(warnings) == 1 and "junk.json" in warnings[0]
+    assert [c.check_id for c in site_check.latest_per_cluster(checks)] == [whole.check_id, other.check_id]
+    page = site_check.report_body(results, warnings.append)
+    local = page.split("<h2>localhost")[1].split("<h2>")[0]
+    assert page.count("<h2>") == 2 and whole.check_id in local
+    assert older.check_id not in page and narrowed.check_id not in page
+    assert "not available here" in page and "1 ok, 0 failed, 1 not available here" in page
+
+
+def test_the_report_page_says_how_to_make_a_check_when_there_is_none(tmp_path):
+    assert "make check-site" in site_check.report_body(tmp_path / "results")
+
+
+def test_the_report_links_a_page_of_site_checks(tmp_path):
+    from suite.analysis.report import write_report
+
+    results = tmp_path / "results"
+    results.mkdir()
+    site_check.write_check(a_check(OK, FAILED), results)
+    written = write_report(results, tmp_path / "out", warn=lambda m: None)
+    page = tmp_path / "out" / "site-check.html"
+    assert page in written and "why 1" in page.read_text()
+    assert 'href="site-check.html"' in (tmp_path / "out" / "index.html").read_text()
+
+
+# --- which paths --------------------------------------------------------------------------------------
+
+def test_each_launcher_of_a_case_is_a_path():
+    assert check.launchers_of(load_case("pytorch-ddp")) == [("torchrun", ("--launcher", "torchrun")),
+                                                           ("ranks", ("--launcher", "ranks"))]
+    assert check.launchers_of(load_case("tf-cifar")) == [("tfdist", ())]
+
+
+def test_the_paths_of_this_host_run_on_one_node_and_other_hosts_add_two():
+    local, ssh = plugins.load("schedulers", "local"), plugins.load("schedulers", "ssh")
+    assert check.node_counts(local) == [1] and check.node_counts(ssh) == [1, 2]
+    cases = [load_case("pytorch-ddp"), load_case("tf-cifar")]
+    found = check.site_paths(None, cases, ["local", "docker"], [1, 2], gpus=0)
+    assert len(found) == (2 + 1) * 2 * 2
+    assert {(p.nodes, p.per_node) for p in found} == {(1, 2), (2, 1)}  # CPU workers: two in all
+    assert {p.per_node for p in check.site_paths(None, cases, ["local"], [1, 2], gpus=4)} == {4}
+    assert check.runtimes_for(None)[0] == "local" and set(check.runtimes_for(None)) == set(plugins.available("runtimes"))
+
+
+def test_only_narrows_by_case_runtime_or_launcher_and_refuses_a_pattern_matching_nothing():
+    found = check.site_paths(None, [load_case("pytorch-ddp"), load_case("tf-cifar")], ["local", "docker"], [1], 0)
+    assert {p.named() for p in check.narrowed(found, ["ddp/local/ranks"])} == {"pytorch-ddp/local/ranks"}
+    assert {p.runtime for p in check.narrowed(found, ["/docker/"])} == {"docker"}
+    assert len(check.narrowed(found, None)) == len(found)
+    with pytest.raises(UsageError, match="--only nosuch matches none of the 6 paths here"):
+        check.narrowed(found, ["nosuch"])
+
+
+def test_the_runner_gets_the_case_at_its_tiny_sizes_with_the_launcher_chosen(tmp_path):
+    [path] = check.narrowed(check.site_paths(None, [load_case("pytorch-ddp")], ["local"], [1], 0), ["ranks"])
+    argv = check.runner_argv(path, None, tmp_path / "r", tmp_path / "w")
+    assert argv[1:4] == ["-m", "suite", "run"] and argv[argv.index("--gpus-per-node") + 1] == "2"
+    assert argv[argv.index("--") + 1:] == [*load_case("pytorch-ddp").tiny_args(), "--launcher", "ranks"]
+
+
+# --- why a path is not available ----------------------------------------------------------------------
+
+def test_a_container_runtime_without_its_tool_is_not_available_and_says_why(monkeypatch, tmp_path):
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.delenv("SUITE_APPTAINER", raising=False)
+    assert check.runtime_problem("apptainer", None, "pytorch", "cpu").startswith("apptainer (or singularity) on PATH")
+    monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/no-engine.sock")
+    assert "Docker engine" in check.runtime_problem("docker", None, "pytorch", "cpu")
+    assert check.runtime_problem("local", None, "pytorch", "cpu") is None  # the run builds it
+
+
+def test_modules_without_an_environment_or_a_module_system_are_not_available(tmp_path):
+    assert "names no environment of the site" in check.runtime_problem("modules", None, "pytorch", "cpu")
+    no_system = Cluster("site", tmp_path / "site.toml", plugins={"modules": {
+        "init": str(tmp_path / "no-init.sh"), "load": ["PyTorch"], "purge": True}})
+    assert check.runtime_problem("modules", no_system, "pytorch", "cpu").startswith("no module system")
+
+
+def test_a_sites_environment_without_the_stacks_framework_is_not_available(tmp_path):
+    plain = Cluster("site", tmp_path / "site.toml", plugins={"modules": {"python": sys.executable, "purge": True}})
+    assert check.stack_frameworks("pytorch-horovod") == {"torch", "horovod"}
+    assert check.stack_frameworks("tensorflow") == {"tensorflow"}
+    assert "has no mxnet" in check.runtime_problem("modules", plain, "mxnet", "cpu")
+
+
+def test_missing_data_and_too_few_hosts_are_not_available(tmp_path):
+    data_less = Cluster("site", tmp_path / "site.toml", data_dir=tmp_path / "data")
+    assert "data missing under" in check.data_problem(load_case("tf-cifar"), data_less, load_case("tf-cifar").tiny_args())
+    assert check.data_problem(load_case("pytorch-ddp"), data_less, load_case("pytorch-ddp").tiny_args()) is None
+    one_host = Cluster("one", tmp_path / "one.toml", hostfile=ROOT / "hostfiles" / "localhost", scheduler="ssh")
+    ssh = plugins.load("schedulers", "ssh")
+    assert check.hosts_problem(ssh, one_host, 2).startswith("2 nodes, but")
+    assert check.hosts_problem(ssh, one_host, 1) is None
+
+
+# --- how a path went ----------------------------------------------------------------------------------
+
+def test_the_why_of_a_failure_is_the_records_reason_else_the_runners_error_line():
+    assert check.why_failed(1, "lots\n", {"reason": "repetition 0: rank 1 exited with 1"}).startswith("repetition 0")
+    assert check.why_failed(2, "x\nerror: no Docker image y\n", None) == "error: no Docker image y"
+    assert check.why_failed(1, "a\nlast words\n", None) == "exit 1: last words"
+    assert check.why_failed(-9, "", None) == "exit -9 with no output"
+
+
+def gpu_record(device="cuda", backend="nccl", gpus=({"index": 0},), run_dir=None):
+    return {"world": {"device_type": device}, "config": {"reported_by_case": {"backend": backend}},
+            "metrics": {"telemetry": {"hosts": {"node1": {"gpus": list(gpus)}}}},
+            "repetitions": [{"run_dir": run_dir}]}
+
+
+def test_on_a_gpu_host_a_path_must_have_trained_on_its_gpus(tmp_path):
+    (tmp_path / "ranks").mkdir()
+    (tmp_path / "ranks" / "rank-00000.mllog").write_text(":::MLLOG {}\n")
+    assert check.gpu_problem(gpu_record("cpu"), 0) is None  # a CPU host asks nothing of the kind
+    assert check.gpu_problem(gpu_record(run_dir=str(tmp_path)), 4) is None
+    assert check.gpu_problem(gpu_record("cpu"), 4) == "trained on cpu although this host has 4 GPU(s)"
+    assert "backend gloo" in check.gpu_problem(gpu_record(backend="gloo"), 4)
+    assert "no GPU telemetry from node1" in check.gpu_problem(gpu_record(gpus=()), 4)
+    assert "no MLLOG lines" in check.gpu_problem(gpu_record(run_dir=str(tmp_path / "elsewhere")), 4)
+
+
+def test_the_command_refuses_a_pattern_matching_nothing_in_one_line_before_anything_runs(tmp_path):
+    done = subprocess.run([sys.executable, "-m", "suite", "check", "--only", "no-such-path", "--results-dir",
+                           str(tmp_path / "results"), "--runs-dir", str(tmp_path / "runs")], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and done.stderr.startswith("error: --only no-such-path matches none of"), done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1 and not (tmp_path / "runs").exists()
+    assert not json.dumps(done.stdout).count("== check:")
