@@ -393,12 +393,20 @@ def exit_description(returncode: int | None) -> str:
     return f"exited with {returncode}"
 
 
+def configuration(cfg: dict) -> str:
+    """What trained, from the record's config: the values the case reported, else those asked for; a value
+    neither says (a run that failed before its first step, an option left to the case) is left out."""
+    parts = [cfg.get("model"), cfg.get("batch_per_device") and f"batch {cfg['batch_per_device']}/device",
+             cfg.get("image_size") and f"{cfg['image_size']} px", cfg.get("dtype"),
+             cfg.get("data") and f"{cfg['data']} data"]
+    return ", ".join(str(part) for part in parts if part) or "nothing reported by the case"
+
+
 def print_summary(record: dict, path: Path) -> None:
     cfg, world, tp = record["config"], record["world"], record["metrics"]["throughput"]
-    print(f"\n== {record['case']}: {cfg['model']}, batch {cfg['batch_per_device']}/device, "
-          f"{cfg['image_size']} px, {cfg['dtype']}, {cfg['data']} data")
-    print(f"   {world['nodes']} node(s), {world['devices']} device(s) ({world['device_type']}), "
-          f"hosts {', '.join(world['hosts'])}")
+    print(f"\n== {record['case']}: {configuration(cfg)}")
+    device = f" ({world['device_type']})" if world.get("device_type") else ""
+    print(f"   {world['nodes']} node(s), {world['devices']} device(s){device}, hosts {', '.join(world['hosts'])}")
     if tp["mean"] is not None:
         ci = f" ± {tp['ci95']:.2f}" if tp["ci95"] is not None else ""
         print(f"   throughput: {tp['mean']:.2f}{ci} img/s total, {tp['per_device']:.2f} img/s per device "
