@@ -61,11 +61,13 @@ run: $(VENV)/.installed
 doctor: $(VENV)/.installed
 	$(SUITE) doctor $(call opt,--cluster,$(CLUSTER)) $(call opt,--flavour,$(FLAVOUR))
 
-# make check-site [CLUSTER=name] [ONLY=pattern]: every path the profile (or this host) offers, each case at its tiny
-# sizes, in one table of ok / failed / not available here (docs/clusters.md, "Checking a site"); exit 1 when one failed
+# make check-site [CLUSTER=name] [ONLY=pattern] [MODULES=... SOURCE=... PYTHON=...]: every path the profile (or
+# this host) offers, each case at its tiny sizes, in one table of ok / failed / not available here (docs/clusters.md,
+# "Checking a site"); exit 1 when an available path failed
 .PHONY: check-site
 check-site: $(VENV)/.installed
-	$(SUITE) check $(call opt,--cluster,$(CLUSTER)) $(call opt,--only,$(ONLY))
+	$(SUITE) check $(call opt,--cluster,$(CLUSTER)) $(call opt,--only,$(ONLY)) \
+		$(call opt,--modules,$(MODULES)) $(call opt,--source,$(SOURCE)) $(site_python)
 
 data: $(VENV)/.installed
 	$(SUITE) data --case "$(CASE)" $(call opt,--data-dir,$(DATA_DIR)) $(call opt,--cluster,$(CLUSTER)) \
@@ -124,8 +126,15 @@ bench: $(VENV)/.installed
 	$(VENV)/bin/python benchmarks/harness.py $(BENCH_ARGS)
 
 test: $(VENV)/.installed
+	$(VENV)/bin/ruff check .
 	tools/install-test-deps.sh
 	$(VENV)/bin/python -m pytest -ra tests
+	tools/python-matrix.sh
+
+# make test-pythons: only the unit tests under the other CPythons 3.10-3.13 of this machine (tools/python-matrix.sh)
+.PHONY: test-pythons
+test-pythons: $(VENV)/.installed
+	tools/python-matrix.sh
 
 # make locks [ONLY=stack[/flavour]] [EXTRA_INDEX=1]: every stack's locks for CPython 3.10-3.13 on Linux x86_64
 # and aarch64, resolved by uv from tools/locks.toml (containers/README.md, "Locks")

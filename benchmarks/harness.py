@@ -43,19 +43,23 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from suite.inputs.cases import load_case, option_args  # noqa: E402
-from suite.inputs.host_gpus import host_gpus  # noqa: E402
-from suite.instack.cpu_binding import parse_cpu_list  # noqa: E402
-from suite.stacks.locks import ensure_installed, load_stack  # noqa: E402
+from suite.inputs.cases import load_case, option_args  # noqa: E402 (after sys.path is set)
+from suite.inputs.host_gpus import host_gpus  # noqa: E402 (after sys.path is set)
+from suite.instack.cpu_binding import parse_cpu_list  # noqa: E402 (after sys.path is set)
+from suite.stacks.locks import ensure_installed, load_stack  # noqa: E402 (after sys.path is set)
 
 SIZES = {
-    "full": {"pytorch": {"batch-size": 32, "image-size": 224, "num-warmup-batches": 5, "num-batches-per-iter": 5, "num-iters": 5},
-             "mxnet": {"batch-size": 32, "image-size": 224, "num-warmup-batches": 5, "disp-batches": 5, "num-batches": 30},
+    "full": {"pytorch": {"batch-size": 32, "image-size": 224, "num-warmup-batches": 5, "num-batches-per-iter": 5,
+                         "num-iters": 5},
+             "mxnet": {"batch-size": 32, "image-size": 224, "num-warmup-batches": 5, "disp-batches": 5,
+                       "num-batches": 30},
              "tf": {"batch-size": 32, "image-size": 128, "epochs": 3}},
     # --medium: sizes where the ratios mean something on 2 cores (NOTES.md: >= 128 px, real batches),
     # the whole bench in about 20 minutes there (CONTRIBUTING.md, the bench)
-    "medium": {"pytorch": {"batch-size": 16, "image-size": 128, "num-warmup-batches": 1, "num-batches-per-iter": 2, "num-iters": 3},
-               "mxnet": {"batch-size": 16, "image-size": 128, "num-warmup-batches": 1, "disp-batches": 2, "num-batches": 7},
+    "medium": {"pytorch": {"batch-size": 16, "image-size": 128, "num-warmup-batches": 1, "num-batches-per-iter": 2,
+                           "num-iters": 3},
+               "mxnet": {"batch-size": 16, "image-size": 128, "num-warmup-batches": 1, "disp-batches": 2,
+                         "num-batches": 7},
                "tf": {"batch-size": 16, "image-size": 128, "epochs": 2, "steps-per-epoch": 8}},
     # --tiny: each case's [tiny] table (Case.tiny_args), the sizes the tests run
     "tiny": {key: load_case(case).spec["tiny"] for key, case in
@@ -131,7 +135,8 @@ class Bench:
         the launch of the job."""
         results = Path(tempfile.mkdtemp(dir=self.work))
         command = [sys.executable, "-m", "suite", "run", "--case", case, "--results-dir", str(results),
-                   "--runs-dir", str(self.work / "runs"), "--data-dir", str(self.work / "data"), *run_args, "--", *case_args]
+                   "--runs-dir", str(self.work / "runs"), "--data-dir", str(self.work / "data"), *run_args,
+                   "--", *case_args]
         started = time.time()
         done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, preexec_fn=pinned(cpus))
         [path] = results.glob("*.json") or [None]
@@ -207,7 +212,8 @@ class Bench:
             "bare_img_s": bare()}, **options)
         mean = {label: statistics.fmean(v) for label, v in values.items()}
         print(f"  split: bare loop alone {mean['bare_img_s']:.2f} img/s; under horovodrun "
-              f"{mean['bare_under_horovodrun_img_s']:.2f} ({mean['bare_under_horovodrun_img_s'] / mean['bare_img_s']:.3f}"
+              f"{mean['bare_under_horovodrun_img_s']:.2f} "
+              f"({mean['bare_under_horovodrun_img_s'] / mean['bare_img_s']:.3f}"
               f" of alone: the launcher's share); suite {mean['suite_img_s']:.2f} "
               f"({mean['suite_img_s'] / mean['bare_img_s']:.3f} of alone)", flush=True)
 
@@ -234,7 +240,8 @@ class Bench:
 
         values, sides = self.in_turns({"suite_s": via_suite, "direct_s": direct})
         # runner_to_launch_s: the suite's own part; the rest of suite_s is horovodrun and the case.
-        self.record("startup.pytorch-synthetic", statistics.median(values["suite_s"]) - statistics.median(values["direct_s"]),
+        self.record("startup.pytorch-synthetic",
+                    statistics.median(values["suite_s"]) - statistics.median(values["direct_s"]),
                     sides=sides, **values, runner_to_launch_s=to_launch, **options)
 
     def synthetic_data(self, case: str, marker: str) -> None:
@@ -242,14 +249,17 @@ class Bench:
         if not (self.work / "data" / marker).exists():
             sizes = TINY_JPEG_TREE if self.size == "tiny" and case in {"pytorch-ddp", "mxnet-imagenet"} else []
             subprocess.run([sys.executable, "-m", "suite", "data", "--case", case, "--synthetic",
-                            "--data-dir", str(self.work / "data"), "--", *sizes], cwd=ROOT, check=True, capture_output=True)
+                            "--data-dir", str(self.work / "data"), "--", *sizes],
+                           cwd=ROOT, check=True, capture_output=True)
 
     def sampler_overhead_pytorch(self) -> None:
         """img/s with the telemetry sampler on (at its default 1 s) / off, run in turns."""
         options = SIZES[self.size]["pytorch"]
         self.ratio("sampler_overhead.pytorch-synthetic", {
-            "sampler_on_img_s": self.throughput("pytorch-synthetic", options, "--gpus-per-node", "1", "--telemetry-interval", "1"),
-            "sampler_off_img_s": self.throughput("pytorch-synthetic", options, "--gpus-per-node", "1", "--telemetry-interval", "0")})
+            "sampler_on_img_s": self.throughput("pytorch-synthetic", options, "--gpus-per-node", "1",
+                                                "--telemetry-interval", "1"),
+            "sampler_off_img_s": self.throughput("pytorch-synthetic", options, "--gpus-per-node", "1",
+                                                 "--telemetry-interval", "0")})
 
     def scaling(self, name: str, case: str, options: dict, workers: tuple[list[str], list[str]]) -> None:
         """2 workers / 1 worker, each bound to its own core(s): the run of one worker gets half the
@@ -259,8 +269,10 @@ class Bench:
             print(f"{name}: skipped (one core: no second worker to scale to)", flush=True)
             return
         bind = ("--cpu-bind", "cores")
-        self.ratio(name, {"two_workers_img_s": self.throughput(case, options, *workers[0], *bind, cpus=first_cores(2 * half)),
-                          "one_worker_img_s": self.throughput(case, options, *workers[1], *bind, cpus=first_cores(half))},
+        self.ratio(name, {"two_workers_img_s": self.throughput(case, options, *workers[0], *bind,
+                                                               cpus=first_cores(2 * half)),
+                          "one_worker_img_s": self.throughput(case, options, *workers[1], *bind,
+                                                              cpus=first_cores(half))},
                    cores_per_worker=half)
 
     def scaling_pytorch(self) -> None:

@@ -58,7 +58,8 @@ def narrow(compiled: str, tags: set) -> list[str]:
         wheels = sorted(h for h in hashes if keep(files.get(h, ""), version, tags))
         chosen = wheels or sorted(hashes)  # sdist only: keep what uv gave
         if not wheels:
-            print(f"note: {name}=={version} has no wheel for the target; keeping {len(chosen)} hash(es)", file=sys.stderr)
+            print(f"note: {name}=={version} has no wheel for the target; keeping {len(chosen)} hash(es)",
+                  file=sys.stderr)
         out.append(f"{name}=={version} \\\n" + " \\\n".join(f"    --hash=sha256:{h}" for h in chosen))
     return out
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from suite.predict import validation_table  # noqa: E402
+from suite.commands.predict import validation_table
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "scaling.md"
 VALIDATIONS = {
@@ -19,7 +19,8 @@ VALIDATIONS = {
 def render(text: str) -> str:
     for name, args in VALIDATIONS.items():
         block = f"<!-- validation:{name} -->\n{validation_table(*args)}\n<!-- /validation:{name} -->"
-        text = re.sub(rf"<!-- validation:{name} -->.*?<!-- /validation:{name} -->", lambda _: block, text, flags=re.S)
+        pattern = rf"<!-- validation:{name} -->.*?<!-- /validation:{name} -->"
+        text = re.sub(pattern, lambda _, block=block: block, text, flags=re.S)
     return text
 
 

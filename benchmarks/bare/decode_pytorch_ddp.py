@@ -11,7 +11,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "cases", "pytorch-ddp"))
-from pipeline import ImageFolder  # noqa: E402
+from pipeline import ImageFolder
 
 
 def main(root: str, size: int) -> None:

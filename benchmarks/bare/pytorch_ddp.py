@@ -9,6 +9,7 @@ line: what `make gpu-check` sets the suite's figure against.
 import argparse
 import json
 import os
+import socket
 import sys
 import time
 
@@ -18,7 +19,7 @@ import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
-from cases._shared.torch_resnet import resnet50  # noqa: E402
+from cases._shared.torch_resnet import resnet50
 
 
 def main() -> None:
@@ -69,8 +70,8 @@ def main() -> None:
         samples.append(args.batch_size * args.steps_per_iter / (time.perf_counter() - start))
     dist.destroy_process_group()
     print(json.dumps({"samples": samples, "throughput": sum(samples) / len(samples), "device": str(device),
-                      "device_name": torch.cuda.get_device_name(device) if cuda else "cpu",
-                      "settings": vars(args)}))
+                      "device_type": device.type, "device_name": torch.cuda.get_device_name(device) if cuda else "cpu",
+                      "host": socket.gethostname(), "settings": vars(args)}))
 
 
 if __name__ == "__main__":

@@ -12,14 +12,14 @@ import time
 
 STARTED = time.time()
 
-import horovod.torch as hvd  # noqa: E402
-import torch  # noqa: E402
-import torch.nn.functional as F  # noqa: E402
+import horovod.torch as hvd  # noqa: E402 (after STARTED: the import time is measured)
+import torch  # noqa: E402 (after STARTED: the import time is measured)
+import torch.nn.functional as F  # noqa: E402 (after STARTED: the import time is measured)
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
-from cases._shared.torch_resnet import resnet50  # noqa: E402
-from suite.binding import bind_cpus  # noqa: E402
-from suite.probe import cpus_allowed  # noqa: E402
+from cases._shared.torch_resnet import resnet50  # noqa: E402 (after sys.path is set)
+from suite.instack.cpu_binding import bind_cpus  # noqa: E402 (after sys.path is set)
+from suite.instack.probe import cpus_allowed  # noqa: E402 (after sys.path is set)
 
 
 def main() -> None:

@@ -23,8 +23,14 @@ from pathlib import Path
 import mxnet as mx
 from PIL import Image
 
-from cases._shared.jpeg_tree import (EXTENSIONS, check_tree_arguments, source_splits, swapped_in, tree_arguments,
-                                     write_synthetic_tree)
+from cases._shared.jpeg_tree import (
+    EXTENSIONS,
+    check_tree_arguments,
+    source_splits,
+    swapped_in,
+    tree_arguments,
+    write_synthetic_tree,
+)
 
 REC_DIR = "imagenet-rec"
 SYNTHETIC_DIR = "imagenet-synthetic-jpeg"
@@ -37,7 +43,8 @@ class PackError(Exception):
 def parse_args(argv=None) -> argparse.Namespace:
     parser = tree_arguments("mxnet-imagenet data", __doc__.split("\n")[0], train_per_class=20,
                             seed_help="shuffle order of the training list (and synthetic pixels)")
-    parser.add_argument("--resize", type=int, default=480, help="shorter side in pixels after packing (im2rec --resize)")
+    parser.add_argument("--resize", type=int, default=480,
+                        help="shorter side in pixels after packing (im2rec --resize)")
     parser.add_argument("--quality", type=int, default=95, help="JPEG quality of the packed images")
     parser.add_argument("--num-thread", type=int, default=os.cpu_count() or 1, help="encoding threads")
     args = parser.parse_args(argv)

@@ -14,14 +14,16 @@ import socket
 import time
 from pathlib import Path
 
+from suite.instack.case_options import parse_case_args
+from suite.instack.cpu_binding import bind_cpus
+from suite.instack.model_flops import training_flops_per_image
+from suite.instack.probe import Probe, announce
+
 # ps-lite binds these as addresses (dmlc_tracker sets addresses); the pslite launcher may name hosts
 # (SLURM node names), resolved here, on the node, before the import below starts a server or scheduler.
 for _name in ("DMLC_NODE_HOST", "DMLC_PS_ROOT_URI"):
     if os.environ.get(_name):
         os.environ[_name] = socket.gethostbyname(os.environ[_name])
-
-from suite.binding import bind_cpus  # noqa: E402
-from suite.probe import announce  # noqa: E402
 
 announce()  # before the import below, inside which a server or the scheduler serves until it ends
 
@@ -29,14 +31,11 @@ announce()  # before the import below, inside which a server or the scheduler se
 # with --cpu-bind), so that workers and servers of one machine do not each use all of them.
 os.environ.setdefault("OMP_NUM_THREADS", str(bind_cpus()))
 
-import mxnet as mx  # noqa: E402  (a ps-lite server or scheduler serves inside this import and exits)
-import numpy
-from mxnet import autograd, gluon
-from gluon_resnet import ResNet50V15
-from mxnet.gluon.model_zoo import vision
-
-from suite.options import parse_case_args
-from suite.probe import Probe
+import mxnet as mx  # noqa: E402 (a ps-lite server or scheduler serves inside this import and exits)
+import numpy  # noqa: E402 (after OMP_NUM_THREADS is set: its BLAS sizes its pool at import)
+from gluon_resnet import ResNet50V15  # noqa: E402 (imports mxnet: after the environment is set)
+from mxnet import autograd, gluon  # noqa: E402 (after the import of mxnet above)
+from mxnet.gluon.model_zoo import vision  # noqa: E402 (after the import of mxnet above)
 
 REC = Path("imagenet-rec")
 MEAN_RGB, STD_RGB = (123.68, 116.779, 103.939), (58.393, 57.12, 57.375)
@@ -202,6 +201,44 @@ def train(args, probe, step, batches, batch: int, epoch_batches: int, total: int
     return rates
 
 
+def report_work(args, probe, devices: list) -> None:
+    """The step's FLOPs per image (MXNet counts none: the same architecture's count, from
+    suite/instack/model_flops.py) and the matmul peak of this worker's devices, before the warmup."""
+    on_gpu = devices[0].device_type == "gpu"
+    found = training_flops_per_image(args.model, args.image_size)
+    if found:
+        # float32 on a GPU: fp32 or tf32 as the GPU and MXNet's settings have it, judged from the device
+        precision = "fp16" if args.dtype == "float16" else (None if on_gpu else "fp32")
+        probe.work(flops_per_sample=found[0], source=found[1], precision=precision)
+    probe.measured_peak(**matmul_peak(devices[0], args.dtype, shared_by=1 if on_gpu else len(devices)))
+
+
+def matmul_peak(device, dtype: str, shared_by: int, seconds: float = 1.0) -> dict:
+    """The best FLOP/s of n x n products on one device over about `seconds`, n doubled from 512 until
+    one product takes a few milliseconds; divided by `shared_by` (CPU contexts of one process share its
+    cores), so that it is per device."""
+    began, n = time.perf_counter(), 512
+    while True:
+        a = mx.nd.random.uniform(shape=(n, n), ctx=device, dtype=dtype)
+        mx.nd.dot(a, a).wait_to_read()  # sets up the product at this size: not timed
+        start = time.perf_counter()
+        mx.nd.dot(a, a).wait_to_read()
+        one = time.perf_counter() - start
+        if one > 0.02 or n >= (8192 if device.device_type == "gpu" else 4096):
+            break
+        n *= 2
+    repeats, best = max(1, int(0.1 / max(one, 1e-6))), 0.0
+    while time.perf_counter() - began < seconds or best == 0.0:
+        start = time.perf_counter()
+        for _ in range(repeats):
+            mx.nd.dot(a, a)
+        mx.nd.waitall()
+        best = max(best, 2 * n**3 * repeats / (time.perf_counter() - start))
+    precision = {"float16": "fp16", "float32": "fp32"}.get(dtype, dtype)
+    return {"flops_per_s": best / shared_by, "precision": precision, "matrix": n,
+            "seconds": round(time.perf_counter() - began, 3), "shared_by": shared_by}
+
+
 def main() -> None:
     args = parse_case_args(__file__)
     devices = pick_devices(args)
@@ -223,6 +260,7 @@ def main() -> None:
     probe = Probe(kv.rank, kv.num_workers)
     probe.start(config=run_config(args, kv, devices, batch, data, net, lr, epoch_batches, total),
                 versions=versions(on_gpu))
+    report_work(args, probe, devices)
     rates = train(args, probe, step, data.batches(devices), batch, epoch_batches, total, intervals)
     probe.result(batches=total, epochs=round(total / epoch_batches, 3),
                  **{f"worker_{kv.rank}_samples_per_sec": sum(rates) / len(rates)})

@@ -14,8 +14,14 @@ import sys
 import time
 from pathlib import Path
 
-from cases._shared.jpeg_tree import (EXTENSIONS, check_tree_arguments, source_splits, swapped_in, tree_arguments,
-                                     write_synthetic_tree)
+from cases._shared.jpeg_tree import (
+    EXTENSIONS,
+    check_tree_arguments,
+    source_splits,
+    swapped_in,
+    tree_arguments,
+    write_synthetic_tree,
+)
 
 FOLDER = "imagefolder"
 

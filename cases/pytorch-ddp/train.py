@@ -18,14 +18,16 @@ import PIL
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
+from pipeline import Normalise, make_loader
 from torch.nn.parallel import DistributedDataParallel
 
+from cases._shared.flops import report_work
+from cases._shared.gpu_busy import pass_gpu_seconds
 from cases._shared.timed import min_seconds, timed_iterations
 from cases._shared.torch_resnet import MODELS
-from pipeline import Normalise, make_loader
-from suite.binding import bind_cpus
-from suite.options import parse_case_args
-from suite.probe import Probe, announce
+from suite.instack.case_options import parse_case_args
+from suite.instack.cpu_binding import bind_cpus
+from suite.instack.probe import Probe, announce
 
 DEFAULTS = {"synthetic": (32, 224), "imagefolder": (64, 160)}  # batch per device, image size
 MODEL_NAMES = {"resnet50": "resnet50-v1.5", "resnet18": "resnet18", "tiny-cnn": "tiny-cnn"}  # as the record names them
@@ -118,20 +120,29 @@ def agree(count: int, device: torch.device) -> int:
     return int(value.item())
 
 
-def step_without_exchange(args, model, device, fixed, sync) -> float:
-    """Seconds of a forward and backward pass with DDP's gradient exchange switched off (no_sync;
-    gradients dropped, weights untouched): beside the timed step's seconds, what the exchange (and
-    the optimizer's update) costs, for the run's diagnosis."""
-    passes = max(1, args.num_batches_per_iter)
-    if sync:
-        sync()
-    began = time.perf_counter()
-    with model.no_sync():
-        for _ in range(passes):
+def forward_backward(args, model, device, fixed):
+    """A forward and backward pass with DDP's gradient exchange switched off (no_sync; gradients
+    dropped, weights untouched): the step's own work without the exchange and the update."""
+
+    def one_pass():
+        with model.no_sync():
             with torch.autocast(device.type, dtype=amp_dtype(device), enabled=args.amp):
                 loss = F.cross_entropy(model(fixed[0]), fixed[1])
             loss.backward()
             model.zero_grad(set_to_none=True)
+
+    return one_pass
+
+
+def step_without_exchange(args, model, device, fixed, sync) -> float:
+    """Seconds of a forward and backward pass without the exchange: beside the timed step's seconds,
+    what the exchange (and the optimizer's update) costs, for the run's diagnosis."""
+    passes, one_pass = max(1, args.num_batches_per_iter), forward_backward(args, model, device, fixed)
+    if sync:
+        sync()
+    began = time.perf_counter()
+    for _ in range(passes):
+        one_pass()
     if sync:
         sync()
     return (time.perf_counter() - began) / passes
@@ -197,6 +208,7 @@ def main() -> None:
     model = MODELS[args.model](num_classes=classes).to(device, memory_format=memory_format)
     ddp_settings = {"bucket_cap_mb": args.bucket_cap_mb, "static_graph": args.static_graph,
                     "gradient_as_bucket_view": args.gradient_as_bucket_view}
+    bare = model
     model = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None, **ddp_settings)
     parameters = sum(p.numel() for p in model.parameters())
     if args.compile:
@@ -209,7 +221,8 @@ def main() -> None:
     probe = Probe(where["rank"], where["world"], where["local_rank"], where["local_world"])
     probe.start(
         config={
-            "model": args.model, "model_name": MODEL_NAMES[args.model], "parameters": parameters, "device_type": device.type,
+            "model": args.model, "model_name": MODEL_NAMES[args.model], "parameters": parameters,
+            "device_type": device.type,
             "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
             "dtype": f"amp-{str(amp_dtype(device)).removeprefix('torch.')}" if args.amp else "float32",
             **data_facts(args), "batch_per_device": batch, "global_batch": batch * where["world"],
@@ -219,9 +232,12 @@ def main() -> None:
             "images_per_rank_per_epoch": len(loader) * batch if loader else None,
         },
         versions={"torch": torch.__version__, "numpy": numpy.__version__, "pillow": PIL.__version__,
-                  "cuda": torch.version.cuda, "cudnn": torch.backends.cudnn.version() if device.type == "cuda" else None,
+                  "cuda": torch.version.cuda,
+                  "cudnn": torch.backends.cudnn.version() if device.type == "cuda" else None,
                   "nccl": ".".join(map(str, torch.cuda.nccl.version())) if backend == "nccl" else None},
     )
+    report_work(probe, {"case": "pytorch-ddp", "model": args.model, "image_size": size, "classes": classes}, bare,
+                *fixed, F.cross_entropy, device, amp_dtype(device) if args.amp else None)
     if args.compile:  # compilation happens at the first step: before the warmup, measured apart
         started = time.perf_counter()
         step(*fixed)
@@ -232,6 +248,8 @@ def main() -> None:
         train_epochs(args, probe, step, loader, sampler, Normalise(device, memory_format), sync)
     else:
         train_synthetic(args, probe, step, batch, sync, fixed, device, model)
+    if device.type == "cuda":  # the GPU's own time for a step's pass, beside the timed step (diagnosis)
+        probe.result(gpu_pass_s=pass_gpu_seconds(forward_backward(args, model, device, fixed)))
     probe.end()
     dist.destroy_process_group()
 

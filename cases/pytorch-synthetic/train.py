@@ -9,11 +9,13 @@ import numpy
 import torch
 import torch.nn.functional as F
 
+from cases._shared.flops import report_work
+from cases._shared.gpu_busy import pass_gpu_seconds
 from cases._shared.timed import min_seconds, timed_iterations
 from cases._shared.torch_resnet import MODELS
-from suite.binding import bind_cpus
-from suite.options import parse_case_args
-from suite.probe import Probe, announce
+from suite.instack.case_options import parse_case_args
+from suite.instack.cpu_binding import bind_cpus
+from suite.instack.probe import Probe, announce
 
 
 def pick_device(args) -> torch.device:
@@ -31,12 +33,31 @@ def amp_dtype(device: torch.device) -> torch.dtype:
     return torch.float16 if device.type == "cuda" else torch.bfloat16
 
 
-def make_step(args, model, optimizer, device):
+def fixed_batch(args, device) -> tuple[torch.Tensor, torch.Tensor]:
     memory_format = torch.channels_last if args.channels_last else torch.contiguous_format
     generator = torch.Generator().manual_seed(42 + hvd.rank())
     images = torch.randn(args.batch_size, 3, args.image_size, args.image_size, generator=generator)
     images = images.to(device).contiguous(memory_format=memory_format)
-    labels = torch.randint(0, args.num_classes, (args.batch_size,), generator=generator).to(device)
+    return images, torch.randint(0, args.num_classes, (args.batch_size,), generator=generator).to(device)
+
+
+def gpu_pass_seconds(args, model, optimizer, device, images, labels) -> float | None:
+    """The GPU's own time for a forward and backward pass of the step (no update), for the diagnosis;
+    the all-reduces its gradients start are waited for after it and the gradients dropped."""
+
+    def one_pass():
+        with torch.autocast(device.type, dtype=amp_dtype(device), enabled=args.amp):
+            loss = F.cross_entropy(model(images), labels)
+        loss.backward()
+
+    def settle():
+        optimizer.synchronize()
+        optimizer.zero_grad()
+
+    return pass_gpu_seconds(one_pass, settle, spins=(2.0,))  # its all-reduces: as many tries on every rank
+
+
+def make_step(args, model, optimizer, device, images, labels):
     scaler = torch.amp.GradScaler("cuda", enabled=args.amp and device.type == "cuda")
 
     def step():
@@ -72,7 +93,8 @@ def main() -> None:
                                          compression=compression)
     hvd.broadcast_parameters(model.state_dict(), root_rank=0)
     hvd.broadcast_optimizer_state(optimizer, root_rank=0)
-    step = make_step(args, model, optimizer, device)
+    images, labels = fixed_batch(args, device)
+    step = make_step(args, model, optimizer, device, images, labels)
     sync = torch.cuda.synchronize if device.type == "cuda" else None
 
     probe = Probe(hvd.rank(), hvd.size(), hvd.local_rank(), hvd.local_size())
@@ -89,8 +111,14 @@ def main() -> None:
             "horovod_controller": "mpi" if hvd.mpi_enabled() else "gloo",
         },
         versions={"torch": torch.__version__, "horovod": horovod.__version__, "numpy": numpy.__version__,
-                  "cuda": torch.version.cuda, "cudnn": torch.backends.cudnn.version() if device.type == "cuda" else None},
+                  "cuda": torch.version.cuda,
+                  "cudnn": torch.backends.cudnn.version() if device.type == "cuda" else None},
     )
+    shape = (args.batch_size, 3, args.image_size, args.image_size)  # of the step's batch: the count needs no data
+    report_work(probe, {"case": "pytorch-synthetic", "model": args.model, "image_size": args.image_size,
+                        "classes": args.num_classes}, model, torch.empty(shape, device="meta"),
+                torch.zeros(args.batch_size, dtype=torch.long, device="meta"), F.cross_entropy, device,
+                amp_dtype(device) if args.amp else None)
     with probe.warmup(images=args.batch_size * args.num_warmup_batches, sync=sync):
         for _ in range(args.num_warmup_batches):
             step()
@@ -104,6 +132,8 @@ def main() -> None:
 
     timed_iterations(probe, args.num_iters, min_seconds(args.min_seconds, device.type == "cuda"),
                      args.batch_size * args.num_batches_per_iter, one_iteration, sync, agree)
+    if device.type == "cuda":  # the GPU's own time for a step's pass, beside the timed step (diagnosis)
+        probe.result(gpu_pass_s=gpu_pass_seconds(args, model, optimizer, device, images, labels))
     probe.end()
     hvd.shutdown()
 

@@ -47,7 +47,8 @@ def _unpickle(path: Path) -> dict:
         with open(path, "rb") as f:
             return pickle.load(f, encoding="bytes")
     except FileNotFoundError:
-        raise DataError(f"{path} is missing (run 'make data CASE=tf-cifar', SYNTHETIC=1 for a small generated set)") from None
+        raise DataError(f"{path} is missing (run 'make data CASE=tf-cifar', "
+                        "SYNTHETIC=1 for a small generated set)") from None
     except (pickle.UnpicklingError, EOFError, ValueError) as exc:
         raise DataError(f"{path} is not a CIFAR-10 python batch: {exc}") from None
 

@@ -30,7 +30,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--data-dir", type=Path, required=True)
     parser.add_argument("--synthetic", action="store_true", help="generate a small set in the CIFAR-10 format")
     parser.add_argument("--src", type=Path, help="a copy of cifar-10-python.tar.gz to unpack instead of downloading")
-    parser.add_argument("--train-per-batch", type=int, default=100, help="synthetic: images per training batch (5 batches)")
+    parser.add_argument("--train-per-batch", type=int, default=100,
+                        help="synthetic: images per training batch (5 batches)")
     parser.add_argument("--test-images", type=int, default=100, help="synthetic: images in test_batch")
     args = parser.parse_args(argv)
     if args.train_per_batch < 1 or args.test_images < 1:

@@ -19,10 +19,11 @@ import pipeline
 import tensorflow as tf
 import tf_keras as keras
 from cluster import worker_rank
+from work import report_work
 
-from suite.binding import bind_cpus
-from suite.options import parse_case_args
-from suite.probe import Probe, announce
+from suite.instack.case_options import parse_case_args
+from suite.instack.cpu_binding import bind_cpus
+from suite.instack.probe import Probe, announce
 
 MODELS = {"resnet50v2": keras.applications.ResNet50V2, "resnet152v2": keras.applications.ResNet152V2,
           "resnet50-v1.5": keras_resnet.resnet50_v15}
@@ -182,6 +183,7 @@ def main() -> None:
         versions={"tensorflow": tf.__version__, "tf_keras": keras.__version__, "numpy": numpy.__version__,
                   "cuda": tf.sysconfig.get_build_info().get("cuda_version") if place.device_type == "cuda" else None},
     )
+    report_work(probe, MODELS[args.model], args.model, args.image_size, args.num_classes, place)
     callback = EpochProbe(probe, steps * args.batch_size * place.local_replicas, args.epochs)
     model.fit(train, epochs=args.epochs, steps_per_epoch=steps, callbacks=[callback],
               verbose=2 if place.rank == 0 else 0)

@@ -18,8 +18,8 @@ ARG WHEELS
 LABEL org.hpc-dl-bench.stack="mxnet"
 LABEL org.hpc-dl-bench.flavour="cpu"
 LABEL org.hpc-dl-bench.lock="requirements.lock"
-LABEL org.hpc-dl-bench.lock_sha256="f225cac04d9a9a0345846b8d5eb6cbd3e11bd999e2dbdfadbad9f00bf10dae06"
-LABEL org.hpc-dl-bench.recipe_sha256="0b64ddd0e05ebb5a10fd210c7a425938ebb1ea205381722809ee1c63322104ab"
+LABEL org.hpc-dl-bench.lock_sha256="255e18bc942c18b4c4280d50b17fa3fd4fb6dd5a96c87ef02e43edd0cab16506"
+LABEL org.hpc-dl-bench.recipe_sha256="e493f3e3613c1066b55979a7910e93b6ffad65e7d47062a0025cd817329adec5"
 LABEL org.hpc-dl-bench.suite_version="0.1.0"
 LABEL org.hpc-dl-bench.base_ref="${BASE}"
 COPY containers/mxnet /opt/recipe

@@ -18,8 +18,8 @@ ARG WHEELS
 LABEL org.hpc-dl-bench.stack="mxnet"
 LABEL org.hpc-dl-bench.flavour="cuda"
 LABEL org.hpc-dl-bench.lock="cuda/requirements.lock"
-LABEL org.hpc-dl-bench.lock_sha256="acd3b19b8b5fde20b33ed1522a170302df6f5dc9c8f5c9d60907bdeaa6973eb9"
-LABEL org.hpc-dl-bench.recipe_sha256="93c6f1d1edf961ad747408d0095fec685aae9f637202306b4f93c026c1cc919c"
+LABEL org.hpc-dl-bench.lock_sha256="8cb9e0e1c66830442bdeed80d5d24d0ab23a9599a039f024ff18144597406073"
+LABEL org.hpc-dl-bench.recipe_sha256="38484b285d83437d5e3c5fe6e1a739873f7d2282f541aeb5c2670b7d646684fa"
 LABEL org.hpc-dl-bench.suite_version="0.1.0"
 LABEL org.hpc-dl-bench.base_ref="${BASE}"
 COPY containers/mxnet /opt/recipe

@@ -18,8 +18,8 @@ ARG WHEELS
 LABEL org.hpc-dl-bench.stack="pytorch-horovod"
 LABEL org.hpc-dl-bench.flavour="cpu"
 LABEL org.hpc-dl-bench.lock="requirements.lock"
-LABEL org.hpc-dl-bench.lock_sha256="309d8da6da12be6ff2ea679a12ebe50a34b47b095c5232b49fa512fb9ee23057"
-LABEL org.hpc-dl-bench.recipe_sha256="93704bcf8a13d7d7df69af9c254a36c8fd9a0e82f501bc7a9b78ac4ce2e8ce33"
+LABEL org.hpc-dl-bench.lock_sha256="11345c47e627402bfd0627536ef3bf3d4db2c66df8f7e7be821c5fab30a8f755"
+LABEL org.hpc-dl-bench.recipe_sha256="35a2f54aeb0b4a1db96df7003f142d36f6991ba1c069288a1960b8d19d8ec7fd"
 LABEL org.hpc-dl-bench.suite_version="0.1.0"
 LABEL org.hpc-dl-bench.base_ref="${BASE}"
 COPY containers/pytorch-horovod /opt/recipe

@@ -18,8 +18,8 @@ ARG WHEELS
 LABEL org.hpc-dl-bench.stack="pytorch-horovod"
 LABEL org.hpc-dl-bench.flavour="cuda"
 LABEL org.hpc-dl-bench.lock="cuda/requirements.lock"
-LABEL org.hpc-dl-bench.lock_sha256="bc7a70db9431de5ed7959df19ad7bab704979ac33867b268ddb387563e14f411"
-LABEL org.hpc-dl-bench.recipe_sha256="03131fb479e02f90d3014cce32c6b1e43a9a7da1ab09d2bdf50b0942f5be5499"
+LABEL org.hpc-dl-bench.lock_sha256="f9b28fd54202c5ac005d05f15863cd507836885c9f8ff388a8141d45dc3e0b85"
+LABEL org.hpc-dl-bench.recipe_sha256="8f55f3b09954c201f1b7211f3eea08f42532a8b2e5e071ccb082fc6cdaa1c56c"
 LABEL org.hpc-dl-bench.suite_version="0.1.0"
 LABEL org.hpc-dl-bench.base_ref="${BASE}"
 COPY containers/pytorch-horovod /opt/recipe

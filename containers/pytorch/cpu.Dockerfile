@@ -18,8 +18,8 @@ ARG WHEELS
 LABEL org.hpc-dl-bench.stack="pytorch"
 LABEL org.hpc-dl-bench.flavour="cpu"
 LABEL org.hpc-dl-bench.lock="requirements.lock"
-LABEL org.hpc-dl-bench.lock_sha256="c00160bdd815d5b852709559d3a15f33dd9bd9ad7778fe33c778bad569e73d91"
-LABEL org.hpc-dl-bench.recipe_sha256="e2a22487607748a9d1525393d461c4ac7439b15ee4695f982d03c5d8ee0210b5"
+LABEL org.hpc-dl-bench.lock_sha256="ff3bd1b63f9508916d964bb5f338afd33e419be308f196c7c4747539e8952beb"
+LABEL org.hpc-dl-bench.recipe_sha256="eb1f4c1c5c4cd178844fe52e10c8c9d924e70739a81b76f5e5ef70134178c05e"
 LABEL org.hpc-dl-bench.suite_version="0.1.0"
 LABEL org.hpc-dl-bench.base_ref="${BASE}"
 COPY containers/pytorch /opt/recipe

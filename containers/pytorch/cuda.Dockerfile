@@ -18,8 +18,8 @@ ARG WHEELS
 LABEL org.hpc-dl-bench.stack="pytorch"
 LABEL org.hpc-dl-bench.flavour="cuda"
 LABEL org.hpc-dl-bench.lock="cuda/requirements.lock"
-LABEL org.hpc-dl-bench.lock_sha256="c9e06f8f042b4db0c0578d489b63161289c1f745bc421080c1ac83418aedd59f"
-LABEL org.hpc-dl-bench.recipe_sha256="e1f9c0f8f876e1922a16503c9a55981e6368312507f486c725681b1a3432e774"
+LABEL org.hpc-dl-bench.lock_sha256="1ffae0ac6ca746ad313bdb966528a16939977afce718fdd365cad1fd0dbe6d3e"
+LABEL org.hpc-dl-bench.recipe_sha256="10eb5e3b053731780bdbfc8dd8c4bfc8d3b9ba31407c6375db389f37cd35e74b"
 LABEL org.hpc-dl-bench.suite_version="0.1.0"
 LABEL org.hpc-dl-bench.base_ref="${BASE}"
 COPY containers/pytorch /opt/recipe

@@ -18,8 +18,8 @@ ARG WHEELS
 LABEL org.hpc-dl-bench.stack="tensorflow"
 LABEL org.hpc-dl-bench.flavour="cpu"
 LABEL org.hpc-dl-bench.lock="requirements.lock"
-LABEL org.hpc-dl-bench.lock_sha256="b5324550d135b7bb20ee60ebe9f154bd77faaeada9294fe40e90b55327a3fc5e"
-LABEL org.hpc-dl-bench.recipe_sha256="9b32d011042d018bdc124b59e5bbca46c1594438763b679a58596278808e86f9"
+LABEL org.hpc-dl-bench.lock_sha256="ff7724b3cddac1fed1d307001788c19e933f8ffa888769988cea33a22ab3f0cf"
+LABEL org.hpc-dl-bench.recipe_sha256="0beee587a88c83dc19714bedfafd291aa3b726ce944d449b606d42a446fb2fc7"
 LABEL org.hpc-dl-bench.suite_version="0.1.0"
 LABEL org.hpc-dl-bench.base_ref="${BASE}"
 COPY containers/tensorflow /opt/recipe

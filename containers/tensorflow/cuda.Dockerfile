@@ -18,8 +18,8 @@ ARG WHEELS
 LABEL org.hpc-dl-bench.stack="tensorflow"
 LABEL org.hpc-dl-bench.flavour="cuda"
 LABEL org.hpc-dl-bench.lock="cuda/requirements.lock"
-LABEL org.hpc-dl-bench.lock_sha256="fca4d7bd5b75e96323222cca453d32ea67fdac28180e53ae9c60a899fa4b11bd"
-LABEL org.hpc-dl-bench.recipe_sha256="70b35d26628a980051808b654ed95df98f3589013148ed461c49f63ae5e4277e"
+LABEL org.hpc-dl-bench.lock_sha256="34c11ea3894b844bb474a20fe3ffce01df7540b233801c96a0a70934e3cf5790"
+LABEL org.hpc-dl-bench.recipe_sha256="661b1e0916c259fd433b6e3bda368926cc86c149a3d1b962d65a80b80453eede"
 LABEL org.hpc-dl-bench.suite_version="0.1.0"
 LABEL org.hpc-dl-bench.base_ref="${BASE}"
 COPY containers/tensorflow /opt/recipe

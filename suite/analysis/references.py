@@ -60,6 +60,7 @@ def comparison(record: dict) -> dict | None:
     published, devices = per_device(ref, record["world"]["devices"])
     framework = record_framework(record)
     return {"source": ref["source"], "gpu": ref["gpu"], "precision": ref["precision"],
+            "unit": record["metrics"]["throughput"].get("unit", "img/s"),
             "framework": ref.get("framework"), "data_path": ref.get("data_path"),
             "batch_per_device": ref.get("batch_per_device"), "devices": devices,
             "published_per_device": published, "ratio": round(measured / published, 3),
@@ -95,5 +96,6 @@ def summary_line(found: dict) -> str:
         return (f"published: {found['published_per_device']:,.0f} img/s per GPU, {found['source']}{at}: "
                 f"this run {found['ratio']:.2f}x that")
     mfu = f", MFU {100 * found['published_mfu']:.0f}%" if found.get("published_mfu") else ""
-    return (f"published: {found['published_per_device']:,.0f} img/s {what_it_is(found)} ({found['source']}{mfu}): "
+    unit = found.get("unit", "img/s")
+    return (f"published: {found['published_per_device']:,.0f} {unit} {what_it_is(found)} ({found['source']}{mfu}): "
             f"this run {found['ratio']:.2f}x that")

@@ -63,7 +63,8 @@ class Series:
 
 def build_series(points: list[Point]) -> list[Series]:
     groups: dict[tuple, dict[int, Point]] = defaultdict(dict)
-    for (*series_key, devices), p in latest(points, lambda p: (p.case, p.cluster, p.stack, p.config_key, p.devices)).items():
+    newest = latest(points, lambda p: (p.case, p.cluster, p.stack, p.config_key, p.devices))
+    for (*series_key, devices), p in newest.items():
         groups[tuple(series_key)][devices] = p
     series = []
     for (case, cluster, stack, _), by_devices in sorted(groups.items(), key=lambda kv: kv[0][:3]):
@@ -175,7 +176,8 @@ def _y_scale_switch(fig: go.Figure) -> go.Figure:
 
 
 def case_figures(case: str, series: list[Series]) -> list[go.Figure]:
-    throughput = go.Figure([_trace(s, [p.throughput["mean"] for p in s.points], [p.throughput["ci95"] for p in s.points])
+    throughput = go.Figure([_trace(s, [p.throughput["mean"] for p in s.points],
+                                   [p.throughput["ci95"] for p in s.points])
                             for s in series] + _reference_traces(case, "throughput") + _model_traces(case, series))
     scaling = [s for s in series if len(s.points) > 1]  # one point has no speedup to show
     speedup = go.Figure([_trace(s, [s.speedup(p) for p in s.points]) for s in scaling]
@@ -192,7 +194,8 @@ def case_figures(case: str, series: list[Series]) -> list[go.Figure]:
         figures.append(mfu_figure(case, series))
     figures += [_axes(speedup, f"{case}: speedup over the smallest device count", "speedup"),
                 _axes(efficiency, f"{case}: parallel efficiency", "efficiency %")]
-    if any(p.epoch_seconds for s in series for p in s.points) or any("epoch_seconds" in r for r in case_references(case)):
+    if (any(p.epoch_seconds for s in series for p in s.points)
+            or any("epoch_seconds" in r for r in case_references(case))):
         epochs = go.Figure([_trace(s, [p.epoch_seconds for p in s.points]) for s in series]
                            + _reference_traces(case, "epoch_seconds"))
         figures.append(_axes(epochs, f"{case}: time per epoch (first epoch excluded)", "seconds"))
@@ -298,7 +301,8 @@ def telemetry_figure(point: Point) -> go.Figure | None:
     fig = go.Figure()
     for host, s in hosts.items():
         for key, label, axis in (("cpu_util_pct", "CPU %", "y"), ("gpu_util_pct", "GPU %", "y"),
-                                 ("gpu_power_w", "GPU power W", "y2"), ("cpu_package_power_w", "CPU package power W", "y2")):
+                                 ("gpu_power_w", "GPU power W", "y2"),
+                                 ("cpu_package_power_w", "CPU package power W", "y2")):
             if key in s:
                 fig.add_trace(go.Scatter(x=s["t"], y=s[key], mode="lines", name=f"{host}: {label}", yaxis=axis,
                                          line={"dash": "dot"} if axis == "y2" else None))
@@ -314,8 +318,8 @@ def telemetry_figure(point: Point) -> go.Figure | None:
 
 PAGE = """<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>{title}</title>
-<style>body{{font-family:sans-serif;margin:2em;max-width:1200px}} table{{border-collapse:collapse}}
-td,th{{border:1px solid #ccc;padding:4px 8px;text-align:left}} .plot{{margin-bottom:2em}}</style>
+<style>body{{font-family:sans-serif;margin:2em;max-width:1200px}} table{{border-collapse:collapse;font-size:0.9em}}
+td,th{{border:1px solid #ccc;padding:4px 6px;text-align:left}} .plot{{margin-bottom:2em}}</style>
 {plotly}</head>
 <body><h1>{title}</h1>{body}</body></html>
 """
@@ -365,10 +369,12 @@ def _csv_rows(series: list[Series]):
             cfg, used = p.record["config"], p.record["metrics"].get("utilisation") or {}
             yield [s.case, s.stack, s.cluster, p.devices, p.nodes, p.throughput["mean"], p.throughput["ci95"],
                    p.throughput["per_device"], s.speedup(p), s.efficiency(p), p.epoch_seconds, cfg.get("model"),
-                   cfg.get("image_size"), cfg.get("batch_per_device"), cfg.get("dtype"), p.record["run_id"], p.finished_at,
+                   cfg.get("image_size"), cfg.get("batch_per_device"), cfg.get("dtype"), p.record["run_id"],
+                   p.finished_at,
                    joules_per_image(p), (p.record["metrics"].get("diagnosis") or {}).get("verdict"),
                    (p.record["metrics"].get("published") or {}).get("ratio"),
-                   *(used.get(k) for k in ("flops_per_sample", "achieved_flops_per_s", "mfu_datasheet", "mfu_measured"))]
+                   *(used.get(k)
+                     for k in ("flops_per_sample", "achieved_flops_per_s", "mfu_datasheet", "mfu_measured"))]
 
 
 def write_report(results_dir: Path, out_dir: Path, warn=print) -> list[Path]:
@@ -389,11 +395,13 @@ def write_report(results_dir: Path, out_dir: Path, warn=print) -> list[Path]:
         written.append(_write(out_dir / f"case-{case}.html", _page(f"{case}", body, case_figures(case, case_series)
                                                                     + telemetry_figures(case_series))))
     written.append(_write(out_dir / "frameworks.html",
-                          _page("All cases side by side", '<p><a href="index.html">index</a></p>' + same_work_table(points),
+                          _page("All cases side by side",
+                                '<p><a href="index.html">index</a></p>' + same_work_table(points),
                                 frameworks_figures(series))))
     written.append(_write(out_dir / "site-check.html", _page("Site checks", '<p><a href="index.html">index</a></p>'
                                                              + site_check.report_body(results_dir, warn), [])))
-    written.append(_write(out_dir / "index.html", _page("Benchmark results", _index_body(series, points, len(warnings)), [])))
+    written.append(_write(out_dir / "index.html",
+                          _page("Benchmark results", _index_body(series, points, len(warnings)), [])))
     csv_path = out_dir / "summary.csv"
     with open(csv_path, "w", newline="") as f:
         writer = csv.writer(f)

@@ -65,8 +65,8 @@ class Model:
 
     def describe(self) -> str:
         bw = f"{fmt_number(self.bandwidth_gbit_s, 2)} Gbit/s" if self.bandwidth_gbit_s else "not limiting"
-        return (f"{self.exchange.kind} exchange of {fmt_number(self.exchange.gradient_bytes / 1e6)} MB gradients per step, "
-                f"batch {self.batch_per_device}/device; compute {fmt_number(self.compute_s * 1e3)} ms/step, "
+        return (f"{self.exchange.kind} exchange of {fmt_number(self.exchange.gradient_bytes / 1e6)} MB gradients "
+                f"per step, batch {self.batch_per_device}/device; compute {fmt_number(self.compute_s * 1e3)} ms/step, "
                 f"effective bandwidth {bw}, latency {fmt_number(self.latency_s * 1e6)} us per hop; "
                 f"fitted on devices {', '.join(map(str, self.fitted_on))}")
 

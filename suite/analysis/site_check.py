@@ -147,8 +147,9 @@ def report_body(results_dir: Path, warn=print) -> str:
     parts = []
     for check in checks:
         head = "".join(f"<th>{html.escape(c)}</th>" for c in COLUMNS)
-        body = "".join(f'<tr style="{OUTCOME_STYLE[p.outcome]}">' + "".join(f"<td>{html.escape(c)}</td>" for c in cells(p))
-                       + "</tr>" for p in check.paths)
+        body = "".join(f'<tr style="{OUTCOME_STYLE[p.outcome]}">'
+                       + "".join(f"<td>{html.escape(c)}</td>" for c in cells(p)) + "</tr>"
+                       for p in check.paths)
         narrowed = f" (only {html.escape(check.only)})" if check.only else ""
         parts.append(f"<h2>{html.escape(check.cluster)}{narrowed}</h2><p>{html.escape(summary_line(check))}; on "
                      f"{html.escape(check.host)} at {html.escape(check.started_at)}, {check.gpus} GPU(s) there.</p>"

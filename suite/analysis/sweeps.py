@@ -58,11 +58,14 @@ def write_sweep(summary: dict, folder: Path) -> Path:
 def print_sweep(summary: dict, path: Path) -> None:
     base = summary["baseline"]
     print(f"\n== sweep {summary['sweep_id']}: speedup against "
-          + (f"{base['devices']} device(s), {base['throughput']:.2f} img/s ({base['run_id']})" if base else "nothing (no point succeeded)"))
-    print(f"   {'nodes':>5} {'devices':>7} {'img/s':>10} {'± 95% CI':>9} {'per device':>10} {'speedup':>8} {'efficiency':>10}  status")
+          + (f"{base['devices']} device(s), {base['throughput']:.2f} img/s ({base['run_id']})"
+             if base else "nothing (no point succeeded)"))
+    print(f"   {'nodes':>5} {'devices':>7} {'img/s':>10} {'± 95% CI':>9} {'per device':>10} {'speedup':>8} "
+          f"{'efficiency':>10}  status")
     for r in summary["rows"]:
         def fmt(value, spec):
             return format(value, spec) if value is not None else "-"
         print(f"   {r['nodes']:>5} {r['devices']:>7} {fmt(r['throughput'], '10.2f')} {fmt(r['ci95'], '9.2f')} "
-              f"{fmt(r['per_device'], '10.2f')} {fmt(r['speedup'], '8.2f')} {fmt(r['efficiency_pct'], '9.1f')}%  {r['status']}")
+              f"{fmt(r['per_device'], '10.2f')} {fmt(r['speedup'], '8.2f')} {fmt(r['efficiency_pct'], '9.1f')}%  "
+              f"{r['status']}")
     print(f"   summary: {path}")

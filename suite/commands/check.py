@@ -6,12 +6,14 @@ cannot take is listed as not available, with why (the doctor's own checks), and 
 Prints a table, writes it beside the records (suite/analysis/site_check.py) and exits 1 when an
 available path failed."""
 
+import json
 import os
 import re
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,6 +35,7 @@ from suite.base.errors import UsageError
 from suite.commands import common_args
 from suite.execution import plugins
 from suite.execution.clusters import Cluster, load_cluster
+from suite.execution.plan import StackRequest
 from suite.inputs.cases import Case, known_cases, load_case
 from suite.inputs.host_gpus import host_gpus, pick_flavour
 from suite.inputs.hostfiles import read_hostfile
@@ -40,9 +43,31 @@ from suite.records.write import utc_now
 from suite.stacks.locks import load_stack
 
 PATH_TIMEOUT_S = 1800  # one path, its stack's first install included
+LAUNCH_TIMEOUT_S, LAUNCH_STALL_S = 900, 300  # the runner's own limits of a tiny launch (TIMEOUT, STALL)
 GRACE_S = 90  # after the limit: the runner's own interruption (SIGTERM) ends its job and writes the record
 FRAMEWORKS = {"torch": "torch", "horovod": "horovod", "tensorflow": "tensorflow", "tensorflow-cpu": "tensorflow",
               "mxnet": "mxnet"}  # lock package -> the framework a site's environment must have
+
+
+@dataclass(frozen=True)
+class SiteEnv:
+    """The site's environment for the modules paths, as `run` takes it (MODULES, SOURCE, PYTHON: words as
+    given, None where the profile's [modules] table says)."""
+
+    modules: str | None = None
+    source: str | None = None
+    python: str | None = None
+
+    def request(self, cluster: Cluster | None) -> StackRequest:
+        def words(text: str | None):
+            return None if text is None else tuple(text.split())
+
+        return StackRequest(None, profile=cluster, modules=words(self.modules), source=words(self.source),
+                            python=self.python)
+
+    def options(self) -> list[str]:
+        return [arg for name in ("modules", "source", "python") if getattr(self, name) is not None
+                for arg in (f"--{name}", getattr(self, name))]
 
 
 @dataclass(frozen=True)
@@ -159,16 +184,16 @@ def stack_frameworks(stack: str) -> set[str]:
     return {FRAMEWORKS[name] for name in names if name in FRAMEWORKS}
 
 
-def modules_problem(cluster: Cluster | None, stack: str) -> str | None:
-    """The site's environment: configured in the profile, a module system to load it with, and the stack's
-    frameworks in it. A module that does not load is no reason here: the run shows it, as a failure."""
-    from suite.execution.plan import StackRequest
+def modules_problem(cluster: Cluster | None, stack: str, site: SiteEnv = SiteEnv()) -> str | None:
+    """The site's environment: named (profile or MODULES/SOURCE/PYTHON), a module system to load it with,
+    and the stack's frameworks in it. A module that does not load is no reason here: the run shows it,
+    as a failure."""
     from suite.runtimes import modules
 
-    setup = modules.setup_of(StackRequest(None, profile=cluster))
+    setup = modules.setup_of(site.request(cluster))
     if not (setup.load or setup.source or setup.python):
-        return (f"profile {cluster.name if cluster else 'localhost'} names no environment of the site "
-                "([modules] load, source or python)")
+        return (f"no environment of the site named (profile {cluster.name if cluster else 'localhost'}: no [modules] "
+                "load, source or python; nor MODULES, SOURCE or PYTHON)")
     output = plugins.output_here(modules.probe_argv(setup, facts=False)) or ""
     try:
         found = modules.read_probe(output, setup, "this machine")
@@ -178,20 +203,21 @@ def modules_problem(cluster: Cluster | None, stack: str) -> str | None:
     return f"the site's environment ({setup.describe()}) has no {', '.join(lacking)}" if lacking else None
 
 
-def runtime_problem(runtime: str, cluster: Cluster | None, stack: str, flavour: str) -> str | None:
+def runtime_problem(runtime: str, cluster: Cluster | None, stack: str, flavour: str,
+                    site: SiteEnv = SiteEnv()) -> str | None:
     """Why the runtime cannot run the stack here, or None. A local stack is built by the run itself."""
     if runtime == "local":
         return None
     if runtime == "modules":
-        return modules_problem(cluster, stack)
+        return modules_problem(cluster, stack, site)
     return first_missing(plugins.load("runtimes", runtime).doctor_lines(cluster, [stack], flavour))
 
 
 class Availability:
     """Why a path is not available here (None: it is), each check made once per check run."""
 
-    def __init__(self, cluster: Cluster | None, scheduler, flavour: str):
-        self.cluster, self.scheduler, self.flavour, self.known = cluster, scheduler, flavour, {}
+    def __init__(self, cluster: Cluster | None, scheduler, flavour: str, site: SiteEnv = SiteEnv()):
+        self.cluster, self.scheduler, self.flavour, self.site, self.known = cluster, scheduler, flavour, site, {}
 
     def once(self, key, compute):
         if key not in self.known:
@@ -203,7 +229,7 @@ class Availability:
         return (self.once("scheduler", lambda: scheduler_problem(self.scheduler, self.cluster))
                 or self.once(("hosts", path.nodes), lambda: hosts_problem(self.scheduler, self.cluster, path.nodes))
                 or self.once(("runtime", path.runtime, stack),
-                             lambda: runtime_problem(path.runtime, self.cluster, stack, self.flavour))
+                             lambda: runtime_problem(path.runtime, self.cluster, stack, self.flavour, self.site))
                 or self.once(("data", path.case.name), lambda: data_problem(path.case, self.cluster, tiny_args(path))))
 
 
@@ -213,10 +239,13 @@ def tiny_args(path: SitePath) -> list[str]:
     return [*path.case.tiny_args(), *path.launcher_args]
 
 
-def runner_argv(path: SitePath, cluster: Cluster | None, results: Path, runs: Path) -> list[str]:
+def runner_argv(path: SitePath, cluster: Cluster | None, results: Path, runs: Path,
+                site: SiteEnv = SiteEnv()) -> list[str]:
     return [sys.executable, "-m", "suite", "run", "--case", path.case.name, "--nodes", str(path.nodes),
             "--gpus-per-node", str(path.per_node), "--runtime", path.runtime,
-            *(["--cluster", cluster.name] if cluster else []), "--results-dir", str(results), "--runs-dir", str(runs),
+            *(site.options() if path.runtime == "modules" else []),
+            *(["--cluster", cluster.name] if cluster else []), "--timeout", str(LAUNCH_TIMEOUT_S),
+            "--stall", str(LAUNCH_STALL_S), "--results-dir", str(results), "--runs-dir", str(runs),
             "--", *tiny_args(path)]
 
 
@@ -254,37 +283,37 @@ def new_records(folder: Path, before: set[Path]) -> list[Path]:
     return sorted(set(folder.glob("*.json")) - before)
 
 
-def run_path(path: SitePath, cluster: Cluster | None, folder: Path, timeout_s: float, gpus: int) -> PathResult:
-    """One path through the normal runner, in a session of its own: its output shown live, ended by
-    SIGTERM at the limit (the runner ends its job and writes a failed record), killed after a grace."""
-    import json
-
+def run_path(path: SitePath, cluster: Cluster | None, folder: Path, timeout_s: float, gpus: int,
+             site: SiteEnv = SiteEnv()) -> tuple[PathResult, bool]:
+    """One path through the normal runner, in a session of its own, its output shown live; at the limit
+    SIGTERM (the runner ends its job and writes a failed record), killed after a grace. Also says whether
+    Ctrl-C came meanwhile (the runner got it, and the check goes no further)."""
     results, runs = folder / "results", folder / "runs"
     before = set(results.glob("*.json"))
-    argv = runner_argv(path, cluster, results, runs)
+    argv = runner_argv(path, cluster, results, runs, site)
     print(f"\n== check: {path.named()} on {path.nodes} node(s) x {path.per_node}: {' '.join(argv[2:])}", flush=True)
     started = time.monotonic()
     runner = subprocess.Popen(argv, cwd=paths.ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                               errors="replace", start_new_session=True)
-    output, limit = follow(runner, timeout_s)
+    output, limit, interrupted = follow(runner, timeout_s)
     seconds = time.monotonic() - started
     written = new_records(results, before)
     record = json.loads(written[-1].read_text()) if written else None
     where = str(written[-1]) if written else None
-    if limit:
-        return path.result(FAILED, f"{limit}; {why_failed(runner.returncode, output, record)}", seconds, where)
+    if limit or interrupted:
+        said = f"{limit or 'interrupted (SIGINT) while it ran'}; {why_failed(runner.returncode, output, record)}"
+        return path.result(FAILED, said, seconds, where), interrupted
     if runner.returncode == 0 and record and record["status"] == "ok":
         problem = gpu_problem(record, gpus)
-        return path.result(FAILED if problem else OK, problem or "", seconds, where)
-    return path.result(FAILED, why_failed(runner.returncode, output, record), seconds, where)
+        return path.result(FAILED if problem else OK, problem or "", seconds, where), False
+    return path.result(FAILED, why_failed(runner.returncode, output, record), seconds, where), False
 
 
-def follow(runner: subprocess.Popen, timeout_s: float) -> tuple[str, str | None]:
-    """The runner's output (echoed as it comes) and, where it overran, which limit ended it. Ctrl-C here
-    is passed on to the runner once (it has a session of its own), then raised when it has ended."""
+def follow(runner: subprocess.Popen, timeout_s: float) -> tuple[str, str | None, bool]:
+    """The runner's output (echoed as it comes), which limit ended it where it overran, and whether Ctrl-C
+    came: passed on to the runner once (it has a session of its own), which then ends its job."""
     kept: list[str] = []
     deadline, overran, interrupted = time.monotonic() + timeout_s, None, False
-    import threading
 
     def pump():
         for line in runner.stdout:
@@ -301,14 +330,11 @@ def follow(runner: subprocess.Popen, timeout_s: float) -> tuple[str, str | None]
                 overran = f"no end within the check's limit of {timeout_s:.0f} s"
                 stop(runner)
         except KeyboardInterrupt:
-            if interrupted:
-                continue  # one SIGINT is passed on; the runner is ending its job
-            interrupted = True
-            runner.send_signal(signal.SIGINT)
+            if not interrupted:  # once: the runner is ending its job
+                interrupted = True
+                runner.send_signal(signal.SIGINT)
     reader.join(timeout=5)
-    if interrupted:
-        raise KeyboardInterrupt
-    return "".join(kept), overran
+    return "".join(kept), overran, interrupted
 
 
 def stop(runner: subprocess.Popen) -> None:
@@ -326,8 +352,25 @@ def new_check_id(cluster: str) -> str:
     return f"{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}-{re.sub(r'[^A-Za-z0-9_.-]', '-', cluster)}-check"
 
 
+def run_paths(found: list[SitePath], check: SiteCheck, available: Availability, cluster: Cluster | None,
+              folder: Path, timeout_s: float) -> bool:
+    """Each path in turn, its row added to the check; False where Ctrl-C ended the check."""
+    try:
+        for path in found:
+            if problem := available.problem(path):
+                check.paths.append(path.result(UNAVAILABLE, problem))
+                continue
+            result, interrupted = run_path(path, cluster, folder, timeout_s, check.gpus, available.site)
+            check.paths.append(result)
+            if interrupted:
+                return False
+    except KeyboardInterrupt:  # while a path's availability was looked at
+        return False
+    return True
+
+
 def check_site(cluster_name: str | None, only: list[str] | None, results_dir: Path, runs_dir: Path,
-               timeout_s: float = PATH_TIMEOUT_S) -> int:
+               timeout_s: float = PATH_TIMEOUT_S, site: SiteEnv = SiteEnv()) -> int:
     cluster = load_cluster(cluster_name) if cluster_name else None
     scheduler = plugins.load("schedulers", cluster.scheduler if cluster else "local")
     gpus = host_gpus()
@@ -336,16 +379,10 @@ def check_site(cluster_name: str | None, only: list[str] | None, results_dir: Pa
     check = SiteCheck(new_check_id(cluster.name if cluster else "localhost"), cluster.name if cluster else "localhost",
                       scheduler.name, socket.gethostname(), utc_now(), gpus, " ".join(only) if only else None)
     folder = Path(runs_dir).resolve() / check.check_id
-    available = Availability(cluster, scheduler, pick_flavour(None, gpus))
+    available = Availability(cluster, scheduler, pick_flavour(None, gpus), site)
     started = time.monotonic()
-    try:
-        for path in found:
-            problem = available.problem(path)
-            check.paths.append(path.result(UNAVAILABLE, problem) if problem else
-                               run_path(path, cluster, folder, timeout_s, gpus))
-    except KeyboardInterrupt:
+    if not run_paths(found, check, available, cluster, folder, timeout_s):
         print("check interrupted: the paths after the last one listed did not run", file=sys.stderr)
-        check.paths.append(path.result(FAILED, "interrupted (SIGINT) while it ran"))
     check.seconds = round(time.monotonic() - started, 1)
     written = write_check(check, results_dir)
     print(f"\n{format_table(check)}\n\n{summary_line(check)}\ntable: {written}")
@@ -365,6 +402,9 @@ class CheckRequest:
     timeout: float = PATH_TIMEOUT_S
     results_dir: Path = paths.RESULTS
     runs_dir: Path = paths.RUNS
+    modules: str | None = None
+    source: str | None = None
+    python: str | None = None
 
 
 def add_arguments(parser) -> None:
@@ -377,6 +417,11 @@ def add_arguments(parser) -> None:
     common_args.results_dir(parser, "the table goes beside it, in ../site-checks/ (default: reports/results)")
     parser.add_argument("--runs-dir", type=Path, default=paths.RUNS,
                         help="where each check's folder goes: the paths' records and run folders (default: runs/)")
+    for name, key, what in (("modules", "load", "environment modules to load, in order"),
+                            ("source", "source", "scripts to source after loading"),
+                            ("python", "python", "the Python that runs the cases")):
+        parser.add_argument(f"--{name}", default=None, help=f"the site's environment of the modules paths: {what} "
+                            f"(default: the profile's [modules] {key}) (Make: {name.upper()})")
 
 
 def make_request(args, case_args: list[str], argv: list[str]) -> CheckRequest:
@@ -387,4 +432,5 @@ def make_request(args, case_args: list[str], argv: list[str]) -> CheckRequest:
 
 
 def run(req: CheckRequest) -> int:
-    return check_site(req.cluster, req.only, req.results_dir, req.runs_dir, req.timeout)
+    return check_site(req.cluster, req.only, req.results_dir, req.runs_dir, req.timeout,
+                      SiteEnv(req.modules, req.source, req.python))

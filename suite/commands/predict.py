@@ -125,8 +125,9 @@ def validation_table(case_name: str, published: str, fit_up_to: int) -> str:
     published_eff = {n: e for (n, _), (_, e) in zip(points, speedup_efficiency(points, points[0]))}
     rows = [f"{case_name}, {v.data.source}; extrapolation held out devices {', '.join(map(str, v.held_out))}, "
             f"model: {v.model.describe()}", "",
-            f"| devices | published img/s | role (fit on <= {fit_up_to}) | predicted img/s | error (residual if fitted) "
-            "| leave-one-out predicted img/s | leave-one-out error | published efficiency | predicted efficiency |",
+            f"| devices | published img/s | role (fit on <= {fit_up_to}) | predicted img/s "
+            "| error (residual if fitted) | leave-one-out predicted img/s | leave-one-out error | published efficiency "
+            "| predicted efficiency |",
             "| ---: | ---: | :--- | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for n, value in points:
         held = n > fit_up_to

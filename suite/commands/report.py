@@ -19,7 +19,8 @@ class ReportRequest:
 
 def add_arguments(parser) -> None:
     common_args.results_dir(parser)
-    parser.add_argument("--out", type=Path, default=paths.RESULTS.parent, help="folder for the pages (default: reports/)")
+    parser.add_argument("--out", type=Path, default=paths.RESULTS.parent,
+                        help="folder for the pages (default: reports/)")
 
 
 def make_request(args, case_args: list[str], argv: list[str]) -> ReportRequest:

@@ -4,7 +4,10 @@ scheduler or runtime, e.g. [ssh] or [slurm]). Porting the suite to a cluster is 
 Unknown keys are refused, so a typo cannot pass silently. The keys of a plugin's table are declared
 by the plugin (its PROFILE, see suite/execution/plugins.py)."""
 
-import tomllib
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -64,7 +67,8 @@ def load_cluster(name: str) -> Cluster:
     declared = plugin_settings()
     _check_keys(spec, path, declared)
     if spec.get("cpu_bind", "none") not in POLICIES:
-        raise UsageError(f"cluster profile {path}: cpu_bind must be one of {', '.join(POLICIES)}, got {spec['cpu_bind']!r}")
+        raise UsageError(f"cluster profile {path}: cpu_bind must be one of {', '.join(POLICIES)}, "
+                         f"got {spec['cpu_bind']!r}")
     relative = {k: _resolve(spec[k], paths.HOSTFILES if k == "hostfile" else paths.ROOT)
                 for k in ("hostfile", "data_dir", "container_dir", "wheels") if k in spec}
     tables = {name: _with_defaults(spec.pop(name), settings, name, path)
@@ -82,7 +86,8 @@ def _check_keys(spec: dict, path: Path, declared: dict) -> None:
         for key in table:
             if key not in allowed:
                 where = f"[{section}] " if section else ""
-                raise UsageError(f"cluster profile {path}: unknown key {where}'{key}' (allowed: {', '.join(sorted(allowed))})")
+                raise UsageError(f"cluster profile {path}: unknown key {where}'{key}' "
+                                 f"(allowed: {', '.join(sorted(allowed))})")
 
 
 TYPE_WORDS = {list: "list of strings", str: "string", int: "integer", bool: "boolean (true or false)",

@@ -68,7 +68,8 @@ def check_buildable(fl: Flavour) -> None:
                          f"(placeholder in containers/{fl.stack.name}/{DESCRIPTION}); pin it, then render")
     stale = [recipe.path for recipe in recipes(fl) if recipe.stale]
     if stale:
-        raise UsageError(f"{fl.id}: {stale[0].name} does not match {DESCRIPTION} and the lock; run `python -m suite containers render`")
+        raise UsageError(f"{fl.id}: {stale[0].name} does not match {DESCRIPTION} and the lock; "
+                         "run `python -m suite containers render`")
 
 
 def build(stack: str | None, flavour: str | None, tool: str, base: str = "pinned", refresh_base: bool = False,

@@ -39,7 +39,8 @@ class RunRequest:
     data_dir: Path | None = None
     dry_run: bool = False
     run_id: str | None = None  # set by the slurm scheduler for the run inside its batch job
-    precheck: str = "auto"  # interconnect check: auto (points of 2+ nodes), on, off (suite/execution/interconnect_check.py)
+    # interconnect check: auto (points of 2+ nodes), on, off (suite/execution/interconnect_check.py)
+    precheck: str = "auto"
     telemetry_interval: float | None = 1.0  # seconds between telemetry samples; 0: no sampler
     cpu_bind: str | None = None  # suite/instack/cpu_binding.py; None: the cluster's, else none
     flavour: str | None = None  # cpu or cuda stack; None: what the hosts have
@@ -74,7 +75,8 @@ def add_run_options(parser: argparse.ArgumentParser, runtimes: list[str], schedu
             parser.add_argument(*names, **how)
 
     add("--case", default="pytorch-synthetic", help="case folder under cases/ (Make: CASE)")
-    add("--nodes", default="1", help="use the first N hosts of the hostfile; a list such as 1,2,4 runs a sweep (Make: NODES)")
+    add("--nodes", default="1",
+        help="use the first N hosts of the hostfile; a list such as 1,2,4 runs a sweep (Make: NODES)")
     add("--gpus-per-node", default=None, help="devices (processes) per node, overriding the hostfile's slots; a list "
         "such as 1,4 sweeps over it (Make: GPUS_PER_NODE)")
     add("--cluster", default=None, help="cluster profile hostfiles/NAME.toml: hostfile, scheduler, devices per node, "

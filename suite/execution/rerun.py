@@ -99,10 +99,12 @@ def request(record: dict, asked) -> RunRequest:
     world = record["world"]
     per_node = devices_per_node(world)
     cluster, hostfile = host_source(world, asked)
-    return replace(original, case=record["case"], nodes=str(world["nodes"]), gpus_per_node=str(per_node) if original.gpus_per_node else None,
+    return replace(original, case=record["case"], nodes=str(world["nodes"]),
+                   gpus_per_node=str(per_node) if original.gpus_per_node else None,
                    cluster=cluster, hostfile=hostfile, runtime=record["execution"]["runtime"],
                    scheduler=None if asked.cluster or asked.hostfile else original.scheduler,
-                   results_dir=asked.results_dir, runs_dir=asked.runs_dir, data_dir=asked.data_dir, dry_run=asked.dry_run,
+                   results_dir=asked.results_dir, runs_dir=asked.runs_dir, data_dir=asked.data_dir,
+                   dry_run=asked.dry_run,
                    run_id=new_run_id(record["case"], world["nodes"], world["devices"]), baseline=None, argv=[],
                    cpu_bind=world.get("binding", {}).get("policy") or original.cpu_bind,
                    flavour=recorded_flavour(record))
@@ -126,7 +128,8 @@ def differences(record: dict, req: RunRequest, checked: Checked) -> list[str]:
     if checked.runtime.name == "modules":  # a site's environment: its fingerprint plays the lock's part
         stack = environment_drift(record["provenance"], prepare(req, checked).provenance)
     else:
-        stack = [*stack_drift(record, checked, req.flavour or recorded_flavour(record)), *image_drift(record, req, checked)]
+        stack = [*stack_drift(record, checked, req.flavour or recorded_flavour(record)),
+                 *image_drift(record, req, checked)]
     return [*stack, *git_drift(record["provenance"], git_state()),
             *option_drift(record["config"]["options"], checked.options, checked.case.name),
             *world_drift(record["world"], checked), *device_drift(record, checked)]
@@ -219,7 +222,8 @@ def git_drift(prov: dict, now: dict) -> list[str]:
     if was_commit != commit:
         return [f"suite checkout: commit {short(was_commit)} in the record, {short(commit)} here"]
     if commit is None:
-        return ["suite checkout: neither the record's suite nor this one is a git checkout; the code cannot be compared"]
+        return ["suite checkout: neither the record's suite nor this one is a git checkout; "
+                "the code cannot be compared"]
     if prov.get("git_dirty") and "git_diff_sha256" not in prov:
         return ["suite checkout: the record's had uncommitted changes that it does not identify (schema 1); "
                 "this checkout cannot be checked against them"]
@@ -254,7 +258,10 @@ def world_drift(was: dict, checked: Checked) -> list[str]:
     before, now = sorted(was["slots"].values()), sorted(h.slots for h in world.hosts)
     if before == now:
         return []
-    show = lambda counts: str(counts[0]) if len(set(counts)) == 1 else "/".join(map(str, counts))  # noqa: E731
+
+    def show(counts: list[int]) -> str:
+        return str(counts[0]) if len(set(counts)) == 1 else "/".join(map(str, counts))
+
     return [f"devices per node: {show(before)} in the record, {show(now)} from {world.source}"]
 
 
@@ -284,7 +291,8 @@ def notes(record: dict, checked: Checked) -> list[str]:
         lines.append(f"scheduler {checked.scheduler.name} (the record's: {execution['scheduler']})")
     was, now = record["provenance"].get("environment", {}), recorded_env(os.environ)
     changed = [f"{k}={was.get(k, '(unset)')} in the record, {now.get(k, '(unset)')} here"
-               for k in sorted(set(was) | set(now)) if was.get(k) != now.get(k) and MASK not in (was.get(k), now.get(k))]
+               for k in sorted(set(was) | set(now))
+               if was.get(k) != now.get(k) and MASK not in (was.get(k), now.get(k))]
     if changed:
         lines.append("environment not restored: " + "; ".join(changed)[:600])
     return lines
@@ -294,7 +302,10 @@ def notes(record: dict, checked: Checked) -> list[str]:
 
 def comparison(old_path: Path, new_path: Path, tolerance: float) -> str:
     """The `compare` verdict of the new record (B) against the original (A)."""
-    warn = lambda m: print(m, file=sys.stderr)  # noqa: E731
+
+    def warn(message: str) -> None:
+        print(message, file=sys.stderr)
+
     old, new = load_point(old_path, warn), load_point(new_path, warn)
     if old is None or new is None:
         which = "the original record" if old is None else "the rerun"

@@ -37,10 +37,10 @@ from suite.inputs.host_gpus import PROBE, check_devices, count_from_probe
 from suite.inputs.hostfiles import Host, World, positive_int, positive_ints, read_hostfile, select_world
 from suite.instack.cpu_binding import POLICIES
 from suite.instack.probe import announced
-from suite.records.measure import Repetition, measure
+from suite.records.measure import Repetition, measure, read_starts
 from suite.records.read import Point
 from suite.records.system_description import system_description
-from suite.records.telemetry_window import summarize as summarize_telemetry  # noqa: I001
+from suite.records.telemetry_window import summarize as summarize_telemetry
 from suite.records.write import RunContext, build_record, new_run_id, utc_now, write_record
 from suite.stacks.locks import Stack, load_stack
 
@@ -103,7 +103,8 @@ def check(req: RunRequest) -> Checked:
         check_devices({h.name: h.slots for h in world.hosts}, found,
                       "GPUS_PER_NODE" if req.gpus_per_node else f"slots in {hostfile}")
     if req.run_id and (len(worlds) > 1 or not re.fullmatch(r"[\w.-]+", req.run_id)):
-        raise UsageError(f"--run-id names one run point: a word for a single NODES and GPUS_PER_NODE, got '{req.run_id}'")
+        raise UsageError("--run-id names one run point: a word for a single NODES and GPUS_PER_NODE, "
+                         f"got '{req.run_id}'")
     data_dir = Path(req.data_dir or (cluster and cluster.data_dir) or paths.data_dir())
     cpu_bind = req.cpu_bind or (cluster.cpu_bind if cluster else "none")
     if cpu_bind not in POLICIES:
@@ -130,8 +131,9 @@ def site_options(req: RunRequest, runtime: str) -> None:
     """MODULES, SOURCE and PYTHON describe a site's environment: another runtime would ignore them."""
     given = [f"--{name}" for name in ("modules", "source", "python") if getattr(req, name) is not None]
     if given and runtime != "modules":
-        raise UsageError(f"{', '.join(given)} (Make: MODULES, SOURCE, PYTHON) choose the environment of RUNTIME=modules; "
-                         f"runtime {runtime} brings its own stack (add RUNTIME=modules, or leave them out)")
+        raise UsageError(f"{', '.join(given)} (Make: MODULES, SOURCE, PYTHON) choose the environment of "
+                         f"RUNTIME=modules; runtime {runtime} brings its own stack (add RUNTIME=modules, or leave "
+                         "them out)")
 
 
 def gpus_of(scheduler, hosts: list[str], cluster, dry_run: bool) -> dict[str, int | None]:
@@ -281,7 +283,7 @@ def hardware_metrics(reps: list[Repetition], world: World, interval: float | Non
     """metrics.telemetry and metrics.interconnect, where they were taken."""
     try:
         telemetry = summarize_telemetry(reps, world, interval)
-    except Exception as exc:  # noqa: BLE001 (the sampler's figures must never cost the run its record)
+    except Exception as exc:  # any kind: the sampler's figures must never cost the run its record
         telemetry = {"interval_s": interval, "hosts": {}, "energy_j": None, "joules_per_image": None,
                      "error": f"{type(exc).__name__}: {exc}"}
     found = {"telemetry": telemetry, "interconnect": interconnect}
@@ -293,7 +295,8 @@ def batch_job(req: RunRequest, checked: Checked, ctx: RunContext) -> BatchJob:
     every value resolved (the job runs where this machine's defaults may not hold)."""
     runs_dir = Path(req.runs_dir).resolve()
     run_dir = runs_dir / ctx.run_id
-    inner = replace(req, case=checked.case.name, nodes=str(ctx.world.nodes), gpus_per_node=str(ctx.world.hosts[0].slots),
+    inner = replace(req, case=checked.case.name, nodes=str(ctx.world.nodes),
+                    gpus_per_node=str(ctx.world.hosts[0].slots),
                     hostfile=None, runtime=ctx.runtime, scheduler=ctx.scheduler, repeat=str(checked.repeat),
                     timeout=str(math.ceil(checked.timeout_s)), stall=str(math.ceil(checked.stall_s)), baseline=None,
                     results_dir=run_dir / "record", runs_dir=runs_dir, data_dir=Path(checked.data_dir).resolve(),
@@ -328,13 +331,15 @@ def run_repetition(index, plan, scheduler, rep_dir: Path, timeout_s: float, stal
     rep.exit_codes = {r.name: r.returncode for r in results}
     rep.ran_on = announced(str(rep_dir))
     # The process that failed by itself, rather than one stopped because of it.
-    bad = next((r for r in results if not r.ok and r.reason is None), None) or next((r for r in results if not r.ok), None)
+    bad = (next((r for r in results if not r.ok and r.reason is None), None)
+           or next((r for r in results if not r.ok), None))
     if bad:
         rep.status = "failed"
         last = next((line for line in reversed(bad.tail) if line.strip()), "")
         how = bad.reason or exit_description(bad.returncode)
         said = f"first error: {bad.first_error!r}" if bad.first_error else f"last output: {last!r}"
         rep.reason = f"{bad.name} on {bad.host} {how}; {said}; log: {bad.log}"
+        rep.starts = read_starts(rep_dir)  # what the ranks that started ran on: a wrong device explains the failure
         return rep
     try:
         measure(rep, plan.ranks)
@@ -358,7 +363,8 @@ def dry_run(req: RunRequest, checked: Checked) -> int:
     try:
         stack_env = prepare(req, checked, install=False)
         prov = stack_env.provenance
-        print(f"stack {prov.get('stack')}/{prov.get('stack_flavour') or 'site environment'}: {prov.get('stack_location')}")
+        print(f"stack {prov.get('stack')}/{prov.get('stack_flavour') or 'site environment'}: "
+              f"{prov.get('stack_location')}")
         check_stack(req, checked, stack_env)
     except (UsageError, RuntimeError, OSError) as exc:
         print(f"warning: on this machine: {exc}")
@@ -366,20 +372,24 @@ def dry_run(req: RunRequest, checked: Checked) -> int:
     for warning in checked.warnings:
         print(f"warning: on this machine: {warning}")
     if setup := checked.runtime.job_lines(stack_request(req, checked, install=False)):
-        print(f"every process of runtime {checked.runtime.name} starts after:\n" + "\n".join(f"  {line}" for line in setup))
+        print(f"every process of runtime {checked.runtime.name} starts after:\n"
+              + "\n".join(f"  {line}" for line in setup))
     for world in checked.worlds:
         ctx = run_context(req, checked, world, None)
         rep_dir = req.runs_dir / ctx.run_id / "rep-0"
         plan = plan_point(req, checked, world, stack_env, rep_dir)
         print(f"== {ctx.run_id}: {checked.case.name} on {world.nodes} node(s), {world.devices} device(s) "
-              f"from {world.source}; runtime {ctx.runtime}, scheduler {ctx.scheduler}, launcher {checked.launcher.name}")
+              f"from {world.source}; runtime {ctx.runtime}, scheduler {ctx.scheduler}, "
+              f"launcher {checked.launcher.name}")
         for p in plan.processes:
             env = " ".join(f"{k}={shlex.quote(str(v))}" for k, v in masked_env(p.env).items())
             print(f"process {p.name} on {p.host}\n  argv: {shlex.join(p.argv)}\n  env: {env}\n  cwd: {p.cwd}")
         if req.telemetry_interval:
-            print(f"beside them: a telemetry sampler on each host (suite/instack/telemetry_sampler.py, every {req.telemetry_interval:g} s)")
+            print("beside them: a telemetry sampler on each host (suite/instack/telemetry_sampler.py, "
+                  f"every {req.telemetry_interval:g} s)")
         if wanted(req.precheck, world.nodes):
-            print("before the timed run: the interconnect check (suite/instack/allreduce_sweep.py) through the same launcher")
+            print("before the timed run: the interconnect check (suite/instack/allreduce_sweep.py) "
+                  "through the same launcher")
         print(checked.scheduler.describe(plan, batch_job(req, checked, ctx)))
     print("dry run: nothing was started and no record was written")
     return 0
@@ -409,7 +419,8 @@ def print_summary(record: dict, path: Path) -> None:
     print(f"   {world['nodes']} node(s), {world['devices']} device(s){device}, hosts {', '.join(world['hosts'])}")
     if tp["mean"] is not None:
         ci = f" ± {tp['ci95']:.2f}" if tp["ci95"] is not None else ""
-        print(f"   throughput: {tp['mean']:.2f}{ci} img/s total, {tp['per_device']:.2f} img/s per device "
+        unit = tp.get("unit", "img/s")
+        print(f"   throughput: {tp['mean']:.2f}{ci} {unit} total, {tp['per_device']:.2f} {unit} per device "
               f"(mean{' ± 95% CI' if ci else ''}, n={tp['n']} {tp['ci95_basis']})")
     if diagnosis := record["metrics"].get("diagnosis"):
         print(f"   {summary_line(diagnosis)}")

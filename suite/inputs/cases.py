@@ -41,6 +41,11 @@ class Case:
         return 60.0 * self.spec.get("stall_minutes", 30)
 
     @property
+    def throughput_unit(self) -> str:
+        """What the case's throughput counts per second: img/s, or the `unit` its case.toml names (tokens/s)."""
+        return f"{self.spec['unit']}/s" if "unit" in self.spec else "img/s"
+
+    @property
     def record_spec(self) -> dict:
         return self.spec.get("record", {})
 

@@ -3,10 +3,10 @@ machine, and a free TCP port."""
 
 import socket
 from collections.abc import Collection
-from functools import lru_cache
+from functools import cache
 
 
-@lru_cache(maxsize=None)
+@cache
 def is_local(host: str) -> bool:
     """This machine: localhost, its host name, or a name/address that resolves to an address this
     machine can bind (all of 127.0.0.0/8 included, as Linux routes it to the loopback device)."""

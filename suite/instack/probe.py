@@ -27,8 +27,11 @@ from contextlib import contextmanager
 
 
 class Probe:
-    def __init__(self, rank: int, size: int, local_rank: int = 0, local_size: int = 1, run_dir: str | None = None):
+    def __init__(self, rank: int, size: int, local_rank: int = 0, local_size: int = 1, run_dir: str | None = None,
+                 samples: str = "images"):
+        """`samples`: what the case's counts are (images, tokens), for the lines it prints."""
         self.rank, self.size = rank, size
+        self.samples, self.rate = samples, "img/s" if samples == "images" else f"{samples}/s"
         self.local_rank, self.local_size = local_rank, local_size
         run_dir = run_dir or os.environ.get("SUITE_RUN_DIR") or "."
         os.makedirs(os.path.join(run_dir, "ranks"), exist_ok=True)
@@ -61,7 +64,7 @@ class Probe:
 
     @contextmanager
     def warmup(self, images: int, sync=None):
-        self._say(f"warmup: {images} images per device, not timed")
+        self._say(f"warmup: {images} {self.samples} per device, not timed")
         with _timed(sync) as elapsed:
             yield
         self._write("warmup", images=images, seconds=elapsed())
@@ -98,8 +101,8 @@ class Probe:
         self._iterations += 1
         rate = images / seconds
         of = f"/{total}" if total else ""
-        self._say(f"iteration {self._iterations}{of}: {rate:.1f} img/s per device, "
-                  f"~{rate * self.size:.1f} img/s on {self.size} device(s)")
+        self._say(f"iteration {self._iterations}{of}: {rate:.1f} {self.rate} per device, "
+                  f"~{rate * self.size:.1f} {self.rate} on {self.size} device(s)")
 
     def epoch_begin(self, sync=None) -> None:
         """For epoch-based cases (e.g. from a Keras callback): marks the start of an epoch."""
@@ -119,8 +122,9 @@ class Probe:
         self._trained += images
         shown = ", ".join(f"{k} {v:.4g}" for k, v in metrics.items() if isinstance(v, (int, float)))
         of = f"/{total}" if total else ""
-        self._say(f"epoch {index}{of}: {seconds:.1f} s, ~{images * self.size / seconds:.1f} img/s"
-                  + (f", {shown}" if shown else "") + (" (first epoch: not counted in throughput)" if index == 1 else ""))
+        self._say(f"epoch {index}{of}: {seconds:.1f} s, ~{images * self.size / seconds:.1f} {self.rate}"
+                  + (f", {shown}" if shown else "")
+                  + (" (first epoch: not counted in throughput)" if index == 1 else ""))
 
     def work(self, flops_per_sample: float, source: str, precision: str | None = None) -> None:
         """What one sample (an image, a sequence) costs to train: the model's FLOPs of one training

@@ -46,7 +46,8 @@ def check_build(facts: dict) -> None:
     """Facts not read yet (before the stack is prepared) pass; Horovod without PyTorch, or without
     Gloo and MPI, is refused naming what to add."""
     if facts.get("horovod_torch") is False:
-        raise UsageError(f"the stack's Horovod cannot run PyTorch (import horovod.torch: {facts.get('horovod_error')}); "
+        raise UsageError("the stack's Horovod cannot run PyTorch "
+                         f"(import horovod.torch: {facts.get('horovod_error')}); "
                          "load a Horovod built with PyTorch (HOROVOD_WITH_PYTORCH=1)")
     if "horovod_gloo" in facts and not facts["horovod_gloo"] and not facts.get("horovod_mpi"):
         raise UsageError("the stack's Horovod has neither Gloo nor MPI (horovodrun --check-build); load a Horovod "

@@ -60,6 +60,12 @@ def read_rank_events(run_dir: Path) -> dict[int, list[dict]]:
     return events
 
 
+def read_starts(run_dir: Path) -> list[dict]:
+    """The start lines of the ranks that wrote one (a failed repetition's too: what they ran on)."""
+    events = read_rank_events(Path(run_dir))
+    return [e for r in sorted(events) for e in events[r][:1] if e.get("event") == "start"]
+
+
 def measure(rep: Repetition, expected_ranks: int) -> None:
     """Fill the repetition from its rank files. Per timed unit (iteration or epoch): images of all
     ranks / the slowest rank's time. The first epoch of an epoch-based case is its warmup."""
@@ -133,18 +139,19 @@ def _combine(unit: tuple[dict, ...], with_metrics: bool = False) -> dict:
     return combined
 
 
-def throughput_metrics(reps: list[Repetition], devices: int) -> dict:
-    """Mean ± 95% CI: over repetition means when there are several, else over iteration samples."""
+def throughput_metrics(reps: list[Repetition], devices: int, unit: str = "img/s") -> dict:
+    """Mean ± 95% CI: over repetition means when there are several, else over iteration samples; `unit`
+    says what they count (the case's samples: img/s, tokens/s)."""
     measured = [r for r in reps if r.status == "ok" and r.samples]
     if not measured:
-        return {"unit": "img/s", "mean": None, "per_device": None, "ci95": None, "ci95_basis": None,
+        return {"unit": unit, "mean": None, "per_device": None, "ci95": None, "ci95_basis": None,
                 "samples": [], "repetitions": [], "n": 0}
     rep_means = [sum(r.samples) / len(r.samples) for r in measured]
     samples = [s for r in measured for s in r.samples]
     basis = rep_means if len(rep_means) > 1 else samples
     mean, ci = mean_ci95(basis)
     return {
-        "unit": "img/s",
+        "unit": unit,
         "mean": mean,
         "per_device": mean / devices,
         "ci95": ci,

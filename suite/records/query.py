@@ -15,7 +15,8 @@ CSV_COLUMNS = ["finished_at", "started_at", "case", "cluster", "stack", "nodes",
 def query(results_dir: Path, selection: Selection, form: str, out, warn=print) -> None:
     if not Path(results_dir).is_dir():
         raise UsageError(f"no such results folder: {results_dir}")
-    entries = sorted(select(results_dir, selection, warn=warn, summaries=False), key=lambda e: (e.finished_at, e.run_id))
+    entries = sorted(select(results_dir, selection, warn=warn, summaries=False),
+                     key=lambda e: (e.finished_at, e.run_id))
     if form == "csv":
         writer = csv.writer(out)
         writer.writerow(CSV_COLUMNS)

@@ -4,7 +4,11 @@ through its results index (suite/records/index.py); a single file directly, with
 
 import json
 import statistics
-import tomllib
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -71,7 +75,8 @@ class Point:
     @property
     def config_label(self) -> str:
         cfg = self.record["config"]
-        return f"{cfg.get('model')}, {cfg.get('image_size')} px, batch {cfg.get('batch_per_device')}/device, {cfg.get('dtype')}"
+        return (f"{cfg.get('model')}, {cfg.get('image_size')} px, batch {cfg.get('batch_per_device')}/device, "
+                f"{cfg.get('dtype')}")
 
     @property
     def epoch_seconds(self) -> float | None:

@@ -1,6 +1,7 @@
-"""The samples of the telemetry samplers (suite/instack/telemetry_sampler.py, one per host) read over the probe's timed window into the record's `metrics.telemetry`
-(warmup excluded). Samples are read as a piecewise-linear curve, so a window shorter than the
-sampling interval still gets a value as long as samples lie on both sides of it."""
+"""The samples of the telemetry samplers (suite/instack/telemetry_sampler.py, one per host) read over the
+probe's timed window into the record's `metrics.telemetry` (warmup excluded). Samples are read as a
+piecewise-linear curve, so a window shorter than the sampling interval still gets a value as long as samples lie
+on both sides of it."""
 
 import json
 import re

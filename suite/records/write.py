@@ -56,8 +56,8 @@ def build_record(ctx: RunContext, reps: list[Repetition], stack_provenance: dict
     reported = first.get("config", {})
     batch = reported.get("batch_per_device") or ctx.options.get(spec.get("batch_per_device"))
     failed = [r for r in reps if r.status != "ok"]
-    reason = failure or (f"repetition {failed[0].index}: {failed[0].reason}" if failed else None) \
-        or trained_elsewhere(ctx.device_asked, starts)
+    reason = failure or trained_elsewhere(ctx.device_asked, starts) \
+        or (f"repetition {failed[0].index}: {failed[0].reason}" if failed else None)
     return {
         "schema_version": SCHEMA_VERSION,
         "run_id": ctx.run_id,
@@ -93,7 +93,7 @@ def build_record(ctx: RunContext, reps: list[Repetition], stack_provenance: dict
         "execution": {"runtime": ctx.runtime, "scheduler": ctx.scheduler, "stack": ctx.case.stack,
                       **plan_details},
         "metrics": {
-            "throughput": throughput_metrics(reps, ctx.world.devices),
+            "throughput": throughput_metrics(reps, ctx.world.devices, ctx.case.throughput_unit),
             "timed_images": sum(r.images for r in reps),
             "timed_seconds": sum(r.seconds for r in reps),
             "epochs": [{"repetition": r.index, **e} for r in reps for e in r.epochs],

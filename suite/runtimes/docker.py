@@ -178,7 +178,7 @@ def cleanup(env: StackEnv, log=print) -> None:
         left = client().containers.list(all=True, filters={"label": f"{SESSION_LABEL}={session}"})
         for container in left:
             container.remove(force=True)
-    except Exception as exc:  # noqa: BLE001 (the SDK raises several kinds; the record must still be written)
+    except Exception as exc:  # any kind: the SDK raises several kinds; the record must still be written
         log(f"warning: docker: could not remove this run's containers: {str(exc).splitlines()[0][:160]}")
         return
     if left:

@@ -174,7 +174,7 @@ def facts():
     except Exception:
         pass
     try:
-        import horovod  # noqa: F401
+        import horovod  # noqa: F401 (only whether it imports)
     except Exception:
         return found
     try:

@@ -122,7 +122,8 @@ def settings(cluster) -> dict:
         if key in spec and not (isinstance(spec[key], str) and WORD.match(spec[key])):
             raise UsageError(f"{where} {key} must be one word without spaces or quotes, got {spec[key]!r}")
     if "time_limit" in spec and not TIME_LIMIT.match(spec["time_limit"]):
-        raise UsageError(f"{where} time_limit must be a SLURM time such as 00:30:00 or 1-00:00:00, got {spec['time_limit']!r}")
+        raise UsageError(f"{where} time_limit must be a SLURM time such as 00:30:00 or 1-00:00:00, "
+                         f"got {spec['time_limit']!r}")
     cpus = spec.get("cpus_per_task")
     if cpus is not None and (not isinstance(cpus, int) or isinstance(cpus, bool) or cpus < 1):
         raise UsageError(f"{where} cpus_per_task must be a positive integer, got {cpus!r}")
@@ -257,7 +258,8 @@ def job_script(job: BatchJob) -> str:
     lines += [f"#SBATCH {d}" for d in directives]
     if spec.get("modules"):
         modules = shlex.join(spec["modules"])
-        lines.append(f"module load {modules} || {{ echo {shlex.quote('module load ' + modules + ' failed')} >&2; exit 1; }}")
+        failed = shlex.quote(f"module load {modules} failed")
+        lines.append(f"module load {modules} || {{ echo {failed} >&2; exit 1; }}")
     lines += [*job.setup, f"cd {shlex.quote(str(paths.ROOT))}", f"exec {shlex.join(job.inner_argv)}", ""]
     return "\n".join(lines)
 
@@ -304,7 +306,8 @@ def take_over(job: BatchJob) -> TakenOver | None:
         except KeyboardInterrupt:
             info = job_info(job_id) or {}
     slurm = {"job_id": job_id, "nodelist": info.get("NodeList"), "state": info.get("JobState"),
-             "elapsed": info.get("RunTime"), "exit_code": info.get("ExitCode"), "script": str(job.run_dir / "job.sbatch")}
+             "elapsed": info.get("RunTime"), "exit_code": info.get("ExitCode"),
+             "script": str(job.run_dir / "job.sbatch")}
     record = None if interrupted else inner_record(job.run_dir)
     if record is not None:
         return TakenOver(record, None, slurm)

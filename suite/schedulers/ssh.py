@@ -142,7 +142,8 @@ class SshPlacement(Placement):
     def sweep(self, hosts: set[str], sig: int) -> None:
         name = signal.Signals(sig).name.removeprefix("SIG")
         command = f"sh -c {shlex.quote(SWEEP)} sweep {shlex.quote(self.marker)} {name}"
-        threads = [threading.Thread(target=_quiet_run, args=(self.ssh.argv(h, "-o", "ConnectTimeout=10") + ["--", command],))
+        threads = [threading.Thread(target=_quiet_run,
+                                    args=(self.ssh.argv(h, "-o", "ConnectTimeout=10") + ["--", command],))
                    for h in sorted(hosts)]
         for t in threads:
             t.start()

@@ -64,7 +64,8 @@ def debian_base(client, log=print, refresh: bool = False) -> dict:
         made = client.images.list(name=BASE_REPOSITORY, filters={"label": f"{BASE_LABEL}.spec={spec}"})
         if made:
             image = max(made, key=lambda i: i.attrs.get("Created", ""))
-            log(f"containers: Debian base {image.tags[0] if image.tags else image.id} (made before; BASE_REFRESH=1 remakes it)")
+            log(f"containers: Debian base {image.tags[0] if image.tags else image.id} "
+                "(made before; BASE_REFRESH=1 remakes it)")
             return base_provenance(client, image)
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="hpc-dl-bench-base-") as tmp:
@@ -96,12 +97,14 @@ def bootstrap(workdir: Path, tarball: Path) -> str:
         hook = (f'sed -n "s/^Date: //p" "$1"/var/lib/apt/lists/*_InRelease | head -n 1 > "$1"{RELEASE_DATE_FILE}')
         run([tool, "--quiet", "--variant=minbase", include, f"--customize-hook={hook}", DEBIAN_SUITE,
              str(tarball), DEBIAN_MIRROR], env)
-        root_file = subprocess.run(["tar", "-xOf", str(tarball), f".{RELEASE_DATE_FILE}"], capture_output=True, text=True)
+        root_file = subprocess.run(["tar", "-xOf", str(tarball), f".{RELEASE_DATE_FILE}"],
+                                   capture_output=True, text=True)
         return root_file.stdout.strip() or "unknown"
     root = workdir / "root"
     run([tool, "--variant=minbase", include, DEBIAN_SUITE, str(root), DEBIAN_MIRROR], env)
     release = next(iter(sorted((root / "var/lib/apt/lists").glob("*_Release"))), None)
-    date = next((line[6:] for line in release.read_text().splitlines() if line.startswith("Date: ")), "unknown") if release else "unknown"
+    date = (next((line[6:] for line in release.read_text().splitlines() if line.startswith("Date: ")), "unknown")
+            if release else "unknown")
     (root / RELEASE_DATE_FILE.lstrip("/")).write_text(date + "\n")
     run(["tar", "--sort=name", "--numeric-owner", "-C", str(root), "-cf", str(tarball), "."], env)
     return date

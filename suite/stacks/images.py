@@ -49,7 +49,8 @@ def build_steps(fl: Flavour) -> list[list[str]]:
     venv = "--system-site-packages " if fl.system_site_packages else ""
     index = f"--extra-index-url {fl.pip_extra_index} " if fl.pip_extra_index else ""
     steps.append([USE_WHEELS, f"{fl.python} -m venv {venv}{PREFIX}",
-                  f"{PREFIX}/bin/python -m pip install --no-cache-dir --require-hashes --no-deps {index}-r {RECIPE}/{fl.lock}"])
+                  f"{PREFIX}/bin/python -m pip install --no-cache-dir --require-hashes --no-deps "
+                  f"{index}-r {RECIPE}/{fl.lock}"])
     if fl.stack.post_install:
         path = ":".join([f"{PREFIX}/bin", *fl.build_path, "$PATH"])
         base_env = [f"export {' '.join(f'{k}={v}' for k, v in fl.build_env.items())}"] if fl.build_env else []

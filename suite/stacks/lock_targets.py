@@ -49,7 +49,7 @@ def here() -> Target | None:
     return Target(f"{sys.version_info.major}.{sys.version_info.minor}", platform.machine())
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def target_tags(target: Target, glibc: str) -> frozenset[Tag]:
     """Every wheel tag pip accepts on the target with at least this glibc."""
     major, minor = (int(x) for x in target.python.split("."))

@@ -17,7 +17,11 @@ import subprocess
 import sys
 import tempfile
 import time
-import tomllib
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -122,6 +126,11 @@ class Flavour:
         settings = {k: asdict(self)[k] for k in ("name", "pip_extra_index", "prepare", "system_site_packages")}
         return _files_sha256(self.stack.dir, files, json.dumps(settings, sort_keys=True).encode())
 
+    def extra_index_builds(self) -> tuple[tuple[str, str], ...]:
+        """(name, version) of the builds the lock pins for this interpreter with a local version (torch
+        2.13.0+cpu): the flavour's extra index publishes them, the public index does not."""
+        return tuple((p.name, p.version) for p in lock_entries(self.lock_path) if "+" in p.version and p.applies())
+
     def locks(self) -> list[tuple[Path, bool]]:
         """Every lock a build installs from: (path, as sdists?): the flavour's lock (wheels), then the
         stack's other locks (sdists its post-install builds)."""
@@ -143,7 +152,8 @@ def load_flavour(stack: Stack, name: str) -> Flavour:
     if unknown or name not in spec:
         raise UsageError(f"{path}: " + (f"unknown keys {sorted(unknown)}" if unknown else f"no [{name}] table"))
     if "@sha256:" not in merged.get("base", ""):
-        raise UsageError(f"{path} [{name}]: base must be pinned by digest (IMAGE@sha256:...), got {merged.get('base')!r}")
+        raise UsageError(f"{path} [{name}]: base must be pinned by digest (IMAGE@sha256:...), "
+                         f"got {merged.get('base')!r}")
     if '"' in merged.get("smoke", ""):
         raise UsageError(f"{path} [{name}]: smoke must not contain double quotes (it is run as python -c \"...\")")
     tuples = {k: tuple(merged[k]) for k in ("apt", "build_path", "prepare") if k in merged}
@@ -352,8 +362,12 @@ def ensure_installed(stack: Stack | Flavour, log=print, wheels: Path | str | Non
 def install_argv(flavour: Flavour, python: str, wheels: Path | str | None = None, log=print) -> list[str]:
     """The pip command that installs the flavour's lock: hash-checked, no resolution beyond it, from
     where suite.stacks.wheelhouse says (the image build's %post says the same)."""
-    return [python, "-m", "pip", "install", "--quiet", "--require-hashes", "--no-deps",
-            *wheelhouse.sources(flavour.pip_extra_index, wheels, log), "-r", str(flavour.lock_path)]
+    try:
+        where = wheelhouse.sources(flavour.pip_extra_index, wheels, log, needs=flavour.extra_index_builds())
+    except RuntimeError as exc:
+        raise RuntimeError(f"stack {flavour.id}: {exc}") from None
+    return [python, "-m", "pip", "install", "--quiet", "--require-hashes", "--no-deps", *where,
+            "-r", str(flavour.lock_path)]
 
 
 def post_install_script(flavour: Flavour, stack_dir: str, prefix: str, facts: str) -> str:
@@ -365,9 +379,10 @@ def post_install_script(flavour: Flavour, stack_dir: str, prefix: str, facts: st
 
 
 def _build(flavour: Flavour, prefix: Path, wheels, log) -> None:
+    install = install_argv(flavour, str(prefix / "bin" / "python"), wheels, log)  # may refuse: nothing made yet
     venv = ["--system-site-packages"] if flavour.system_site_packages else []
     subprocess.run([sys.executable, "-m", "venv", *venv, str(prefix)], check=True)
-    _checked_run(install_argv(flavour, str(prefix / "bin" / "python"), wheels, log), flavour, wheels)
+    _checked_run(install, flavour, wheels, pip=True)
     if flavour.stack.post_install:
         env = dict(os.environ, PATH=f"{prefix / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}",
                    **wheelhouse.wheel_env(wheels))
@@ -376,13 +391,34 @@ def _build(flavour: Flavour, prefix: Path, wheels, log) -> None:
             _checked_run(["bash", "-euo", "pipefail", "-c", script], flavour, wheels, cwd=work, env=env)
 
 
-def _checked_run(argv: list[str], flavour: Flavour, wheels, **kwargs) -> None:
-    result = subprocess.run(argv, **kwargs)
-    if result.returncode != 0:
-        hint = "" if wheels else (" (a machine without the package index: fill a wheel folder where there is one, "
-                                  "`make wheels`, and install from it with WHEELS=<folder>)")
-        shown = " ".join(argv[:4]) if argv[0] != "bash" else "post-install.sh"
-        raise RuntimeError(f"stack {flavour.id}: '{shown} ...' failed with exit {result.returncode}{hint}")
+UNREACHABLE = re.compile(r"No matching distribution|Could not find a version|NewConnectionError|Max retries exceeded|"
+                         r"Temporary failure in name resolution|Network is unreachable")
+MISMATCH = re.compile(r"^\s+(\S+==\S+) from (\S+?)(?: \(from [^\n]*\))?:\s*\n\s+Expected sha256 \S+"
+                      r"(?:\n\s+Expected\s+or \S+)*\n\s+Got\s+([0-9a-f]{64})", re.M)
+
+
+def _checked_run(argv: list[str], flavour: Flavour, wheels, pip: bool = False, **kwargs) -> None:
+    """Runs a build step; a failure becomes one line saying what happened (for pip: a file whose hash
+    the lock does not list, which one and which lock; an index that did not answer)."""
+    result = subprocess.run(argv, **kwargs, **({"stderr": subprocess.PIPE, "text": True} if pip else {}))
+    if pip and result.stderr:
+        sys.stderr.write(result.stderr)
+    if result.returncode == 0:
+        return
+    said = (result.stderr or "") if pip else ""
+    if mismatch := MISMATCH.search(said):
+        pin, url, got = mismatch.groups()
+        file, where = url.split("#")[0].rsplit("/", 1)[-1], flavour.lock_path.relative_to(paths.CONTAINERS.parent)
+        raise RuntimeError(f"stack {flavour.id}: pip got {file} for {pin}, whose sha256 {got} {where} does not "
+                           "list: the index serves a file this lock was not made with (a mirror's "
+                           "own build, or another build of the same release); `make locks` against the index the "
+                           "stack installs from, or WHEELS=<a folder `make wheels` filled from the right one>")
+    hint = ""
+    if not wheels and (UNREACHABLE.search(said) or not pip):
+        hint = (" (a machine without the package index: fill a wheel folder where there is one, `make wheels`, and "
+                "install from it with WHEELS=<folder>)")
+    shown = " ".join(argv[:4]) if argv[0] != "bash" else "post-install.sh"
+    raise RuntimeError(f"stack {flavour.id}: '{shown} ...' failed with exit {result.returncode}{hint}")
 
 
 def _frozen_packages(prefix: Path) -> dict[str, str]:

@@ -16,7 +16,7 @@ from conftest import ROOT
 from suite.inputs.host_gpus import host_gpus
 
 sys.path.insert(0, str(ROOT / "benchmarks"))
-import harness  # noqa: E402
+import harness
 
 LINE = re.compile(r"^(?P<name>[a-z0-9_]+(?:\.[a-z-]+)?): (?P<value>-?[0-9.]+) \((?P<op>>=|<) (?P<target>[0-9.]+)"
                   r"(?P<missed>, MISSED)?\)  \{")
@@ -34,7 +34,8 @@ def met(value: float, op: str, target: float) -> bool:
 
 def test_make_bench_tiny_writes_ratios(tmp_path, pytorch_stack):
     out = tmp_path / "bench"
-    result = subprocess.run(["make", "-s", "bench", f"BENCH_ARGS=--tiny --rounds 1 --out {out} --only {' '.join(CHECKED)}"],
+    bench_args = f"BENCH_ARGS=--tiny --rounds 1 --out {out} --only {' '.join(CHECKED)}"
+    result = subprocess.run(["make", "-s", "bench", bench_args],
                             cwd=ROOT, capture_output=True, text=True, timeout=1200)
     assert result.returncode == 0, result.stdout + result.stderr
     lines = {m["name"]: m for m in map(LINE.match, result.stdout.splitlines()) if m}
@@ -96,7 +97,8 @@ def test_gpu_line_has_the_form_of_every_line_and_a_failed_run_fails(monkeypatch,
     started = []
     monkeypatch.setattr(harness, "host_gpus", lambda: 1)
     monkeypatch.delenv("BENCH_GPU_RUNTIME", raising=False)
-    monkeypatch.setattr(harness.Bench, "suite_run", lambda self, *argv, **kw: started.append(argv) or (fake_record(2400.0), 0, 0))
+    monkeypatch.setattr(harness.Bench, "suite_run",
+                        lambda self, *argv, **kw: started.append(argv) or (fake_record(2400.0), 0, 0))
     bench = harness.Bench("tiny", 2, tmp_path)
     bench.gpu_amp_pytorch()
     line = LINE.match(capsys.readouterr().out)

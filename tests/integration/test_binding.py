@@ -63,7 +63,8 @@ def test_numa_and_gpu_affinity_are_read_from_the_system(tmp_path):
 def test_a_rank_binds_every_thread_it_has_and_reports_its_share():
     """The second of two ranks on this machine: its share of the cores this process may use (on one
     core both share it), for every thread it has, and as many threads as that share."""
-    code = ("import os, threading, time; from suite.instack.cpu_binding import bind_cpus; from suite.instack.probe import cpus_allowed\n"
+    code = ("import os, threading, time; from suite.instack.cpu_binding import bind_cpus; "
+            "from suite.instack.probe import cpus_allowed\n"
             "t = threading.Thread(target=time.sleep, args=(2,)); t.start()\n"
             "threads = bind_cpus(1, 2)\n"
             "print(threads, cpus_allowed(), sorted(os.sched_getaffinity(t.native_id)))")
@@ -75,13 +76,14 @@ def test_a_rank_binds_every_thread_it_has_and_reports_its_share():
     assert thread_cpus.strip().replace(" ", "") == str(share).replace(" ", "")
     env["SUITE_CPU_BIND"] = "none"
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
-    assert out.split()[:2] == [str(max(1, len(CORES) // 2)), cpus_allowed()]  # not bound, but threads for its share
+    assert out.split()[:2] == [str(len(share)), cpus_allowed()]  # not bound, but threads for its share
 
 
 def test_srun_steps_leave_the_binding_to_the_ranks():
     spec = Process("rank-0", "node1", ["python", "train.py"], {"SUITE_CPU_BIND": "cores"}, "/run")
     assert "--cpu-bind=none" in slurm.srun_argv(spec, "step")
-    assert not any(a.startswith("--cpu-bind") for a in slurm.srun_argv(Process("r", "node1", ["x"], {}, "/run"), "step"))
+    unset = Process("r", "node1", ["x"], {}, "/run")
+    assert not any(a.startswith("--cpu-bind") for a in slurm.srun_argv(unset, "step"))
 
 
 def test_cluster_profile_sets_the_default_policy(tmp_path, monkeypatch, suite_cli):

@@ -1,6 +1,7 @@
 """`suite check` for real on a narrow set of this host's paths: one cheap path that works (pytorch-ddp
 with its ranks launcher on the local stack, at its tiny sizes) and the same path on a stack whose Python
-was removed, which must show as failed with the run's own error (suite/commands/check.py)."""
+was removed, which must show as failed with the run's own error; the same case in a site's environment
+of Lmod modules (MODULES), and with a module that does not load (suite/commands/check.py)."""
 
 import json
 import os
@@ -10,10 +11,12 @@ import sys
 
 import pytest
 from conftest import ROOT
+from support.cluster_fixtures import ensure_installed as ensure_packages
 
 from suite.stacks.locks import MARKER, ensure_installed, load_stack
 
 PATH = "pytorch-ddp/local/ranks"
+LMOD_INIT = "/usr/share/lmod/lmod/init/bash"
 
 
 @pytest.fixture(scope="module")
@@ -63,3 +66,37 @@ def test_a_stack_whose_python_was_removed_is_a_failed_path_with_the_runs_error(t
     assert str(prefix / "bin" / "python") in row["why"] and "\n" not in row["why"]
     assert json.loads(open(row["record"]).read())["status"] == "failed"
     assert "0 ok, 1 failed, 0 not available here" in done.stdout
+
+
+@pytest.fixture(scope="module")
+def lmod_site(tmp_path_factory, torch_stack):
+    """A Lua modulefile site-pytorch/2.13 that puts the pytorch stack's packages on the Python it was made
+    from, as a site's EasyBuild module does; MODULEPATH names its folder."""
+    ensure_packages((LMOD_INIT,), "lmod (environment modules, Debian package lmod)")
+    code = ("import os, sys, sysconfig; print(os.path.realpath(sys._base_executable)); "
+            "print(sysconfig.get_paths()['purelib'])")
+    python, packages = subprocess.run([str(torch_stack.python), "-c", code], capture_output=True, text=True,
+                                      check=True).stdout.split()
+    root = tmp_path_factory.mktemp("lmod-site")
+    (root / "python" / "bin").mkdir(parents=True)
+    (root / "python" / "bin" / "python3").symlink_to(python)
+    (root / "modulefiles" / "site-pytorch").mkdir(parents=True)
+    (root / "modulefiles" / "site-pytorch" / "2.13.lua").write_text(
+        f'prepend_path("PATH", "{root / "python" / "bin"}")\nprepend_path("PYTHONPATH", "{packages}")\n')
+    return {**os.environ, "MODULEPATH": str(root / "modulefiles"), "OMP_NUM_THREADS": "1"}
+
+
+def test_a_sites_modules_are_a_path_that_works_and_one_that_does_not_load_fails_with_lmods_words(tmp_path,
+                                                                                                 lmod_site):
+    done = check(tmp_path / "good", "--only", "pytorch-ddp/modules/ranks", "--modules", "site-pytorch/2.13",
+                 env=lmod_site)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr
+    [row] = the_table(tmp_path / "good")["paths"]
+    assert (row["runtime"], row["outcome"]) == ("modules", "ok"), row
+    record = json.loads(open(row["record"]).read())
+    assert record["provenance"]["modules_loaded"] == ["site-pytorch/2.13"]
+    done = check(tmp_path / "bad", "--only", "pytorch-ddp/modules/ranks", "--modules", "no-such-module/1.0",
+                 env=lmod_site)
+    assert done.returncode == 1, done.stdout[-3000:] + done.stderr
+    [row] = the_table(tmp_path / "bad")["paths"]
+    assert row["outcome"] == "failed" and "module no-such-module/1.0 does not load" in row["why"], row

@@ -2,14 +2,14 @@
 communication-bound; the rules over every kind of figure), timed windows that grow to --min-seconds,
 the DLE preset, published GPU figures matched to a record, and `make gpu-check`."""
 
-import json
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, records_in
+from conftest import ROOT, records_in, tiny
 from support.gpus import fake_nvidia_smi
 
 from suite.analysis import diagnosis, references
@@ -21,8 +21,8 @@ DDP = ("--case", "pytorch-ddp")
 
 
 def figures(**given) -> dict:
-    return {"device_busy": None, "data_wait": None, "exchange": None, "allreduce": None, "thread_busy": None,
-            "host_cpu_ms_per_step": None, **given}
+    return {"device_busy": None, "gpu_pass_busy": None, "data_wait": None, "exchange": None, "allreduce": None,
+            "thread_busy": None, "host_cpu_ms_per_step": None, **given}
 
 
 @pytest.mark.parametrize("given, device, verdict", [
@@ -32,7 +32,8 @@ def figures(**given) -> dict:
     ({"exchange": 0.1, "allreduce": 0.9, "device_busy": 0.9}, "cuda", "compute"),  # measured beats estimated
     ({"device_busy": 0.92, "thread_busy": 0.95}, "cuda", "compute"),
     ({"device_busy": 0.62, "thread_busy": 0.97}, "cuda", "host"),
-    ({"device_busy": 0.62, "thread_busy": 0.4}, "cuda", "unknown"),
+    ({"device_busy": 0.62, "thread_busy": 0.4}, "cuda", "host"),  # on a GPU the thread's share tells nothing
+    ({"gpu_pass_busy": 0.9, "device_busy": 0.5}, "cuda", "compute"),  # the step's own GPU time beats NVML's
     ({"device_busy": 0.9}, "cpu", "compute"),
     ({}, "cpu", "unknown"),
 ])
@@ -106,7 +107,8 @@ def test_the_dle_preset_sets_its_options_and_later_ones_win():
     for name in ("pytorch-ddp", "pytorch-synthetic"):
         case = load_case(name)
         options = case.parse_options(["--preset", "dle"])
-        assert (options["preset"], options["amp"], options["channels-last"], options["batch-size"]) == ("dle", True, True, 256)
+        assert (options["preset"], options["amp"], options["channels-last"], options["batch-size"]) == (
+            "dle", True, True, 256)
         assert case.parse_options(["--preset", "dle", "--batch-size", "64"])["batch-size"] == 64
         assert case.parse_options([])["preset"] is None
     with pytest.raises(Exception, match="invalid choice"):
@@ -114,8 +116,8 @@ def test_the_dle_preset_sets_its_options_and_later_ones_win():
 
 
 def gpu_record(device_name: str, dtype: str, devices: int, per_device: float) -> dict:
-    return {"case": "pytorch-ddp", "world": {"devices": devices},
-            "config": {"dtype": dtype, "reported_by_case": {"device_name": device_name}},
+    return {"case": "pytorch-ddp", "world": {"devices": devices}, "provenance": {"versions": {"torch": "2.13.0"}},
+            "config": {"dtype": dtype, "batch_per_device": 256, "reported_by_case": {"device_name": device_name}},
             "metrics": {"throughput": {"per_device": per_device}}}
 
 
@@ -127,8 +129,10 @@ def test_a_gpu_record_is_set_against_the_published_figure_for_its_gpu_and_precis
     tf32 = references.comparison(gpu_record("NVIDIA A100-SXM4-80GB", "float32", 1, 938.0))
     assert tf32["precision"] == "tf32" and tf32["ratio"] == pytest.approx(1.0)
     h100 = references.comparison(gpu_record("NVIDIA H100 80GB HBM3", "amp-float16", 1, 4350.0))
-    assert h100["gpu"] == "H100" and h100["published_per_device"] == pytest.approx(7000) and not h100["same_devices"]
-    assert "this run 0.62x that" in references.summary_line(h100)
+    assert h100["gpu"] == "H100" and h100["published_per_device"] == pytest.approx(57300 / 8)
+    assert not h100["same_devices"]
+    assert "per GPU of an 8-GPU MXNet + DALI run at batch 400" in references.summary_line(h100)
+    assert "this run 0.61x that" in references.summary_line(h100)
     assert references.comparison(gpu_record("cpu", "float32", 1, 5.0)) is None
     assert references.comparison(gpu_record("NVIDIA H100 80GB HBM3", "float32", 1, 1000.0)) is None
 
@@ -141,22 +145,39 @@ def test_gpu_check_refuses_a_host_without_gpus_in_one_line():
 
 
 @pytest.mark.skipif(host_gpus() > 0, reason="a GPU host runs the real check (make gpu-check)")
-def test_gpu_check_runs_every_part_and_fails_where_a_check_fails(tmp_path):
-    """A stand-in nvidia-smi (in addition to the real CPU runs): the suite and the bare DDP loop run in
-    turns at tiny sizes on the CPU, every line is printed, and the NVML check fails (this host has no
-    NVML), so gpu-check exits 1: a failure is never a skip."""
+def test_gpu_check_fails_where_the_suite_trained_on_the_cpu(tmp_path):
+    """A stand-in nvidia-smi lists a GPU and the stack is the cpu flavour (as a CPU build of torch on a
+    GPU node, or a driver older than its CUDA): the suite's run is refused by its own ranks, and
+    gpu-check fails naming the device, never comparing two CPU figures."""
     fake = fake_nvidia_smi(tmp_path / "fake", 1)
     env = {**os.environ, "PATH": f"{fake}{os.pathsep}{os.environ['PATH']}"}
     env.pop("CUDA_VISIBLE_DEVICES", None)
     done = subprocess.run([sys.executable, "benchmarks/gpu_check.py", "--tiny", "--rounds", "1", "--min-seconds", "1",
                            "--", "--flavour", "cpu"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
     assert done.returncode == 1, done.stdout + done.stderr
-    lines = done.stdout.splitlines()
-    assert lines[0].startswith("gpu: cpu; stack pytorch/cpu, runtime local")
-    assert lines[1].startswith("suite_vs_bare.pytorch-ddp: ") and "round ratios" in lines[1]
-    assert lines[2] == "published: no figure for cpu at amp-bfloat16 in cases/pytorch-ddp/case.toml"
-    assert lines[3].startswith("telemetry: FAILED: no NVML figures") and lines[4] == "mllog: ok"
-    assert lines[5].startswith("diagnosis: ") and lines[6].startswith("results: ")
-    saved = json.loads(Path(lines[6].split(": ", 1)[1]).read_text())
-    assert saved["suite"] and saved["bare"] and saved["diagnosis"]["verdict"]
-    Path(lines[6].split(": ", 1)[1]).unlink()
+    assert done.stderr.strip().splitlines()[-1] == (
+        "gpu-check FAILED: the suite's run failed: asked to train on cuda (GPUs are present and were asked for) "
+        f"but rank 0 on {socket.gethostname()} trained on cpu")
+
+
+def test_a_run_asked_on_gpus_that_trains_on_the_cpu_fails_and_no_cuda_asks_for_the_cpu(suite_cli, tmp_path,
+                                                                                          monkeypatch):
+    """Two GPUs listed (a stand-in nvidia-smi, whatever this host has), the cpu flavour: the ranks stop
+    at their start, the record fails saying which device they found; with --no-cuda the CPU was asked for."""
+    monkeypatch.setenv("PATH", f"{fake_nvidia_smi(tmp_path / 'fake', 2)}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
+    done = suite_cli("run", *DDP, "--gpus-per-node", "1", "--flavour", "cpu", "--telemetry-interval", "0",
+                     case_args=tiny("pytorch-ddp"))
+    assert done.returncode == 1, done.stdout + done.stderr
+    [record] = records_in(suite_cli.results)
+    assert record["status"] == "failed" and record["reason"] == ("asked to train on cuda (GPUs are present and were "
+                                                                 f"asked for) but rank 0 on {socket.gethostname()} "
+                                                                 "trained on cpu")
+    assert record["config"]["reported_by_case"]["device_type"] == "cpu"
+    for path in suite_cli.results.glob("*.json"):
+        path.rename(tmp_path / path.name)
+    done = suite_cli("run", *DDP, "--gpus-per-node", "1", "--flavour", "cpu", "--telemetry-interval", "0",
+                     case_args=(*tiny("pytorch-ddp"), "--no-cuda"))
+    assert done.returncode == 0, done.stdout + done.stderr
+    [record] = records_in(suite_cli.results)
+    assert record["status"] == "ok" and record["world"]["device_type"] == "cpu"

@@ -72,14 +72,16 @@ def test_images_rest_on_the_debian_base_made_here(cpu_images):
     bases = {json.dumps(meta["base"], sort_keys=True) for meta in cpu_images.values()}
     assert len(bases) == 1  # one base for every stack
     base = cpu_images["pytorch"]["base"]
-    assert base["kind"] == "debian" and base["suite"] == "bookworm" and re.fullmatch(r"[0-9a-f]{64}", base["tar_sha256"])
+    assert base["kind"] == "debian" and base["suite"] == "bookworm"
+    assert re.fullmatch(r"[0-9a-f]{64}", base["tar_sha256"])
     assert re.search(r"\d{4} \d\d:\d\d:\d\d", base["release_date"])  # the mirror's Release date
     assert base["packages"]["python3"].startswith("3.11") and "python3-venv" in base["packages"]
     labels = client().images.get(cpu_images["pytorch"]["image"]).labels
     assert labels["org.hpc-dl-bench.base_ref"] == base["ref"]
     assert labels["org.hpc-dl-bench.base.tar_sha256"] == base["tar_sha256"]
     # What the build wrote is not in any layer: no pip settings, no CA bundle other than Debian's.
-    found = in_image(cpu_images["pytorch"]["image"], "sh", "-c", "ls /etc/pip.conf /etc/xdg/pip 2>&1; env | grep ^PIP_ || true")
+    found = in_image(cpu_images["pytorch"]["image"], "sh", "-c",
+                     "ls /etc/pip.conf /etc/xdg/pip 2>&1; env | grep ^PIP_ || true")
     assert "No such file" in found and "PIP_" not in found
 
 
@@ -144,8 +146,8 @@ def test_each_host_starts_its_containers_over_ssh(cpu_images, suite_cli, loopbac
     """The ssh scheduler starts the docker runtime's client program on each host, which runs the
     worker in that host's engine (here both hosts are this machine, and so is the engine)."""
     before = loopback_sshd.sessions()
-    result = suite_cli("run", "--case", "pytorch-ddp", "--cluster", "loopback-ssh", "--runtime", "docker", "--nodes", "2",
-                       case_args=tiny("pytorch-ddp"))
+    result = suite_cli("run", "--case", "pytorch-ddp", "--cluster", "loopback-ssh", "--runtime", "docker",
+                       "--nodes", "2", case_args=tiny("pytorch-ddp"))
     record = record_of(suite_cli, result)
     assert_ran_in(record, cpu_images["pytorch"], 2)
     assert record["execution"]["scheduler"] == "ssh" and record["world"]["hosts"] == list(LOOPBACK_HOSTS)

@@ -10,8 +10,18 @@ from pathlib import Path
 
 import pytest
 from conftest import tiny
-from support.faults import (Load, alive, as_from_a_terminal, descendants, failed_record_after, ignored_signals,
-                            start_run, wait_for_ranks, with_environment, with_sigint_ignored)
+from support.faults import (
+    Load,
+    alive,
+    as_from_a_terminal,
+    descendants,
+    failed_record_after,
+    ignored_signals,
+    start_run,
+    wait_for_ranks,
+    with_environment,
+    with_sigint_ignored,
+)
 
 LONG = tiny("pytorch-synthetic", num_iters=500)
 
@@ -33,7 +43,8 @@ def test_a_dying_worker_ends_the_job(tmp_path, pytorch_stack):
                                                 (signal.SIGINT, False, as_from_a_terminal),
                                                 (signal.SIGINT, True, as_from_a_terminal),
                                                 (signal.SIGINT, False, with_sigint_ignored)],
-                         ids=["SIGTERM", "SIGINT", "SIGINT-on-a-busy-machine", "SIGINT-to-a-runner-started-ignoring-it"])
+                         ids=["SIGTERM", "SIGINT", "SIGINT-on-a-busy-machine",
+                              "SIGINT-to-a-runner-started-ignoring-it"])
 def test_stopping_the_runner_cleans_up(tmp_path, pytorch_stack, sig, busy, preexec):
     runner = start_run(tmp_path, "--gpus-per-node", "2", case_args=LONG, preexec=preexec)
     pids = wait_for_ranks(tmp_path, 2)
@@ -86,7 +97,8 @@ def test_a_dying_parameter_server_ends_the_job(tmp_path):
     assert alive(victim)
     os.kill(victim, signal.SIGKILL)
     record = failed_record_after(runner, tmp_path, family)
-    assert record["reason"].startswith(f"repetition 0: {name} on {env['DMLC_NODE_HOST']} was killed by signal 9 (SIGKILL)")
+    assert record["reason"].startswith(
+        f"repetition 0: {name} on {env['DMLC_NODE_HOST']} was killed by signal 9 (SIGKILL)")
 
 
 def test_processes_of_a_repetition_that_left_its_process_groups_are_ended(tmp_path):
@@ -96,7 +108,8 @@ def test_processes_of_a_repetition_that_left_its_process_groups_are_ended(tmp_pa
     from suite.execution import strays
 
     rep = tmp_path / "rep-0"
-    ignores_term = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print(flush=True); time.sleep(300)"
+    ignores_term = ("import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print(flush=True); "
+                    "time.sleep(300)")
     started = [subprocess.Popen(argv, env={**os.environ, "SUITE_RUN_DIR": str(folder)}, start_new_session=True,
                                 stdout=subprocess.PIPE)
                for argv, folder in [(["sleep", "300"], rep), ([sys.executable, "-c", ignores_term], rep),

@@ -21,7 +21,7 @@ from suite.inputs import host_gpus
 from suite.inputs.cases import load_case
 from suite.inputs.hostfiles import Host, World
 from suite.launchers import torchrun
-from suite.stacks import locks, wheelhouse
+from suite.stacks import lock_targets, locks, wheelhouse
 from suite.stacks.locks import load_flavour, load_stack, local_flavour, lock_pins
 
 
@@ -82,26 +82,16 @@ def test_flavours_differ_in_folder_and_recipe_and_read_container_toml():
 
 # --- where packages come from ---------------------------------------------------------------------
 
-def test_the_local_build_passes_the_flavours_extra_index_where_it_answers(monkeypatch):
+def test_this_hosts_pip_settings_have_the_cpu_build_so_no_extra_index_is_named():
+    """pip here has torch's CPU build in its find-links: the install leaves PyTorch's index out (it does
+    not answer from here) and the lock's hash picks the local file."""
     cpu = load_flavour(load_stack("pytorch"), "cpu")
-    monkeypatch.setattr(wheelhouse, "answers", lambda url: True)
+    pinned_here = lock_targets.here() == lock_targets.Target("3.11", "x86_64")  # the lock's header says where
+    assert cpu.extra_index_builds() == ((("torch", "2.13.0+cpu"),) if pinned_here else ())
+    wheelhouse.pip_offers.cache_clear()
     argv = locks.install_argv(cpu, "/stack/bin/python")
-    assert argv[argv.index("--extra-index-url") + 1] == "https://download.pytorch.org/whl/cpu"
-    assert argv[-2:] == ["-r", str(cpu.lock_path)] and "--require-hashes" in argv and "--no-deps" in argv
-    said = []
-    monkeypatch.setattr(wheelhouse, "answers", lambda url: False)
-    assert "--extra-index-url" not in locks.install_argv(cpu, "/stack/bin/python", log=said.append)
-    assert said == ["note: https://download.pytorch.org/whl/cpu does not answer from here; pip uses this host's own "
-                    "settings only"]
-    folder = locks.install_argv(cpu, "/py", wheels="/w")
-    assert folder[folder.index("--no-index"):folder.index("--no-index") + 3] == ["--no-index", "--find-links", "/w"]
-
-
-def test_an_index_answers_when_a_server_is_there(tmp_path):
-    wheelhouse.answers.cache_clear()
-    with wheelhouse.served(tmp_path) as url:
-        assert wheelhouse.answers(url)
-    assert not wheelhouse.answers("http://127.0.0.1:9/simple/")  # the discard port: nothing listens
+    assert "--extra-index-url" not in argv and argv[-2:] == ["-r", str(cpu.lock_path)]
+    assert "--require-hashes" in argv and "--no-deps" in argv
 
 
 def offline_env(home: Path) -> dict:
@@ -181,7 +171,8 @@ def test_a_cpu_host_keeps_devices_as_worker_processes(suite_cli, with_gpus):
 
 
 def test_gpu_counts_are_read_per_host_and_compared():
-    assert host_gpus.count_from_probe(f"{GPU_LINE.format(i=0)}\n{GPU_LINE.format(i=1)}\nCUDA_VISIBLE_DEVICES=(unset)\n") == 2
+    two = f"{GPU_LINE.format(i=0)}\n{GPU_LINE.format(i=1)}\nCUDA_VISIBLE_DEVICES=(unset)\n"
+    assert host_gpus.count_from_probe(two) == 2
     assert host_gpus.count_from_probe("no nvidia-smi\nCUDA_VISIBLE_DEVICES=(unset)\n") == 0
     host_gpus.check_devices({"a": 4, "b": 4}, {"a": 4, "b": None}, "GPUS_PER_NODE")  # b unknown: not refused
     host_gpus.check_devices({"a": 8}, {"a": 0}, "GPUS_PER_NODE")  # a CPU host: worker processes
@@ -191,8 +182,8 @@ def test_gpu_counts_are_read_per_host_and_compared():
 
 # --- launchers and cases adapt to the framework they find ----------------------------------------
 
-def stack_with(torch_version: str | None) -> StackEnv:
-    packages = {"torch": torch_version} if torch_version else {}
+def stack_with(torch_version: str | None, **others: str) -> StackEnv:
+    packages = {"torch": torch_version, **others} if torch_version else others
     return StackEnv("local", "/stack/bin", provenance={"stack_packages": packages})
 
 
@@ -220,13 +211,17 @@ def test_every_option_the_launcher_writes_is_one_the_stacks_torchrun_accepts():
 
 
 def test_a_framework_too_old_for_the_case_is_refused_naming_both_versions():
-    case = load_case("pytorch-ddp")
-    case.check_requirements(stack_with("2.13.0+cpu"), "runtime local")
-    with pytest.raises(UsageError, match=r"case pytorch-ddp needs torch>=2.0; the stack \(runtime modules\) has "
-                                         r"torch 1.13.1"):
-        case.check_requirements(stack_with("1.13.1"), "runtime modules")
+    case, imported = load_case("pytorch-ddp"), {"numpy": "2.4.6", "Pillow": "13.0.0"}
+    case.check_requirements(stack_with("2.13.0+cpu", **imported), "runtime local")
+    case.check_requirements(stack_with("2.3.1+cu121", **imported), "runtime local")  # the lowest it has run on
+    with pytest.raises(UsageError, match=r"case pytorch-ddp needs torch>=2.3; the stack \(runtime modules\) has "
+                                         r"torch 2.2.2"):
+        case.check_requirements(stack_with("2.2.2", **imported), "runtime modules")
     with pytest.raises(UsageError, match="has no torch"):
-        case.check_requirements(stack_with(None), "runtime modules")
+        case.check_requirements(stack_with(None, **imported), "runtime modules")
+    with pytest.raises(UsageError,
+                       match=r"^case pytorch-ddp needs pillow; the stack \(runtime modules\) has no pillow$"):
+        case.check_requirements(stack_with("2.13.0", numpy="2.4.6"), "runtime modules")
 
 
 class RemoteFile(io.RawIOBase):

@@ -18,7 +18,8 @@ def test_horovod_run_writes_a_valid_record(suite_cli, pytorch_stack, workers):
     validate(record)
     assert record["status"] == "ok" and record["reason"] is None
     world = record["world"]
-    assert (world["nodes"], world["devices"], world["hosts"], world["slots"]) == (1, workers, ["localhost"], {"localhost": workers})
+    assert (world["nodes"], world["devices"], world["hosts"], world["slots"]) == (
+        1, workers, ["localhost"], {"localhost": workers})
     assert (world["device_type"], world["cluster"]) == ("cuda" if host_gpus() else "cpu", "localhost")
     tp = record["metrics"]["throughput"]
     assert len(tp["samples"]) == 3 and all(s > 0 for s in tp["samples"])
@@ -73,7 +74,8 @@ def test_report_includes_a_real_run(suite_cli, pytorch_stack, tmp_path):
     assert suite_cli("run", "--gpus-per-node", "2", case_args=TINY).returncode == 0
     [record] = records_in(suite_cli.results)
     out = tmp_path / "site"
-    subprocess.run([sys.executable, "-m", "suite", "report", "--results-dir", str(suite_cli.results), "--out", str(out)],
+    subprocess.run([sys.executable, "-m", "suite", "report", "--results-dir", str(suite_cli.results),
+                    "--out", str(out)],
                    cwd=ROOT, check=True, capture_output=True)
     rows = list(csv.DictReader(open(out / "summary.csv")))
     assert [r["run_id"] for r in rows] == [record["run_id"]]

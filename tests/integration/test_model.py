@@ -1,6 +1,6 @@
-"""The PyTorch cases' ResNet-50 v1.5 (cases/_shared/torch_resnet.py) equals torchvision's resnet50(): parameter count, every state_dict shape,
-every layer's settings and the same outputs for the same weights (reference taken from torchvision
-0.28.0 by tools/torchvision_reference.py)."""
+"""The PyTorch cases' ResNet-50 v1.5 (cases/_shared/torch_resnet.py) equals torchvision's resnet50(): parameter
+count, every state_dict shape, every layer's settings and the same outputs for the same weights (reference taken
+from torchvision 0.28.0 by tools/torchvision_reference.py)."""
 
 import json
 import subprocess

@@ -105,8 +105,10 @@ def test_the_runs_options_replace_the_profiles_and_the_modulepath_comes_from_whe
     monkeypatch.setenv("MODULEPATH", "/etc/mods:/opt/mods")
     stack = load_stack("pytorch")
     assert modules.setup_of(StackRequest(stack, profile=profile)) == modules.Setup(
-        None, ("/etc/mods", "/opt/mods"), True, ("GCC/13", "PyTorch/2.3"), ("/p/venv/activate.sh",), "/p/venv/bin/python")
-    asked = modules.setup_of(StackRequest(stack, profile=profile, modules=("PyTorch/2.4",), source=(), python="/x/python"))
+        None, ("/etc/mods", "/opt/mods"), True, ("GCC/13", "PyTorch/2.3"), ("/p/venv/activate.sh",),
+        "/p/venv/bin/python")
+    asked = modules.setup_of(StackRequest(stack, profile=profile, modules=("PyTorch/2.4",), source=(),
+                                          python="/x/python"))
     assert (asked.load, asked.source, asked.python) == (("PyTorch/2.4",), (), "/x/python")
     plain = modules.setup_of(StackRequest(stack, python="/venv/bin/python"))
     assert modules.steps(plain) == [] and modules.wrapper(plain) == ()  # an existing environment: run as it is
@@ -257,12 +259,14 @@ def test_pytorch_ddp_over_ssh_loads_the_modules_on_each_host(site, loopback_sshd
 def test_a_batch_job_on_two_slurm_nodes_loads_the_modules_in_its_script(site, slurm_two_nodes, tmp_path):
     record = the_record(run("--scheduler", "slurm", "--case", "pytorch-ddp", "--nodes", "2", "--modules",
                             "site-pytorch/2.13", tmp=tmp_path, case_args=DDP), tmp_path)
-    assert record["world"]["hosts"] == list(NODE_NAMES) and sorted(record["provenance"]["host_info"]) == list(NODE_NAMES)
+    assert record["world"]["hosts"] == list(NODE_NAMES)
+    assert sorted(record["provenance"]["host_info"]) == list(NODE_NAMES)
     assert {p["launch"] for p in record["repetitions"][0]["processes"]} == {"srun"}
     assert record["execution"]["slurm"]["state"] == "COMPLETED"
     assert record["provenance"]["modules_loaded"] == ["site-python/3.11", "site-pytorch/2.13"]
     script = (tmp_path / "runs" / record["run_id"] / "job.sbatch").read_text()
-    assert script.index("module load site-pytorch/2.13") < script.index("exec ") and "--modules site-pytorch/2.13" in script
+    assert script.index("module load site-pytorch/2.13") < script.index("exec ")
+    assert "--modules site-pytorch/2.13" in script
 
 
 # --- rerun and compare ---------------------------------------------------------------------------
@@ -303,7 +307,8 @@ def test_compare_tells_records_of_different_environments_apart(site, ddp_here, t
     changed["provenance"].update(stack_lock_sha256=other, environment_fingerprint=other)
     (tmp_path / "a.json").write_text(json.dumps(record))
     (tmp_path / "b.json").write_text(json.dumps(changed))
-    done = subprocess.run([sys.executable, "-m", "suite", "compare", str(tmp_path / "a.json"), str(tmp_path / "b.json")],
+    done = subprocess.run([sys.executable, "-m", "suite", "compare",
+                           str(tmp_path / "a.json"), str(tmp_path / "b.json")],
                           cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert f"not comparable (environment: {record['provenance']['environment_fingerprint']} vs {other})" in done.stdout

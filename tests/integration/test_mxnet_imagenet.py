@@ -60,7 +60,8 @@ def test_two_nodes_get_a_scheduler_a_server_each_and_a_worker_each():
     assert dmlc(plan.processes[2]) == {**common, "DMLC_ROLE": "server", "DMLC_NODE_HOST": "node1", "DMLC_TASK_ID": "2"}
     assert dmlc(plan.processes[4]) == {**common, "DMLC_ROLE": "scheduler", "DMLC_NODE_HOST": "node1"}
     worker = plan.processes[1].env
-    assert (worker["SUITE_DEVICES_PER_NODE"], worker["SUITE_RUN_DIR"], worker["PYTHONPATH"]) == ("4", "/runs/r1", "/suite")
+    assert (worker["SUITE_DEVICES_PER_NODE"], worker["SUITE_RUN_DIR"], worker["PYTHONPATH"]) == (
+        "4", "/runs/r1", "/suite")
     assert all(p.cwd == "/runs/r1" for p in plan.processes)
     # "ps_root", not "scheduler": the record's execution.scheduler names the suite's scheduler.
     assert plan.details == {"launcher": "pslite", "kvstore": "auto", "servers": 2, "workers": 2,

@@ -142,6 +142,12 @@ def test_dry_run_prints_the_job_script(suite_cli, pytorch_stack):
     assert "process rendezvous on slurm-node-1\n" in result.stdout and "horovodrun" not in result.stdout
     assert "#SBATCH --nodes=2" in result.stdout and "#SBATCH --gres=gpu:2" in result.stdout
     assert "submitted as: cd " in result.stdout and "sbatch --parsable job.sbatch" in result.stdout
+    # How each process starts inside the job: its srun step on its node, as a dry run inside an allocation shows.
+    steps = result.stdout.split("inside the job, its runner starts each process as a job step")[1]
+    for rank in range(4):
+        line = next(line for line in steps.splitlines() if line.startswith(f"  rank-{rank}: srun --overlap "))
+        assert f"--nodes=1 --ntasks=1 --ntasks-per-node=1 --nodelist=slurm-node-{rank // 2 + 1} " in line
+        assert re.search(rf"--job-name=hpcdl-[0-9a-f]{{6}}-rank-{rank} ", line) and "train.py" in line
     assert not suite_cli.runs.exists() and not suite_cli.results.exists()
 
 
@@ -211,6 +217,23 @@ def test_stopping_the_runner_cancels_the_job(slurm_cluster, pytorch_stack, tmp_p
     assert record["world"]["hosts"] == [slurm_cluster.node]
 
 
+def test_sigint_to_the_batch_step_ends_the_runner_in_the_job(slurm_cluster, pytorch_stack, tmp_path):
+    """`scancel --batch --signal=INT`: the runner the job script execs gets SIGINT (however slurmstepd started
+    it), ends its steps and writes a record saying interrupted, which the runner that follows the job takes."""
+    from support.faults import alive, failed_record_after, start_run, wait_for_ranks
+    from test_faults import LONG
+
+    runner = start_run(tmp_path, *SLURM, "--gpus-per-node", "2", case_args=LONG)
+    pids = wait_for_ranks(tmp_path, 2)
+    [script] = tmp_path.glob("runs/*/job.sbatch")
+    [job_id] = [p.stem.removeprefix("job-") for p in script.parent.glob("job-*.out")]
+    assert set(pids.values()) <= set(job_processes(job_id)) and all(alive(p) for p in pids.values())
+    subprocess.run(["scancel", "--batch", "--signal=INT", job_id], check=True, capture_output=True, timeout=60)
+    record = failed_record_after(runner, tmp_path, leftovers=lambda: job_processes(job_id))
+    assert record["reason"].startswith("interrupted"), record["reason"]
+    assert record["execution"]["slurm"]["job_id"] == job_id and record["world"]["hosts"] == [slurm_cluster.node]
+
+
 DRIVER = """
     import json, sys, time
     from pathlib import Path
@@ -221,11 +244,13 @@ DRIVER = """
     echo = "import json, os, sys; print(json.dumps([os.environ['V'], sys.argv[1:]]), flush=True)"
     sleeper = ("import os, subprocess, sys, time; c = subprocess.Popen([sys.executable, '-c', 'import time; "
                "time.sleep(600)'], start_new_session=True); print(os.getpid(), c.pid, flush=True); time.sleep(600)")
-    plan = Plan(ranks=1, processes=(Process("echo", node, [sys.executable, "-c", echo, value], {"V": value}, str(folder)),))
+    plan = Plan(ranks=1,
+                processes=(Process("echo", node, [sys.executable, "-c", echo, value], {"V": value}, str(folder)),))
     [echoed] = slurm.execute(plan, folder / "echo-logs", 60)
     plan = Plan(ranks=2, processes=(
         Process("sleeper", node, [sys.executable, "-c", sleeper], {}, str(folder)),
-        Process("crasher", node, [sys.executable, "-c", "import time; time.sleep(3); raise SystemExit(3)"], {}, str(folder))))
+        Process("crasher", node, [sys.executable, "-c", "import time; time.sleep(3); raise SystemExit(3)"], {},
+                str(folder))))
     started = time.monotonic()
     sleeper, crasher = slurm.execute(plan, folder / "logs", 300)
     print(json.dumps({"echo": [echoed.returncode, (folder / "echo-logs" / "echo.log").read_text()],
@@ -265,7 +290,8 @@ def test_doctor_checks_the_slurm_commands(slurm_cluster):
     lines = done.stdout.splitlines()
     assert done.returncode == 1  # an example profile: no partition "main" here
     assert lines[0] == "cluster cte-power: scheduler slurm, runtime apptainer (an example profile: adapt it first)"
-    assert any(line.startswith("ok: sbatch (") for line in lines) and any(line.startswith("ok: srun (") for line in lines)
+    assert any(line.startswith("ok: sbatch (") for line in lines)
+    assert any(line.startswith("ok: srun (") for line in lines)
     assert "missing: SLURM partition main: " in done.stdout
     # What this machine has: apptainer (or singularity) where it is installed, else a missing line.
     from suite.runtimes.apptainer import found_program
@@ -283,8 +309,10 @@ def test_a_job_that_writes_no_record_leaves_a_failed_one(slurm_cluster, tmp_path
     from suite.execution.run import batch_job, check, run_context, taken_over_record
 
     req = RunRequest(scheduler="slurm", timeout="300", results_dir=tmp_path / "results", runs_dir=tmp_path / "runs")
-    checked = replace(check(req), cluster_profile=Cluster("site", Path("site.toml"), plugins={"slurm": {"modules": ["no-such/1.0"]}}))
-    stack_env = StackEnv("local", "/nowhere/bin", provenance={"stack": "pytorch-horovod", "stack_lock_sha256": "0" * 64})
+    site = Cluster("site", Path("site.toml"), plugins={"slurm": {"modules": ["no-such/1.0"]}})
+    checked = replace(check(req), cluster_profile=site)
+    stack_env = StackEnv("local", "/nowhere/bin",
+                         provenance={"stack": "pytorch-horovod", "stack_lock_sha256": "0" * 64})
     ctx = run_context(req, checked, checked.worlds[0], None)
     record = taken_over_record(ctx, slurm.take_over(batch_job(req, checked, ctx)), stack_env.provenance, "slurm")
     validate(record)

@@ -149,7 +149,7 @@ def test_gpus_of_each_node_are_read_by_a_step_there_and_checked_before_launch(sl
     done = subprocess.run(["salloc", "--nodes=2", "--ntasks-per-node=1", "--time=5", PY, "-c", code], cwd=ROOT,
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
-    found = eval(done.stdout.strip().splitlines()[-1])  # noqa: S307 (our own repr)
+    found = eval(done.stdout.strip().splitlines()[-1])  # the script's own repr
     assert found == {node: (3, f"GPU 0: Fake GPU on {node}") for node in NODE_NAMES}
     refused = subprocess.run(["salloc", "--nodes=2", "--ntasks-per-node=1", "--time=5", PY, "-m", "suite", "run",
                               "--case", "pytorch-ddp", "--nodes", "2", "--gpus-per-node", "4", "--scheduler", "slurm",

@@ -69,8 +69,8 @@ def test_settings_from_profile_and_environment(monkeypatch):
     monkeypatch.setenv("SUITE_SSH_OPTIONS", "-F '/tmp/a b/config' -o ConnectTimeout=5")
     cluster = Cluster("c", Path("c.toml"), plugins={"ssh": {"options": ["-p", "2222"], "user": "bench", "force": True}})
     settings = ssh.settings(cluster)
-    assert settings.argv("node1") == ["ssh", "-o", "BatchMode=yes", "-l", "bench", "-p", "2222", "-F", "/tmp/a b/config",
-                                      "-o", "ConnectTimeout=5", "node1"]
+    assert settings.argv("node1") == ["ssh", "-o", "BatchMode=yes", "-l", "bench", "-p", "2222",
+                                      "-F", "/tmp/a b/config", "-o", "ConnectTimeout=5", "node1"]
     assert settings.force
     for bad, message in (({"options": "-p 22"}, "options must be a list of strings"),
                          ({"user": "-oProxyCommand=x"}, "user must be a user name"),
@@ -113,7 +113,8 @@ def test_a_failure_on_one_host_ends_the_job_on_every_host(loopback_sshd, tmp_pat
                "time.sleep(600)'], start_new_session=True); print(os.getpid(), c.pid, flush=True); time.sleep(600)")
     plan = Plan(ranks=2, processes=(
         Process("sleeper", "127.0.0.2", [PY, "-c", sleeper], {}, str(tmp_path)),
-        Process("crasher", "127.0.0.3", [PY, "-c", "import time; time.sleep(3); raise SystemExit(3)"], {}, str(tmp_path))))
+        Process("crasher", "127.0.0.3", [PY, "-c", "import time; time.sleep(3); raise SystemExit(3)"], {},
+                str(tmp_path))))
     started = time.monotonic()
     sleeper_result, crasher_result = ssh.execute(plan, tmp_path / "logs", timeout_s=300, cluster=FORCED)
     assert time.monotonic() - started < BOUND_S  # the crash at 3 s ends every host's processes within the bound
@@ -150,7 +151,8 @@ def test_launchers_that_ssh_themselves_get_the_profiles_options(loopback_sshd, t
     plan = Plan(ranks=1, processes=(Process("launcher", "localhost", ["ssh", "127.0.0.3", "echo", "reached"], {},
                                             str(tmp_path)),))
     [result] = ssh.execute(plan, tmp_path / "logs", timeout_s=60,
-                           cluster=Cluster("c", Path("c.toml"), plugins={"ssh": {"options": ["-o", "ConnectTimeout=10"]}}))
+                           cluster=Cluster("c", Path("c.toml"),
+                                           plugins={"ssh": {"options": ["-o", "ConnectTimeout=10"]}}))
     assert result.ok and result.tail == ["reached"], result
 
 
@@ -261,7 +263,8 @@ def test_doctor_names_what_is_there_and_what_is_missing(loopback_sshd, monkeypat
                               cwd=ROOT, capture_output=True, text=True, timeout=120)
 
     found = doctor()
-    assert "ok: host 127.0.0.2 reachable over ssh" in found.stdout and "ok: host 127.0.0.3 reachable over ssh" in found.stdout
+    assert "ok: host 127.0.0.2 reachable over ssh" in found.stdout
+    assert "ok: host 127.0.0.3 reachable over ssh" in found.stdout
     assert "ok: ssh (" in found.stdout
     monkeypatch.setenv("SUITE_SSH_OPTIONS", f"{loopback_sshd.options} -p 9")  # nothing listens on port 9
     lost = doctor()

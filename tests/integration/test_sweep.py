@@ -35,7 +35,8 @@ def test_failed_point_is_kept_and_baseline_is_smallest_success(tmp_path):
     ok1 = make_record(tmp_path / "r", tmp_path / "runs", devices=2, per_device=(50,))
     ok2 = make_record(tmp_path / "r", tmp_path / "runs", devices=4, per_device=(40,))
     failed = {**ok1, "status": "failed", "reason": "worker died", "world": {**ok1["world"], "devices": 1, "nodes": 1},
-              "metrics": {**ok1["metrics"], "throughput": {**ok1["metrics"]["throughput"], "mean": None, "per_device": None}}}
+              "metrics": {**ok1["metrics"],
+                          "throughput": {**ok1["metrics"]["throughput"], "mean": None, "per_device": None}}}
     summary = summarize_sweep("s", [(failed, "f.json"), (ok1, "a.json"), (ok2, "b.json")], None)
     assert summary["baseline"]["devices"] == 2
     rows = summary["rows"]

@@ -57,7 +57,8 @@ def test_a_plan_ends_with_its_own_processes_and_then_ends_its_daemons(tmp_path):
     job = Process("job", "localhost", [sys.executable, "-c", "import time; time.sleep(0.5)"], {}, str(tmp_path))
     sleeper = "import os, time; print(os.getpid(), flush=True); time.sleep(300)"
     helper = Process("helper", "localhost", [sys.executable, "-c", sleeper], {}, str(tmp_path), daemon=True)
-    broken = Process("broken", "localhost", [sys.executable, "-c", "raise SystemExit(3)"], {}, str(tmp_path), daemon=True)
+    broken = Process("broken", "localhost", [sys.executable, "-c", "raise SystemExit(3)"], {}, str(tmp_path),
+                     daemon=True)
     started = time.monotonic()
     results = run_plan(Plan((job, helper, broken), ranks=0), tmp_path / "logs", 60, None, HERE)
     assert time.monotonic() - started < 30  # 0.5 s of job, then the daemons' grace, on a machine maybe busy

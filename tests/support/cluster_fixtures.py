@@ -157,8 +157,10 @@ def start_sshd(folder: Path) -> Sshd:
     (folder / "known_hosts").write_text("".join(f"[{host}]:{port} {host_key}\n" for host in LOOPBACK_HOSTS))
     config = folder / "ssh_config"
     config.write_text(
-        f"Host {' '.join(LOOPBACK_HOSTS)}\n  Port {port}\n  IdentityFile {folder / 'login_key'}\n  IdentitiesOnly yes\n"
-        f"  UserKnownHostsFile {folder / 'known_hosts'}\n  StrictHostKeyChecking yes\n  BatchMode yes\n  LogLevel ERROR\n")
+        f"Host {' '.join(LOOPBACK_HOSTS)}\n  Port {port}\n  IdentityFile {folder / 'login_key'}\n"
+        "  IdentitiesOnly yes\n"
+        f"  UserKnownHostsFile {folder / 'known_hosts'}\n  StrictHostKeyChecking yes\n  BatchMode yes\n"
+        "  LogLevel ERROR\n")
     log = folder / "sshd.log"
     popen = subprocess.Popen([daemon("sshd"), "-D", "-f", str(folder / "sshd_config"), "-E", str(log)],
                              start_new_session=True, stdin=subprocess.DEVNULL)

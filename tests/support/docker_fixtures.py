@@ -69,7 +69,7 @@ def start_dockerd(run_dir: Path, root: Path) -> tuple[subprocess.Popen, str]:
                                + (run_dir / "dockerd.log").read_text()[-600:])
         try:
             return docker.DockerClient(base_url=host, timeout=5).ping()
-        except Exception:  # noqa: BLE001 (not answering yet)
+        except Exception:  # any kind: not answering yet
             return False
 
     wait_for(answers, 60, "dockerd to answer")
@@ -123,7 +123,8 @@ def cpu_images(docker_engine, tmp_path_factory):
                                 "--base", "debian", "--flavour", "cpu"], cwd=ROOT, capture_output=True, text=True,
                                timeout=2400)
         assert build.returncode == 0, build.stdout[-4000:] + build.stderr[-4000:]
-        MEASURED.append(f"docker: the cpu images of {', '.join(CPU_STACKS)} built in {time.monotonic() - started:.0f} s")
+        MEASURED.append(f"docker: the cpu images of {', '.join(CPU_STACKS)} built in "
+                        f"{time.monotonic() - started:.0f} s")
         MEASURED.extend(line.removeprefix("containers: ") for line in build.stdout.splitlines()
                         if " built in " in line or "Debian base" in line)
         metas = {stack: json.loads((image_dir / f"{stack}-cpu.docker.json").read_text()) for stack in CPU_STACKS}

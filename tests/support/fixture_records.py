@@ -4,6 +4,7 @@ import json
 import math
 from pathlib import Path
 
+from suite.analysis.utilisation import utilisation
 from suite.execution import interconnect_check
 from suite.execution.request import RunRequest, recorded
 from suite.inputs.cases import Case, load_case
@@ -16,10 +17,12 @@ from suite.records.write import RunContext, build_record, new_run_id, utc_now, w
 
 def make_record(results: Path, runs: Path, *, case="pytorch-synthetic", cluster="cluster-a", stack=None,
                 devices=1, per_device=(10.0,), repetitions=1, batch=32, epochs=None, nodes=1,
-                extra_metrics=None) -> dict:
+                extra_metrics=None, work=None, device=("cpu", "float32"), data=None) -> dict:
     """One record whose throughput per repetition is devices x per_device[i] img/s (approximately:
     each rank reports 3 iterations of 100 images at the matching rate). `devices` are spread evenly
-    over `nodes` hosts; extra_metrics(world, run_dir) -> what goes into `metrics` beside throughput."""
+    over `nodes` hosts; extra_metrics(world, run_dir) -> what goes into `metrics` beside throughput;
+    work: (FLOPs per sample, measured peak FLOP/s per device, precision) the ranks report, and the
+    record's utilisation made of them as a run makes it; device: (name, dtype) the case reports."""
     base = load_case("pytorch-synthetic")
     spec = {**base.spec, "name": case, "stack": stack or base.stack}
     world = World(tuple(Host(f"node{n + 1}", devices // nodes) for n in range(nodes)), f"hostfiles/{cluster}")
@@ -32,10 +35,16 @@ def make_record(results: Path, runs: Path, *, case="pytorch-synthetic", cluster=
         rep_dir = runs / ctx.run_id / f"rep-{index}"
         for rank in range(devices):
             probe = Probe(rank, devices, rank, devices, run_dir=str(rep_dir))
-            probe.start(config={"dtype": "float32", "device_type": "cpu"}, versions={"torch": "2.13.0"})
+            name, dtype = device
+            probe.start(config={"dtype": dtype, "device_type": "cpu" if name == "cpu" else "cuda", "device_name": name,
+                                **({"data": data} if data else {})}, versions={"torch": "2.13.0"})
+            if work:
+                probe.work(flops_per_sample=work[0], source="fixture", precision=work[2])
+                probe.measured_peak(flops_per_s=work[1], precision=work[2], matrix=4096, seconds=1.0)
             if epochs:
                 for e, seconds in enumerate(epochs):
-                    probe._write("epoch", index=e, images=1000 // devices, seconds=seconds, metrics={"accuracy": 0.1 * e})
+                    probe._write("epoch", index=e, images=1000 // devices, seconds=seconds,
+                                 metrics={"accuracy": 0.1 * e})
             else:
                 for i, jitter in enumerate((0.99, 1.0, 1.01)):
                     probe._write("iteration", index=i, images=100, seconds=100 / (rate * jitter))
@@ -46,6 +55,8 @@ def make_record(results: Path, runs: Path, *, case="pytorch-synthetic", cluster=
     record = build_record(ctx, reps, {"stack_lock_sha256": "ab" * 32}, {"launcher": "horovod"}, None)
     if extra_metrics:
         record["metrics"].update(extra_metrics(world, runs / ctx.run_id))
+    if work:
+        record["metrics"]["utilisation"] = utilisation(record)
     write_record(record, results)
     return record
 

@@ -15,7 +15,8 @@ CASES = [
     (["--gpus-per-node", "1,x"], (), "GPUS_PER_NODE must be a positive integer, got 'x'"),
     (["--baseline", "nope.json"], (), "--baseline nope.json is not a successful result record"),
     (["--cluster", "nope"], (), "unknown cluster 'nope' (profiles in hostfiles/: "),
-    (["--cluster", "cte-power", "--gpus-per-node", "8"], (), "GPUS_PER_NODE=8 but cluster cte-power has 4 device(s) per node"),
+    (["--cluster", "cte-power", "--gpus-per-node", "8"], (),
+     "GPUS_PER_NODE=8 but cluster cte-power has 4 device(s) per node"),
     (["--gpus-per-node", "0"], (), "GPUS_PER_NODE must be a positive integer, got '0'"),
     (["--repeat", "x"], (), "REPEAT must be a positive integer, got 'x'"),
     (["--repeat", "0"], (), "REPEAT must be a positive integer, got '0'"),
@@ -75,7 +76,8 @@ def test_missing_data_is_refused_unless_the_case_option_needs_none(tmp_path):
 
     spec = {"name": "toy", "data": {"requires": ["set/a.bin", "set/b.bin"], "unless_option": "benchmark"}}
     case = Case("toy", tmp_path, spec)
-    with pytest.raises(UsageError, match=r"case toy: data missing under .*: set/a.bin and 1 more \(run 'make data CASE=toy'"):
+    with pytest.raises(UsageError,
+                       match=r"case toy: data missing under .*: set/a.bin and 1 more \(run 'make data CASE=toy'"):
         case.check_data({"benchmark": False}, tmp_path)
     case.check_data({"benchmark": True}, tmp_path)
     (tmp_path / "set").mkdir()
@@ -83,12 +85,14 @@ def test_missing_data_is_refused_unless_the_case_option_needs_none(tmp_path):
         (tmp_path / "set" / name).write_bytes(b"\x0a\x23\xd7\xce rest")
     case.check_data({"benchmark": False}, tmp_path)
     spec["data"]["signatures"] = {"set/a.bin": "0a23d7ce", "set/b.bin": "8002"}
-    with pytest.raises(UsageError, match=r"set/b.bin is not in the expected format \(starts with '0a23', expected '8002'\)"):
+    with pytest.raises(UsageError,
+                       match=r"set/b.bin is not in the expected format \(starts with '0a23', expected '8002'\)"):
         case.check_data({"benchmark": False}, tmp_path)
 
 
 @pytest.mark.parametrize("case, files", [
-    ("tf-cifar", ["data_batch_1", "data_batch_2", "data_batch_3", "data_batch_4", "data_batch_5", "test_batch", "batches.meta"]),
+    ("tf-cifar", ["data_batch_1", "data_batch_2", "data_batch_3", "data_batch_4", "data_batch_5", "test_batch",
+                  "batches.meta"]),
     ("mxnet-imagenet", ["train.rec", "train.idx"]),
 ])
 def test_data_in_the_wrong_format_is_refused(suite_cli, tmp_path, case, files):

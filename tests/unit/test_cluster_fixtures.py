@@ -26,7 +26,8 @@ def test_a_missing_daemon_fails_under_ci_and_skips_elsewhere(tmp_path, what, var
     missing = tmp_path / "no-such-daemon"
     env = {name: value for name, value in os.environ.items() if name != "CI"}
     env.update({variable: str(missing), "PYTHONPATH": str(ROOT / "tests"), **({"CI": ci} if ci else {})})
-    done = subprocess.run([sys.executable, "-m", "pytest", "-p", "conftest", "-p", "no:cacheprovider", "-q", str(probe)],
+    done = subprocess.run([sys.executable, "-m", "pytest", "-p", "conftest", "-p", "no:cacheprovider", "-q",
+                           str(probe)],
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
     out = done.stdout
     if ci:

@@ -45,7 +45,8 @@ def test_slower_within_noise_is_not_a_regression(tmp_path):
 
 def test_cli_exit_status_and_table(sides, tmp_path):
     a, b = sides
-    result = subprocess.run([sys.executable, "-m", "suite", "compare", str(a), str(b)], cwd=ROOT, capture_output=True, text=True)
+    result = subprocess.run([sys.executable, "-m", "suite", "compare", str(a), str(b)], cwd=ROOT, capture_output=True,
+                            text=True)
     assert result.returncode == 1
     assert "slower" in result.stdout and "not comparable (batch: 32 vs 64)" in result.stdout
     improved = subprocess.run([sys.executable, "-m", "suite", "compare", str(a), str(b), "--tolerance", "0.5"],

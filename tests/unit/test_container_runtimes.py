@@ -86,10 +86,12 @@ def test_apptainer_asks_for_gpus_and_the_cuda_image_on_a_gpu_host(host, monkeypa
 
 
 def test_gpus_are_counted_from_nvidia_smi(host, monkeypatch):
-    executable(host / "bin", "nvidia-smi", 'echo "GPU 0: NVIDIA H100 (UUID: GPU-1)"; echo "GPU 1: NVIDIA H100 (UUID: GPU-2)"')
+    executable(host / "bin", "nvidia-smi",
+               'echo "GPU 0: NVIDIA H100 (UUID: GPU-1)"; echo "GPU 1: NVIDIA H100 (UUID: GPU-2)"')
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     assert host_gpus.host_gpus() == 2
-    assert host_gpus.pick_flavour() == "cuda" and host_gpus.pick_flavour(None, 0) == "cpu" and host_gpus.pick_flavour("cpu") == "cpu"
+    assert host_gpus.pick_flavour() == "cuda"
+    assert host_gpus.pick_flavour(None, 0) == "cpu" and host_gpus.pick_flavour("cpu") == "cpu"
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
     assert host_gpus.host_gpus() == 1
 
@@ -121,7 +123,8 @@ def test_apptainer_refuses_an_image_of_another_lock_unless_allowed(host, monkeyp
     image = built_image(host)
     meta = json.loads(apptainer.meta_path(image).read_text())
     apptainer.meta_path(image).write_text(json.dumps({**meta, "lock_sha256": "00" * 32}))
-    with pytest.raises(UsageError, match=r"built from another lock than the checkout's \(image 000000000000, checkout "):
+    with pytest.raises(UsageError,
+                       match=r"built from another lock than the checkout's \(image 000000000000, checkout "):
         apptainer.prepare(want(), log=lambda m: None)
     monkeypatch.setenv("SUITE_ALLOW_STALE_IMAGE", "1")
     said = []
@@ -133,8 +136,9 @@ def test_apptainer_refuses_an_image_of_another_lock_unless_allowed(host, monkeyp
 def test_run_with_missing_image_stops_in_one_line_before_launch(tmp_path):
     env = {**os.environ, "SUITE_IMAGE_DIR": str(tmp_path), "SUITE_APPTAINER": "/bin/true"}
     result = subprocess.run([sys.executable, "-m", "suite", "run", "--case", "pytorch-synthetic", "--runtime",
-                             "apptainer", "--flavour", "cpu", "--gpus-per-node", "1", "--results-dir", str(tmp_path / "results"), "--runs-dir",
-                             str(tmp_path / "runs")], cwd=paths.ROOT, env=env, capture_output=True, text=True)
+                             "apptainer", "--flavour", "cpu", "--gpus-per-node", "1",
+                             "--results-dir", str(tmp_path / "results"), "--runs-dir", str(tmp_path / "runs")],
+                            cwd=paths.ROOT, env=env, capture_output=True, text=True)
     assert result.returncode == 2
     [line] = result.stderr.strip().splitlines()
     assert line.startswith("error: no cpu image of stack pytorch-horovod") and "make containers" in line

@@ -38,7 +38,8 @@ def dockerfile(fl) -> "os.PathLike":
 
 
 def parsed(path):
-    [recipe] = SingularityParser(str(path)).recipe.values() if path.suffix == ".def" else DockerParser(str(path)).recipe.values()
+    parser = SingularityParser if path.suffix == ".def" else DockerParser
+    [recipe] = parser(str(path)).recipe.values()
     return recipe
 
 
@@ -83,7 +84,8 @@ def test_cuda_lock_keeps_the_cpu_locks_versions(fl):
     cuda = {normalise(n): Version(v).public for n, v in lock_pins(fl.lock_path).items()}
     shared = sorted(set(cpu) & set(cuda))
     assert shared, "a cuda lock shares its stack's packages"
-    differ = {n: (cpu[n], cuda[n]) for n in shared if cpu[n] != cuda[n] and (fl.stack.name, n) not in ALLOWED_DIFFERENCES}
+    differ = {n: (cpu[n], cuda[n]) for n in shared
+              if cpu[n] != cuda[n] and (fl.stack.name, n) not in ALLOWED_DIFFERENCES}
     assert not differ
 
 
@@ -107,7 +109,8 @@ def test_base_is_pinned_by_digest_or_marked_as_placeholder(fl):
 def test_test_section_smoke_imports_the_framework(fl):
     text = definition(fl).read_text()
     tests = text.split("%test", 1)[1].split("%help", 1)[0]
-    framework = {"pytorch-horovod": "import torch", "pytorch": "import torch", "tensorflow": "import tensorflow", "mxnet": "import mxnet"}
+    framework = {"pytorch-horovod": "import torch", "pytorch": "import torch", "tensorflow": "import tensorflow",
+                 "mxnet": "import mxnet"}
     assert framework[fl.stack.name] in tests
     assert ("horovodrun --check-build" in tests) == (fl.stack.name == "pytorch-horovod")
     assert f"CASE={fl.example_case} RUNTIME=apptainer" in text.split("%help", 1)[1]
@@ -204,8 +207,8 @@ def test_installed_local_stack_has_the_versions_of_its_lock(name):
     (("--stack", "pytorch"), None, "error: cannot build containers: needs a Docker engine; apptainer: "),
 ])
 def test_build_refusals_are_one_line_before_anything_starts(tmp_path, args, path, message):
-    env = {**os.environ, "DOCKER_HOST": f"unix://{tmp_path}/no-engine.sock", "SUITE_IMAGE_DIR": str(tmp_path / "images"),
-           **({"PATH": path} if path else {})}
+    env = {**os.environ, "DOCKER_HOST": f"unix://{tmp_path}/no-engine.sock",
+           "SUITE_IMAGE_DIR": str(tmp_path / "images"), **({"PATH": path} if path else {})}
     result = subprocess.run([sys.executable, "-m", "suite", "containers", "build", "--tool", "docker", *args],
                             cwd=paths.ROOT, env=env, capture_output=True, text=True, timeout=120)
     assert result.returncode == 2, result.stdout + result.stderr

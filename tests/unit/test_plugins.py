@@ -84,7 +84,7 @@ def doctor_lines(cluster):
 THROWAWAY_RUNTIME = '''
 """A runtime written by a site: one file."""
 from suite.execution.plugins import Setting
-from suite.runtimes.local import prepare  # noqa: F401
+from suite.runtimes.local import prepare  # noqa: F401 (prepares the stack as the local runtime does)
 
 PROFILE = {"modules": Setting(list, [], "modules that hold the stack")}
 

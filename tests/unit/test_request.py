@@ -130,15 +130,18 @@ def loaded_by(module: str) -> set[str]:
     return set(done.stdout.split())
 
 
-RUNNING = {"suite.cli", "suite.execution.run", "suite.execution.rerun", "suite.commands.compare_frameworks", "suite.execution.plugins", "suite.stacks.locks"}
+RUNNING = {"suite.cli", "suite.execution.run", "suite.execution.rerun", "suite.commands.compare_frameworks",
+           "suite.execution.plugins", "suite.stacks.locks"}
 
 
-@pytest.mark.parametrize("module", ["suite.execution.run", "suite.execution.rerun", "suite.commands.compare_frameworks"])
+@pytest.mark.parametrize("module", ["suite.execution.run", "suite.execution.rerun",
+                                    "suite.commands.compare_frameworks"])
 def test_the_runner_does_not_import_the_entry_point(module):
     assert "suite.cli" not in loaded_by(module)
 
 
-@pytest.mark.parametrize("module", ["suite.analysis.report", "suite.analysis.same_work", "suite.analysis.compare", "suite.records.read"])
+@pytest.mark.parametrize("module", ["suite.analysis.report", "suite.analysis.same_work", "suite.analysis.compare",
+                                    "suite.records.read"])
 def test_what_reads_records_imports_no_running_code(module):
     assert loaded_by(module) & RUNNING == set()
 

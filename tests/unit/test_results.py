@@ -130,7 +130,8 @@ def fake_epochs(run_dir, rank, size, seconds, images=100):
     probe = Probe(rank, size, run_dir=str(run_dir))
     probe.start(config={"dtype": "float32"}, versions={})
     for index, s in enumerate(seconds):
-        probe._write("epoch", index=index, images=images, seconds=s, metrics={"loss": 2.0 - index, "accuracy": 0.1 * index})
+        probe._write("epoch", index=index, images=images, seconds=s,
+                     metrics={"loss": 2.0 - index, "accuracy": 0.1 * index})
     probe.result(test_accuracy=0.42)
     probe.end()
 
@@ -188,7 +189,8 @@ def test_the_memory_allocator_settings_are_recorded_and_go_with_the_processes():
     from suite.base.env_policy import forwarded_env, recorded_env
 
     environ = {"MALLOC_MMAP_MAX_": "0", "MALLOC_TRIM_THRESHOLD_": "68719476736",
-               "GLIBC_TUNABLES": "glibc.malloc.arena_max=2", "LD_PRELOAD": "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2", "MALLOC_CONF": "background_thread:true",
+               "GLIBC_TUNABLES": "glibc.malloc.arena_max=2", "LD_PRELOAD": "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2",
+               "MALLOC_CONF": "background_thread:true",
                "TCMALLOC_RELEASE_RATE": "0", "HOME": "/root", "LD_LIBRARY_PATH": "/opt/x"}
     allocator = {k: v for k, v in environ.items() if k not in ("HOME", "LD_LIBRARY_PATH")}
     assert recorded_env(environ) == allocator
@@ -230,7 +232,8 @@ class Stopping:
         return self.f.__exit__(*exc)
 
 real_open, real_fsync, real_replace, real_link = builtins.open, os.fsync, os.replace, os.link
-builtins.open = lambda file, mode="r", *a, **k: (Stopping if "w" in mode else lambda f: f)(real_open(file, mode, *a, **k))
+builtins.open = lambda file, mode="r", *a, **k: (Stopping if "w" in mode else lambda f: f)(
+    real_open(file, mode, *a, **k))
 
 def around(name, real):
     def patched(*args):
@@ -289,7 +292,8 @@ def test_killing_the_writer_never_leaves_half_a_file(tmp_path, overwrite):
     whole = kill_at_every_step(tmp_path, "atomic", overwrite)
     # It was stopped inside the write of the data and just before and after the file became visible.
     visible = "replace" if overwrite else "link"
-    assert {"write (half written)", "before fsync", f"before {visible}", f"after {visible}", "done"} <= dict(whole).keys()
+    expected_steps = {"write (half written)", "before fsync", f"before {visible}", f"after {visible}", "done"}
+    assert expected_steps <= dict(whole).keys()
     assert all(ok for _, ok in whole), whole
 
 

@@ -10,12 +10,13 @@ from suite.analysis.scaling import Exchange, Model, fit
 from suite.commands.predict import validate_on_published
 
 sys.path.insert(0, str(ROOT / "tools"))
-from scaling_validation import DOC, VALIDATIONS, render  # noqa: E402
+from scaling_validation import DOC, VALIDATIONS, render
 
 G = 25_557_032 * 4  # ResNet-50's parameters x 4 bytes
 
 
-def simulated_step_seconds(kind: str, n: int, per_node: int, compute: float, bytes_per_s: float, latency: float) -> float:
+def simulated_step_seconds(kind: str, n: int, per_node: int, compute: float, bytes_per_s: float,
+                           latency: float) -> float:
     """One step on n devices, written out from the exchange protocols rather than from suite.analysis.scaling."""
     if kind == "ring":
         # reduce-scatter, then all-gather: 2 (n-1) rounds, in each a device sends one G/n chunk
@@ -136,8 +137,10 @@ def test_predict_from_records_and_profile(tmp_path):
             "--results-dir", str(results)]
     fitted = subprocess.run(args, cwd=ROOT, capture_output=True, text=True)
     assert fitted.returncode == 0, fitted.stderr
-    assert "network: fitted from the measurements" in fitted.stdout and "3 record(s) of pytorch-synthetic" in fitted.stdout
-    rows = {int(line.split()[0]): line.split() for line in fitted.stdout.splitlines() if line.split() and line.split()[0].isdigit()}
+    assert "network: fitted from the measurements" in fitted.stdout
+    assert "3 record(s) of pytorch-synthetic" in fitted.stdout
+    rows = {int(line.split()[0]): line.split() for line in fitted.stdout.splitlines()
+            if line.split() and line.split()[0].isdigit()}
     assert set(rows) == {1, 2, 4, 8, 16} and float(rows[16][1]) > float(rows[8][1])
     missing = subprocess.run(args + ["--cluster", "cte-power"], cwd=ROOT, capture_output=True, text=True)
     assert "no successful records of pytorch-synthetic on cte-power" in missing.stderr and missing.returncode == 2

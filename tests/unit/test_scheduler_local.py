@@ -82,7 +82,8 @@ def test_time_limit(tmp_path):
 def test_first_error_line_is_kept_behind_rank_prefixes(tmp_path):
     code = ("print('[1]<stderr>:Traceback (most recent call last):'); "
             "print('[1]<stderr>:ValueError: bad shape'); print('RuntimeError: job terminated'); raise SystemExit(1)")
-    [result] = local.execute(Plan(ranks=1, processes=(proc("launcher", code, tmp_path),)), tmp_path / "logs", timeout_s=60)
+    [result] = local.execute(Plan(ranks=1, processes=(proc("launcher", code, tmp_path),)), tmp_path / "logs",
+                             timeout_s=60)
     assert result.returncode == 1 and result.first_error == "ValueError: bad shape"
 
 

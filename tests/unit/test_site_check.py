@@ -5,7 +5,6 @@ suite/commands/check.py)."""
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 from conftest import ROOT
@@ -15,8 +14,8 @@ from suite.analysis.site_check import FAILED, OK, UNAVAILABLE, PathResult, SiteC
 from suite.base.errors import UsageError
 from suite.commands import check
 from suite.execution import plugins
-from suite.inputs.cases import load_case
 from suite.execution.clusters import Cluster
+from suite.inputs.cases import load_case
 
 
 def a_check(*outcomes: str, cluster: str = "localhost", only: str | None = None, at: str = "2026-11-25T06:00:00Z"):
@@ -110,7 +109,8 @@ def test_the_paths_of_this_host_run_on_one_node_and_other_hosts_add_two():
     assert len(found) == (2 + 1) * 2 * 2
     assert {(p.nodes, p.per_node) for p in found} == {(1, 2), (2, 1)}  # CPU workers: two in all
     assert {p.per_node for p in check.site_paths(None, cases, ["local"], [1, 2], gpus=4)} == {4}
-    assert check.runtimes_for(None)[0] == "local" and set(check.runtimes_for(None)) == set(plugins.available("runtimes"))
+    assert check.runtimes_for(None)[0] == "local"
+    assert set(check.runtimes_for(None)) == set(plugins.available("runtimes"))
 
 
 def test_only_narrows_by_case_runtime_or_launcher_and_refuses_a_pattern_matching_nothing():
@@ -141,7 +141,7 @@ def test_a_container_runtime_without_its_tool_is_not_available_and_says_why(monk
 
 
 def test_modules_without_an_environment_or_a_module_system_are_not_available(tmp_path):
-    assert "names no environment of the site" in check.runtime_problem("modules", None, "pytorch", "cpu")
+    assert "no environment of the site named" in check.runtime_problem("modules", None, "pytorch", "cpu")
     no_system = Cluster("site", tmp_path / "site.toml", plugins={"modules": {
         "init": str(tmp_path / "no-init.sh"), "load": ["PyTorch"], "purge": True}})
     assert check.runtime_problem("modules", no_system, "pytorch", "cpu").startswith("no module system")
@@ -156,7 +156,8 @@ def test_a_sites_environment_without_the_stacks_framework_is_not_available(tmp_p
 
 def test_missing_data_and_too_few_hosts_are_not_available(tmp_path):
     data_less = Cluster("site", tmp_path / "site.toml", data_dir=tmp_path / "data")
-    assert "data missing under" in check.data_problem(load_case("tf-cifar"), data_less, load_case("tf-cifar").tiny_args())
+    tf_cifar = load_case("tf-cifar")
+    assert "data missing under" in check.data_problem(tf_cifar, data_less, tf_cifar.tiny_args())
     assert check.data_problem(load_case("pytorch-ddp"), data_less, load_case("pytorch-ddp").tiny_args()) is None
     one_host = Cluster("one", tmp_path / "one.toml", hostfile=ROOT / "hostfiles" / "localhost", scheduler="ssh")
     ssh = plugins.load("schedulers", "ssh")

@@ -1,0 +1,267 @@
+"""pytorch-gpt: a GPT-2-style decoder (gpt.py) trained with DistributedDataParallel (--parallel ddp) or
+FSDP2 (--parallel fsdp: fully_shard on every block, then on the whole model), measured in tokens/s.
+
+One process per device, started by torchrun, by the suite (--launcher ranks) or by a bare srun (see
+cases/_shared/torch_dist.py). --data synthetic trains on a fixed batch of random tokens on the device;
+--data tokens on windows of $SUITE_DATA_DIR/tokens/train.bin (windows.py), each rank its own. A step
+is --grad-accum micro-batches, the gradients exchanged once; steps are timed in iterations of
+--num-batches-per-iter, after --num-warmup-batches untimed ones. Options come from case.toml."""
+
+import contextlib
+import json
+import os
+import resource
+import time
+from pathlib import Path
+
+import numpy
+import torch
+import torch.distributed as dist
+from gpt import GPT, GPTConfig, next_token_loss, parameters_counted, training_flops_per_token
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+from torch.nn.parallel import DistributedDataParallel
+from windows import TokenWindows
+
+from cases._shared.flops import matmul_peak, precision, training_flops_per_sample
+from cases._shared.timed import min_seconds, timed_iterations
+from cases._shared.torch_dist import agree, pick_backend, pick_device, place
+from suite.instack.case_options import parse_case_args
+from suite.instack.probe import Probe, announce
+
+CASE = "pytorch-gpt"
+FIRST_LOSSES = 20  # steps whose loss the record lists one by one
+GPT2_SMALL = GPTConfig()
+
+
+def data_folder() -> Path:
+    return Path(os.environ.get("SUITE_DATA_DIR", "data")) / "tokens"
+
+
+def model_config(args) -> GPTConfig:
+    try:
+        return GPTConfig(args.layers, args.heads, args.width, args.context, args.vocab_size)
+    except ValueError as exc:
+        raise SystemExit(f"{CASE}: {exc}") from None
+
+
+def model_name(config: GPTConfig) -> str:
+    return "gpt2-small" if config == GPT2_SMALL else f"gpt-{config.layers}l-{config.heads}h-{config.width}w"
+
+
+def amp_dtype(args, device: torch.device) -> torch.dtype | None:
+    """bfloat16 autocast on GPUs (--precision auto), float32 on CPUs; --precision says otherwise."""
+    wanted = args.precision if args.precision != "auto" else ("bf16" if device.type == "cuda" else "fp32")
+    return torch.bfloat16 if wanted == "bf16" else None
+
+
+def parallel(args, bare: GPT, device: torch.device, world: int, amp: torch.dtype | None):
+    """The model wrapped for data parallelism, and its settings as the record shows them."""
+    if args.parallel == "ddp":
+        wrapped = DistributedDataParallel(bare, device_ids=[device.index] if device.type == "cuda" else None,
+                                          bucket_cap_mb=args.bucket_cap_mb)
+        return wrapped, {"bucket_cap_mb": args.bucket_cap_mb}
+    mesh = init_device_mesh(device.type, (world,))
+    # Parameters gathered in bfloat16 under bf16, gradients reduced in float32 (as torchtitan does).
+    policy = MixedPrecisionPolicy(param_dtype=amp, reduce_dtype=torch.float32) if amp else MixedPrecisionPolicy()
+    reshard = not args.keep_gathered
+    for block in bare.blocks:
+        fully_shard(block, mesh=mesh, mp_policy=policy, reshard_after_forward=reshard)
+    fully_shard(bare, mesh=mesh, mp_policy=policy, reshard_after_forward=reshard)
+    settings = {"param_dtype": str(amp or torch.float32).removeprefix("torch."), "reduce_dtype": "float32",
+                "reshard_after_forward": reshard, "sharded_modules": len(bare.blocks) + 1}
+    return bare, settings
+
+
+def gradient_sync(wrapped, on: bool):
+    """A context in which backward passes exchange gradients (on) or keep them local (off: the
+    micro-batches of a step before its last)."""
+    if isinstance(wrapped, DistributedDataParallel):
+        return contextlib.nullcontext() if on else wrapped.no_sync()
+    wrapped.set_requires_gradient_sync(on)
+    return contextlib.nullcontext()
+
+
+def make_step(args, model, wrapped, optimizer, device, amp):
+    """One optimizer step over --grad-accum micro-batches from `next_batch`; its loss (detached)."""
+    accum = args.grad_accum
+
+    def step(next_batch):
+        total = torch.zeros((), device=device)
+        for micro in range(accum):
+            inputs, targets = next_batch()
+            with gradient_sync(wrapped, micro == accum - 1):
+                with torch.autocast(device.type, dtype=amp or torch.float32, enabled=amp is not None):
+                    loss = next_token_loss(model(inputs), targets) / accum
+                loss.backward()
+            total += loss.detach()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        return total
+
+    return step
+
+
+def batch_source(args, where, device, config, probe):
+    """A function that gives the next micro-batch (inputs, targets) on the device, and the data's
+    facts for the record."""
+    if args.data == "synthetic":
+        generator = torch.Generator().manual_seed(args.seed + 1 + where["rank"])
+        rows = torch.randint(0, config.vocab, (args.batch_size, config.context + 1), generator=generator).to(device)
+        fixed = (rows[:, :-1], rows[:, 1:])
+        return (lambda: fixed), {"data": "synthetic"}
+    windows, manifest = open_windows(args, where, config)
+    batches = windows.batches(args.batch_size)
+    pin = device.type == "cuda"
+
+    def next_batch():
+        with probe.data_wait():
+            inputs, targets = next(batches)
+            if pin:
+                inputs, targets = inputs.pin_memory(), targets.pin_memory()
+            return inputs.to(device, non_blocking=pin), targets.to(device, non_blocking=pin)
+
+    facts = {"data": "tokens-synthetic" if manifest.get("synthetic") else "tokens",
+             "data_path": str(windows_path().resolve()), "data_source": manifest.get("source"),
+             "tokenizer": manifest.get("tokenizer"), "data_tokens": len(windows.tokens),
+             "windows_per_rank": windows.per_rank()}
+    return next_batch, facts
+
+
+def windows_path() -> Path:
+    return data_folder() / "train.bin"
+
+
+def open_windows(args, where, config) -> tuple[TokenWindows, dict]:
+    try:
+        manifest = json.loads((data_folder() / "manifest.json").read_text())
+    except (OSError, ValueError):
+        manifest = {}
+    if manifest.get("vocab_size", 0) > config.vocab:
+        raise SystemExit(f"{CASE}: {windows_path()} holds token ids up to {manifest['vocab_size'] - 1}, "
+                         f"beyond --vocab-size {config.vocab}")
+    windows = TokenWindows(windows_path(), config.context, where["rank"], where["world"], seed=args.seed)
+    if windows.per_rank() < args.batch_size:
+        raise SystemExit(f"{CASE}: {len(windows.tokens)} tokens in {windows_path()} give {windows.per_rank()} "
+                         f"windows of {config.context} per rank: less than one batch of {args.batch_size}")
+    return windows, manifest
+
+
+def report_work(probe, bare: GPT, config: GPTConfig, device, amp, counted: float) -> None:
+    """The FLOPs of a token (the formula, beside PyTorch's count of the same step) and the device's
+    matmul peak at the step's precision: before the warmup, never inside a timed window."""
+    formula = training_flops_per_token(config, parameters_counted(bare), config.context)
+    name = precision(device, amp)
+    probe.work(flops_per_sample=formula, source="6 N + 12 L H Q T per token (PaLM appendix B, nanoGPT)",
+               precision=name)
+    probe.result(counted_flops_per_token=counted, formula_flops_per_token=formula)
+    probe.measured_peak(**matmul_peak(device, name))
+
+
+def counted_flops_per_token(bare: GPT, config: GPTConfig, batch: int) -> float:
+    """PyTorch's FlopCounterMode over one step of the bare model (cases/_shared/flops.py), per token."""
+    tokens = torch.zeros(batch, config.context, dtype=torch.int64)
+    key = {"case": CASE, **config.__dict__}
+    per_sequence, _ = training_flops_per_sample(key, bare, tokens, tokens, next_token_loss)
+    return per_sequence / config.context
+
+
+def peak_memory(device: torch.device) -> tuple[int, str]:
+    """This process's peak memory in bytes, and what it counts."""
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated(device), "torch.cuda.max_memory_allocated"
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, "peak resident set of the process (getrusage)"
+
+
+def gathered(value, world: int) -> list:
+    values = [None] * world
+    dist.all_gather_object(values, value)
+    return values
+
+
+def train(args, probe, step, next_batch, tokens_per_step, sync, device) -> list[torch.Tensor]:
+    """Warmup steps, then the timed iterations; every step's loss (detached)."""
+    losses = []
+
+    def run_step():
+        losses.append(step(next_batch))
+
+    with probe.warmup(images=tokens_per_step * args.num_warmup_batches, sync=sync):
+        for _ in range(args.num_warmup_batches):
+            run_step()
+
+    def one_iteration():
+        for _ in range(args.num_batches_per_iter):
+            run_step()
+
+    timed_iterations(probe, args.num_iters, min_seconds(args.min_seconds, device.type == "cuda"),
+                     tokens_per_step * args.num_batches_per_iter, one_iteration, sync, lambda n: agree(n, device))
+    return losses
+
+
+def mean_losses(losses: list[torch.Tensor], world: int) -> list[float]:
+    """Every step's loss averaged over the ranks (one collective, after the timed window)."""
+    stacked = torch.stack(losses).float()
+    dist.all_reduce(stacked)
+    return [round(float(v) / world, 6) for v in stacked.cpu()]
+
+
+def main() -> None:
+    announce()
+    args = parse_case_args(__file__)
+    where = place()
+    device = pick_device(where, args.no_cuda)
+    backend = pick_backend(CASE, args.backend, device)
+    dist.init_process_group(backend)
+    config = model_config(args)
+    amp = amp_dtype(args, device)
+    torch.manual_seed(args.seed)  # the same weights on every rank, and under ddp and fsdp alike
+    bare = GPT(config, args.activation_checkpointing)
+    parameters = sum(p.numel() for p in bare.parameters())
+    counted = counted_flops_per_token(bare, config, args.batch_size)
+    bare.to(device)
+    wrapped, settings = parallel(args, bare, device, where["world"], amp)
+    model = torch.compile(wrapped) if args.compile else wrapped
+    optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=0.1)
+    step = make_step(args, model, wrapped, optimizer, device, amp)
+    sync = torch.cuda.synchronize if device.type == "cuda" else None
+    probe = Probe(where["rank"], where["world"], where["local_rank"], where["local_world"], samples="tokens")
+    next_batch, data = batch_source(args, where, device, config, probe)
+    sequences = args.batch_size * args.grad_accum
+    tokens_per_step = sequences * config.context
+    probe.start(
+        config={
+            "model": "gpt", "model_name": model_name(config), "parameters": parameters,
+            "layers": config.layers, "heads": config.heads, "width": config.width, "context": config.context,
+            "vocab_size": config.vocab, "device_type": device.type,
+            "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+            "dtype": f"amp-{str(amp).removeprefix('torch.')}" if amp else "float32", **data,
+            "batch_per_device": sequences, "global_batch": sequences * where["world"],
+            "micro_batch": args.batch_size, "grad_accum": args.grad_accum,
+            "tokens_per_device_per_step": tokens_per_step, "global_tokens_per_step": tokens_per_step * where["world"],
+            "lr": args.lr, "threads_per_worker": torch.get_num_threads(),
+            "backend": backend, "launcher": args.launcher, "parallel": args.parallel, args.parallel: settings,
+            "compile": args.compile, "activation_checkpointing": args.activation_checkpointing, "seed": args.seed,
+        },
+        versions={"torch": torch.__version__, "numpy": numpy.__version__, "cuda": torch.version.cuda,
+                  "nccl": ".".join(map(str, torch.cuda.nccl.version())) if backend == "nccl" else None},
+    )
+    report_work(probe, bare, config, device, amp, counted)
+    if args.compile:  # compilation happens at the first step: before the warmup, measured apart
+        started = time.perf_counter()
+        first = [step(next_batch)]
+        if sync:
+            sync()
+        probe.result(compile_seconds=time.perf_counter() - started)
+    else:
+        first = []
+    losses = mean_losses(first + train(args, probe, step, next_batch, tokens_per_step, sync, device), where["world"])
+    memory, basis = peak_memory(device)
+    probe.result(first_step_loss=losses[0], last_step_loss=losses[-1], first_losses=losses[:FIRST_LOSSES],
+                 steps=len(losses), peak_memory_bytes=gathered(memory, where["world"]), peak_memory_basis=basis)
+    probe.end()
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

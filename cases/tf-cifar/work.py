@@ -1,0 +1,73 @@
+"""The work of tf-cifar's training step and what its devices can do, for the record's utilisation:
+FLOPs per image counted by TensorFlow's profiler over the model's forward graph (its convolutions and
+matrix products, as MLPerf counts a model's FLOPs), times 3 for forward and backward; and the best
+rate of large matrix products on this process's first device, measured before the first epoch."""
+
+import time
+
+import tensorflow as tf
+from tensorflow.python.framework.convert_to_constants import convert_variables_to_constants_v2
+
+from suite.instack.model_flops import cached
+
+PROFILED = ("tf.compat.v1.profiler float operations (Conv2D, MatMul) of the model's forward graph at the run's "
+            "image size, x 3 for forward and backward")
+COUNTED_OPS = ("Conv2D", "MatMul", "BatchMatMulV2", "DepthwiseConv2dNative")
+
+
+def report_work(probe, build_model, model_name: str, image_size: int, classes: int, place) -> None:
+    """Hands the step's FLOPs per image and this process's measured matmul peak per device to the probe."""
+    key = {"case": "tf-cifar", "model": model_name, "image_size": image_size, "classes": classes,
+           "tensorflow": tf.__version__}
+    forward, from_cache = cached(key, lambda: forward_flops(build_model, image_size, classes))
+    precision = matmul_precision(place.device_type)
+    probe.work(flops_per_sample=3 * forward, source=PROFILED + (" (cached)" if from_cache else ""),
+               precision=precision)
+    # On a CPU the process's replicas (logical devices) share its cores: its rate per device.
+    shared_by = place.local_replicas if place.device_type == "cpu" else 1
+    probe.measured_peak(**matmul_peak("/gpu:0" if place.device_type == "cuda" else "/cpu:0", precision, shared_by))
+
+
+def forward_flops(build_model, image_size: int, classes: int) -> int:
+    """FLOPs of one image through a fresh copy of the model (built outside the strategy), by op type."""
+    model = build_model(weights=None, include_top=True, classes=classes, input_shape=(image_size, image_size, 3))
+    function = tf.function(lambda x: model(x, training=False))
+    graph = convert_variables_to_constants_v2(function.get_concrete_function(
+        tf.TensorSpec([1, image_size, image_size, 3], tf.float32))).graph
+    options = tf.compat.v1.profiler.ProfileOptionBuilder(
+        tf.compat.v1.profiler.ProfileOptionBuilder.float_operation()).with_empty_output().build()
+    found = tf.compat.v1.profiler.profile(graph=graph, run_meta=tf.compat.v1.RunMetadata(), cmd="op", options=options)
+    return sum(op.total_float_ops for op in found.children if op.name in COUNTED_OPS)
+
+
+def matmul_precision(device_type: str) -> str:
+    """float32 products on a GPU with TensorFloat-32 (TensorFlow's default from Ampere on) are tf32."""
+    if device_type != "cuda" or not tf.config.experimental.is_tensor_float_32_execution_enabled():
+        return "fp32"
+    details = tf.config.experimental.get_device_details(tf.config.list_physical_devices("GPU")[0])
+    return "tf32" if details.get("compute_capability", (0, 0))[0] >= 8 else "fp32"
+
+
+def matmul_peak(device: str, precision: str, shared_by: int, seconds: float = 1.0) -> dict:
+    """The best FLOP/s of n x n float32 products over about `seconds`, n doubled from 512 until one
+    product takes a few milliseconds; divided by `shared_by`."""
+    began, n = time.perf_counter(), 512
+    with tf.device(device):
+        while True:
+            a = tf.random.uniform((n, n))
+            tf.linalg.matmul(a, a)[0, 0].numpy()  # sets up the product at this size: not timed
+            start = time.perf_counter()
+            tf.linalg.matmul(a, a)[0, 0].numpy()
+            one = time.perf_counter() - start
+            if one > 0.02 or n >= (8192 if device.startswith("/gpu") else 4096):
+                break
+            n *= 2
+        repeats, best = max(1, int(0.1 / max(one, 1e-6))), 0.0
+        while time.perf_counter() - began < seconds or best == 0.0:
+            start = time.perf_counter()
+            for _ in range(repeats):
+                out = tf.linalg.matmul(a, a)
+            out[0, 0].numpy()  # the products run in order on the device: the last one done, all are
+            best = max(best, 2 * n**3 * repeats / (time.perf_counter() - start))
+    return {"flops_per_s": best / shared_by, "precision": precision, "matrix": n,
+            "seconds": round(time.perf_counter() - began, 3), "shared_by": shared_by}

@@ -1,0 +1,135 @@
+"""pytorch-gpt: real runs of the GPT case on this machine's CPUs through the suite's CLI (2 ranks, Gloo):
+DistributedDataParallel and FSDP2 start from the same loss, measured in tokens/s; the data script
+tokenizes a folder of text by bytes, each rank reads its own windows of it, and the loss falls on it;
+bad input is refused before launch."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import ROOT, records_in, tiny
+
+from suite.records.schema import validate
+
+CASE = ("--case", "pytorch-gpt")
+TINY = tiny("pytorch-gpt")
+
+
+@pytest.fixture(scope="module")
+def torch_stack():
+    """The real pytorch stack (torch's CPU wheel, numpy), installed once."""
+    from suite.stacks.locks import ensure_installed, load_stack
+
+    return ensure_installed(load_stack("pytorch"))
+
+
+@pytest.fixture(scope="module")
+def text_data(tmp_path_factory, torch_stack) -> tuple[Path, bytes]:
+    """`make data CASE=pytorch-gpt SRC=<folder>` over a folder of text (a binary and a hidden file
+    beside it, left out): the data folder, and the bytes of the text files in path order."""
+    src = tmp_path_factory.mktemp("text")
+    (src / "b").mkdir()
+    texts = {"a.txt": "The quick brown fox jumps over the lazy dog. " * 300,
+             "b/c.md": "Every rank reads its own windows of the token file. " * 300}
+    for name, text in texts.items():
+        (src / name).write_text(text)
+    (src / "image.bin").write_bytes(b"\x89PNG\0\0\0" * 10)
+    (src / ".hidden").write_text("not read")
+    folder = tmp_path_factory.mktemp("gpt-data")
+    done = subprocess.run([sys.executable, "-m", "suite", "data", *CASE, "--src", str(src), "--data-dir", str(folder)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return folder, b"".join(texts[name].encode() for name in sorted(texts))
+
+
+def checked_record(result, suite_cli) -> dict:
+    """The record of the run just made (run ids begin with their start time: the last in name order)."""
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    record = records_in(suite_cli.results)[-1]
+    validate(record)
+    assert record["status"] == "ok" and record["reason"] is None
+    return record
+
+
+def results_of(record: dict) -> dict:
+    [results] = record["metrics"]["results"]
+    return results
+
+
+def test_ddp_and_fsdp_start_from_the_same_loss_and_count_tokens(suite_cli, torch_stack):
+    losses = {}
+    for parallel, launcher in (("ddp", "ranks"), ("fsdp", "torchrun")):
+        result = suite_cli("run", *CASE, "--gpus-per-node", "2",
+                           case_args=(*TINY, "--parallel", parallel, "--launcher", launcher))
+        record = checked_record(result, suite_cli)
+        reported, results = record["config"]["reported_by_case"], results_of(record)
+        assert (reported["parallel"], reported["launcher"], reported["backend"]) == (parallel, launcher, "gloo")
+        assert record["config"]["global_batch"] == 8 and reported["global_tokens_per_step"] == 8 * 32
+        tp = record["metrics"]["throughput"]
+        assert tp["unit"] == "tokens/s" and tp["n"] == 3 and all(s > 0 for s in tp["samples"])
+        assert "tokens/s total" in result.stdout and "tokens/s per device" in result.stdout
+        assert results["steps"] == 7 and len(results["peak_memory_bytes"]) == 2
+        assert all(m > 0 for m in results["peak_memory_bytes"])
+        # the formula's FLOPs per token beside PyTorch's count (layer norms and biases: 2.4% at this size)
+        assert results["formula_flops_per_token"] == pytest.approx(results["counted_flops_per_token"], rel=0.05)
+        assert record["metrics"]["utilisation"]["flops_per_sample"] == results["formula_flops_per_token"]
+        losses[parallel] = results["first_losses"]
+    assert reported["fsdp"]["sharded_modules"] == 3 and reported["fsdp"]["reshard_after_forward"] is True
+    assert losses["fsdp"][0] == pytest.approx(losses["ddp"][0], rel=1e-5)
+    assert losses["fsdp"][-1] == pytest.approx(losses["ddp"][-1], rel=1e-3)  # and they train alike
+
+
+def test_the_data_script_tokenizes_the_text_files_by_bytes(text_data):
+    folder, text = text_data
+    manifest = json.loads((folder / "tokens" / "manifest.json").read_text())
+    tokens = np.fromfile(folder / "tokens" / "train.bin", dtype=np.uint16)
+    assert (manifest["tokenizer"], manifest["vocab_size"], manifest["files"]) == ("bytes", 256, 2)
+    assert manifest["binary_files_left_out"] == 1 and manifest["tokens"] == len(text) == len(tokens)
+    assert bytes(tokens.astype(np.uint8)) == text
+
+
+WINDOWS_CHECK = """
+import json, sys
+sys.path[:0] = [".", "cases/pytorch-gpt"]
+from windows import TokenWindows
+shares = [TokenWindows(sys.argv[1], 32, rank, 2, seed=1).share(0).tolist() for rank in range(2)]
+inputs, targets = next(TokenWindows(sys.argv[1], 32, 0, 2, seed=1).batches(4))
+json.dump({"shares": shares, "shape": list(inputs.shape), "shifted": bool((inputs[:, 1:] == targets[:, :-1]).all())},
+          sys.stdout)
+"""
+
+
+def test_each_rank_reads_its_own_windows(torch_stack, text_data):
+    folder, text = text_data
+    done = subprocess.run([str(torch_stack.python), "-c", WINDOWS_CHECK, str(folder / "tokens" / "train.bin")],
+                          cwd=ROOT, capture_output=True, text=True, check=True, timeout=300)
+    out = json.loads(done.stdout)
+    first, second = out["shares"]
+    windows = (len(text) - 1) // 32
+    assert len(first) == len(second) == windows // 2 and not set(first) & set(second)
+    assert set(first) | set(second) <= set(range(windows))
+    assert out["shape"] == [4, 32] and out["shifted"]
+
+
+def test_the_loss_falls_on_the_token_file(suite_cli, torch_stack, text_data):
+    folder, text = text_data
+    result = suite_cli("run", *CASE, "--gpus-per-node", "2", "--data-dir", str(folder),
+                       case_args=(*tiny("pytorch-gpt", num_iters=4), "--data", "tokens"))
+    record = checked_record(result, suite_cli)
+    reported, losses = record["config"]["reported_by_case"], results_of(record)["first_losses"]
+    assert record["config"]["data"] == "tokens" and reported["tokenizer"] == "bytes"
+    assert reported["data_tokens"] == len(text) and reported["windows_per_rank"] == (len(text) - 1) // 32 // 2
+    assert len(losses) == 9 and losses[-1] < losses[0] - 0.5, losses
+
+
+@pytest.mark.parametrize("case_args, message", [
+    (("--parallel", "zero3"), "argument --parallel: invalid choice: 'zero3'"),
+    (("--data", "tokens"), "data missing"),
+])
+def test_bad_input_is_refused_before_launch(suite_cli, tmp_path, case_args, message):
+    result = suite_cli("run", *CASE, "--data-dir", str(tmp_path), case_args=case_args)
+    assert result.returncode == 2 and message in result.stderr, result.stderr
+    assert not suite_cli.runs.exists()
