@@ -164,7 +164,7 @@ def comment(text: str) -> list[str]:
     return textwrap.wrap(text, width=110, initial_indent="# ", subsequent_indent="#   ", break_on_hyphens=False)
 
 
-def header(spec: dict, missing: dict[Target, list[str]], glibc: str, cpu_note: str) -> list[str]:
+def header(spec: dict, missing: dict[Target, list[str] | str], glibc: str, cpu_note: str) -> list[str]:
     lines = [f"# {line}".rstrip() for line in spec.get("note", "").strip().splitlines()]
     if any(r.startswith("mlperf-logging") for r in spec.get("no_deps", [])):
         lines += comment(MLPERF_NOTE)
@@ -173,7 +173,9 @@ def header(spec: dict, missing: dict[Target, list[str]], glibc: str, cpu_note: s
     covered = [t.key for t, lacking in missing.items() if not lacking]
     lines.append(f"# covers: {' '.join(covered) or 'nothing'} (CPython on Linux, glibc >= {glibc})")
     for target, lacking in missing.items():
-        if lacking:
+        if isinstance(lacking, str):  # left out by tools/locks.toml, with its reason
+            lines.append(f"# not covered: {target.key}: {lacking}")
+        elif lacking:
             lines.append(f"# not covered: {target.key}: no file of {', '.join(lacking)} for it")
     lines += comment("Written by `make locks` (tools/make-locks.py from tools/locks.toml: uv pip compile --universal); "
                      f"the file of every hash is named in requirements.lock{FILES_SUFFIX} beside it.")
@@ -214,6 +216,9 @@ def make_lock(stack: str, flavour: str, spec: dict, defaults: dict, extra_index:
     glibc = defaults["glibc"]
     targets = [Target(p, m) for m in spec.get("machines", defaults["machines"])
                for p in spec.get("pythons", defaults["pythons"])]
+    left_out = {t: spec["not_covered"].get(t.key) or spec["not_covered"].get(t.machine)
+                for t in targets if {t.key, t.machine} & set(spec.get("not_covered", {}))}
+    targets = [t for t in targets if t not in left_out]
     if extra_index and spec.get("cpu_build"):
         spec = {**spec, "cpu_build": {**spec["cpu_build"], "targets": [t.key for t in targets]}}
     requirements, cpu_note = cpu_requirements(spec, targets)
@@ -234,14 +239,14 @@ def make_lock(stack: str, flavour: str, spec: dict, defaults: dict, extra_index:
         chosen = narrow(pin, targets, known, glibc)
         pin.hashes = set(chosen) or pin.hashes
         files.update(chosen)
-    missing = coverage(kept, files, targets, glibc)
+    missing = coverage(kept, files, targets, glibc) | left_out
     body = "\n".join(p.line() for p in sorted(kept, key=lambda p: (canonicalize_name(p.name), Version(p.version))))
     lock.write_text("\n".join(header(spec, missing, glibc, cpu_note)) + "\n\n" + body + "\n")
     Path(f"{lock}{FILES_SUFFIX}").write_text(
         f"# sha256 and file name of every hash in {lock.name} (written by tools/make-locks.py)\n"
         + "".join(f"{h}  {files[h]}\n" for h in sorted(files, key=lambda h: (files[h], h))))
     return {"lock": str(lock.relative_to(ROOT)), "pins": len(kept), "hashes": sum(len(p.hashes) for p in kept),
-            "covers": [t.key for t, lacking in missing.items() if not lacking],
+            "covers": [t.key for t in targets if not missing[t]],
             "seconds": round(time.monotonic() - started, 1)}
 
 

@@ -173,12 +173,6 @@ def peak_memory(device: torch.device) -> tuple[int, str]:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, "peak resident set of the process (getrusage)"
 
 
-def gathered(value, world: int) -> list:
-    values = [None] * world
-    dist.all_gather_object(values, value)
-    return values
-
-
 def train(args, probe, step, next_batch, tokens_per_step, sync, device) -> list[torch.Tensor]:
     """Warmup steps, then the timed iterations; every step's loss (detached)."""
     losses = []
@@ -199,11 +193,20 @@ def train(args, probe, step, next_batch, tokens_per_step, sync, device) -> list[
     return losses
 
 
-def mean_losses(losses: list[torch.Tensor], world: int) -> list[float]:
-    """Every step's loss averaged over the ranks (one collective, after the timed window)."""
-    stacked = torch.stack(losses).float()
-    dist.all_reduce(stacked)
-    return [round(float(v) / world, 6) for v in stacked.cpu()]
+def final_results(losses: list[torch.Tensor], memory: int, world: int, device: torch.device) -> tuple[dict, list]:
+    """Every step's loss averaged over the ranks and each rank's peak memory (two collectives, after the
+    timed window); and the tensors handed to them, which the caller keeps until the process group is
+    destroyed: a Gloo worker thread that drops the last reference to a Python tensor needs the GIL, which
+    destroy_process_group holds while it joins that thread (a deadlock seen with torch 2.13)."""
+    summed = torch.stack(losses).float()
+    dist.all_reduce(summed)
+    mine = torch.tensor([memory], dtype=torch.int64, device=device)
+    everyone = [torch.zeros_like(mine) for _ in range(world)]
+    dist.all_gather(everyone, mine)
+    means = [round(float(v) / world, 6) for v in summed.cpu()]
+    results = {"first_step_loss": means[0], "last_step_loss": means[-1], "first_losses": means[:FIRST_LOSSES],
+               "steps": len(means), "peak_memory_bytes": [int(m.item()) for m in everyone]}
+    return results, [summed, mine, everyone]
 
 
 def main() -> None:
@@ -255,12 +258,13 @@ def main() -> None:
         probe.result(compile_seconds=time.perf_counter() - started)
     else:
         first = []
-    losses = mean_losses(first + train(args, probe, step, next_batch, tokens_per_step, sync, device), where["world"])
+    losses = first + train(args, probe, step, next_batch, tokens_per_step, sync, device)
     memory, basis = peak_memory(device)
-    probe.result(first_step_loss=losses[0], last_step_loss=losses[-1], first_losses=losses[:FIRST_LOSSES],
-                 steps=len(losses), peak_memory_bytes=gathered(memory, where["world"]), peak_memory_basis=basis)
+    results, held = final_results(losses, memory, where["world"], device)
+    probe.result(**results, peak_memory_basis=basis)
     probe.end()
     dist.destroy_process_group()
+    del held  # only now (see final_results)
 
 
 if __name__ == "__main__":

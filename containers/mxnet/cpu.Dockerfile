@@ -18,8 +18,8 @@ ARG WHEELS
 LABEL org.hpc-dl-bench.stack="mxnet"
 LABEL org.hpc-dl-bench.flavour="cpu"
 LABEL org.hpc-dl-bench.lock="requirements.lock"
-LABEL org.hpc-dl-bench.lock_sha256="255e18bc942c18b4c4280d50b17fa3fd4fb6dd5a96c87ef02e43edd0cab16506"
-LABEL org.hpc-dl-bench.recipe_sha256="e493f3e3613c1066b55979a7910e93b6ffad65e7d47062a0025cd817329adec5"
+LABEL org.hpc-dl-bench.lock_sha256="81477fd777e2e13ec706e9521b73b2a3230ece03e1d9b576f915df58ef20a98c"
+LABEL org.hpc-dl-bench.recipe_sha256="e1df0549ad4ce5c2bea235fe60b1e1bd2370dc17291b820bb0859725a724a1ab"
 LABEL org.hpc-dl-bench.suite_version="0.1.0"
 LABEL org.hpc-dl-bench.base_ref="${BASE}"
 COPY containers/mxnet /opt/recipe

@@ -19,7 +19,7 @@ LABEL org.hpc-dl-bench.stack="mxnet"
 LABEL org.hpc-dl-bench.flavour="cuda"
 LABEL org.hpc-dl-bench.lock="cuda/requirements.lock"
 LABEL org.hpc-dl-bench.lock_sha256="8cb9e0e1c66830442bdeed80d5d24d0ab23a9599a039f024ff18144597406073"
-LABEL org.hpc-dl-bench.recipe_sha256="38484b285d83437d5e3c5fe6e1a739873f7d2282f541aeb5c2670b7d646684fa"
+LABEL org.hpc-dl-bench.recipe_sha256="4766de65b368060b61db3f1d163b9780333a4918e832694be7771557f45a521e"
 LABEL org.hpc-dl-bench.suite_version="0.1.0"
 LABEL org.hpc-dl-bench.base_ref="${BASE}"
 COPY containers/mxnet /opt/recipe

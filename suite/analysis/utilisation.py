@@ -84,7 +84,7 @@ def reference_mfu_at(ref: dict, devices: int) -> float | None:
 
 
 def _ratio(achieved: float, peak: float | None) -> float | None:
-    return round(achieved / peak, 4) if peak else None
+    return achieved / peak if peak else None  # unrounded: a tiny run's share is small, never 0
 
 
 def tflops(value: float | None) -> str:

@@ -44,7 +44,7 @@ def run(req: WheelsRequest) -> int:
             continue
         started, before = time.monotonic(), wheelhouse.size_mb(req.dest) if req.dest.is_dir() else 0.0
         try:
-            wheelhouse.fill(req.dest, flavour.locks(), flavour.pip_extra_index)
+            wheelhouse.fill(req.dest, flavour.locks(), flavour.pip_extra_index, needs=flavour.extra_index_builds())
         except RuntimeError as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 1

@@ -95,7 +95,7 @@ def build(stack: str | None, flavour: str | None, tool: str, base: str = "pinned
     if wheels is None:
         wheels = build_dir() / "wheels"
         for fl in flavours:
-            wheelhouse.fill(wheels, fl.locks(), fl.pip_extra_index, log)
+            wheelhouse.fill(wheels, fl.locks(), fl.pip_extra_index, log, needs=fl.extra_index_builds())
     with wheelhouse.served(Path(wheels)) as url:
         first = BuildInputs(base, refresh_base, url)
         return [chosen.build_image(fl, first if i == 0 else replace(first, refresh_base=False), log)

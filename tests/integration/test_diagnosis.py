@@ -152,8 +152,10 @@ def test_gpu_check_fails_where_the_suite_trained_on_the_cpu(tmp_path):
     fake = fake_nvidia_smi(tmp_path / "fake", 1)
     env = {**os.environ, "PATH": f"{fake}{os.pathsep}{os.environ['PATH']}"}
     env.pop("CUDA_VISIBLE_DEVICES", None)
+    # no sampler: on a GPU host it would meet the real NVML, which this check of the CPU path must not read
     done = subprocess.run([sys.executable, "benchmarks/gpu_check.py", "--tiny", "--rounds", "1", "--min-seconds", "1",
-                           "--", "--flavour", "cpu"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+                           "--", "--flavour", "cpu", "--telemetry-interval", "0"], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=900)
     assert done.returncode == 1, done.stdout + done.stderr
     assert done.stderr.strip().splitlines()[-1] == (
         "gpu-check FAILED: the suite's run failed: asked to train on cuda (GPUs are present and were asked for) "

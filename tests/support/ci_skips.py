@@ -10,7 +10,7 @@ import pytest
 # Test (file::function, parameters left out) -> why it may skip even under CI: what the machine is,
 # not what it lacks.
 ALLOWED = {
-    "tests/integration/test_diagnosis.py::test_gpu_check_runs_every_part_and_fails_where_a_check_fails":
+    "tests/integration/test_diagnosis.py::test_gpu_check_fails_where_the_suite_trained_on_the_cpu":
         "runs on hosts without a GPU; a GPU host runs the real check (make gpu-check)",
     "tests/unit/test_containers.py::test_placeholder_base_is_refused_before_building":
         "only while a container.toml still has a placeholder base",
