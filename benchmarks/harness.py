@@ -357,13 +357,13 @@ class Bench:
         first time, when every record gets the full check (it once took 130 s, then 21.5 s over 14.8 KB
         records), and again (warm_s). Then `suite query` and `suite compare` over them."""
         sys.path.insert(0, str(ROOT / "tests"))
-        from fixture_records import make_large_record
+        from support.fixture_records import make_large_record
 
         template = make_large_record(Path(tempfile.mkdtemp(dir=self.work)), self.work / "runs")
         results, out = Path(tempfile.mkdtemp(dir=self.work)), Path(tempfile.mkdtemp(dir=self.work))
         size = sum(copies(template, results, RECORDS)) / RECORDS
         settings = {"records": RECORDS, "record_kb": round(size / 1000, 1),
-                    "source": "fixture_records.make_large_record"}
+                    "source": "tests/support/fixture_records.make_large_record"}
         seconds, cpu_s = self.suite_command("report", "--results-dir", str(results), "--out", str(out))
         warm_s = self.suite_command("report", "--results-dir", str(results), "--out", str(out))[0]
         self.record("report_10k_records_s", seconds, cpu_s=cpu_s, warm_s=round(warm_s, 3), **settings)

@@ -286,6 +286,7 @@ def run_config(args, kv, devices, batch, data, net, lr, epoch_batches, total) ->
         "device_type": "cuda" if devices[0].device_type == "gpu" else "cpu",
         "devices_per_worker": len(devices),
         "devices": [str(d) for d in devices],
+        "device_indices": [d.device_id for d in devices] if devices[0].device_type == "gpu" else None,
         "kvstore": kv.type,
         "servers": int(os.environ.get("DMLC_NUM_SERVER", "0")),
         "workers": kv.num_workers,

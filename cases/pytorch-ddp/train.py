@@ -9,7 +9,6 @@ in iterations); --data imagefolder on class folders of JPEGs (timed in epochs, t
 
 import json
 import os
-import subprocess
 import time
 from pathlib import Path
 
@@ -24,55 +23,13 @@ from torch.nn.parallel import DistributedDataParallel
 from cases._shared.flops import report_work
 from cases._shared.gpu_busy import pass_gpu_seconds
 from cases._shared.timed import min_seconds, timed_iterations
+from cases._shared.torch_dist import agree, leave_process_group, pick_backend, pick_device, place
 from cases._shared.torch_resnet import MODELS
 from suite.instack.case_options import parse_case_args
-from suite.instack.cpu_binding import bind_cpus
 from suite.instack.probe import Probe, announce
 
 DEFAULTS = {"synthetic": (32, 224), "imagefolder": (64, 160)}  # batch per device, image size
 MODEL_NAMES = {"resnet50": "resnet50-v1.5", "resnet18": "resnet18", "tiny-cnn": "tiny-cnn"}  # as the record names them
-
-
-def place() -> dict[str, int]:
-    """rank, local_rank, world, local_world from the environment; a bare srun's SLURM_* stand in for
-    torchrun's variables (as NERSC documents), and one process alone is a world of one."""
-    env = os.environ
-    if "RANK" not in env and "SLURM_PROCID" in env:
-        env.update(RANK=env["SLURM_PROCID"], LOCAL_RANK=env["SLURM_LOCALID"], WORLD_SIZE=env["SLURM_NTASKS"],
-                   LOCAL_WORLD_SIZE=str(int(env["SLURM_NTASKS"]) // int(env.get("SLURM_NNODES", "1"))))
-        env.setdefault("MASTER_ADDR", first_slurm_node())
-    for name, default in (("RANK", "0"), ("LOCAL_RANK", "0"), ("WORLD_SIZE", "1"), ("MASTER_ADDR", "127.0.0.1"),
-                          ("MASTER_PORT", "29500")):
-        env.setdefault(name, default)
-    env.setdefault("LOCAL_WORLD_SIZE", env["WORLD_SIZE"])
-    return {k: int(env[v]) for k, v in (("rank", "RANK"), ("local_rank", "LOCAL_RANK"), ("world", "WORLD_SIZE"),
-                                        ("local_world", "LOCAL_WORLD_SIZE"))}
-
-
-def first_slurm_node() -> str:
-    nodes = subprocess.run(["scontrol", "show", "hostnames", os.environ["SLURM_JOB_NODELIST"]],
-                           capture_output=True, text=True, check=True).stdout.split()
-    return nodes[0]
-
-
-def pick_device(args, where: dict) -> torch.device:
-    # This worker's share of the node's cores (bound to it with --cpu-bind): its threads.
-    threads = bind_cpus(where["local_rank"], where["local_world"])
-    if torch.cuda.is_available() and not args.no_cuda:
-        torch.cuda.set_device(where["local_rank"])
-        torch.backends.cudnn.benchmark = True
-        return torch.device("cuda", where["local_rank"])
-    torch.set_num_threads(threads)
-    return torch.device("cpu")
-
-
-def pick_backend(requested: str, device: torch.device) -> str:
-    backend = requested if requested != "auto" else ("nccl" if device.type == "cuda" else "gloo")
-    available = {"nccl": dist.is_nccl_available() and device.type == "cuda", "gloo": dist.is_gloo_available(),
-                 "mpi": dist.is_mpi_available()}
-    if not available[backend]:
-        raise SystemExit(f"pytorch-ddp: backend {backend} is not available with this torch build on {device.type}")
-    return backend
 
 
 def amp_dtype(device: torch.device) -> torch.dtype:
@@ -111,13 +68,6 @@ def data_facts(args) -> dict:
         manifest = {}
     label = "imagefolder-synthetic" if manifest.get("synthetic") else "imagefolder"
     return {"data": label, "data_path": str((folder / "train").resolve()), "data_source": manifest.get("source")}
-
-
-def agree(count: int, device: torch.device) -> int:
-    """Rank 0's count, on every rank."""
-    value = torch.tensor([count], dtype=torch.int64, device=device)
-    dist.broadcast(value, src=0)
-    return int(value.item())
 
 
 def forward_backward(args, model, device, fixed):
@@ -189,8 +139,9 @@ def main() -> None:
     announce()
     args = parse_case_args(__file__)
     where = place()
-    device = pick_device(args, where)
-    backend = pick_backend(args.backend, device)
+    device = pick_device(where, args.no_cuda)
+    torch.backends.cudnn.benchmark = device.type == "cuda"
+    backend = pick_backend("pytorch-ddp", args.backend, device)
     dist.init_process_group(backend)
     batch = args.batch_size or DEFAULTS[args.data][0]
     size = args.image_size or DEFAULTS[args.data][1]
@@ -251,7 +202,7 @@ def main() -> None:
     if device.type == "cuda":  # the GPU's own time for a step's pass, beside the timed step (diagnosis)
         probe.result(gpu_pass_s=pass_gpu_seconds(forward_backward(args, model, device, fixed)))
     probe.end()
-    dist.destroy_process_group()
+    leave_process_group()
 
 
 if __name__ == "__main__":

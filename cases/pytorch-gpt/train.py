@@ -25,7 +25,7 @@ from windows import TokenWindows
 
 from cases._shared.flops import matmul_peak, precision, training_flops_per_sample
 from cases._shared.timed import min_seconds, timed_iterations
-from cases._shared.torch_dist import agree, pick_backend, pick_device, place
+from cases._shared.torch_dist import agree, leave_process_group, pick_backend, pick_device, place
 from suite.instack.case_options import parse_case_args
 from suite.instack.probe import Probe, announce
 
@@ -193,11 +193,9 @@ def train(args, probe, step, next_batch, tokens_per_step, sync, device) -> list[
     return losses
 
 
-def final_results(losses: list[torch.Tensor], memory: int, world: int, device: torch.device) -> tuple[dict, list]:
+def final_results(losses: list[torch.Tensor], memory: int, world: int, device: torch.device) -> dict:
     """Every step's loss averaged over the ranks and each rank's peak memory (two collectives, after the
-    timed window); and the tensors handed to them, which the caller keeps until the process group is
-    destroyed: a Gloo worker thread that drops the last reference to a Python tensor needs the GIL, which
-    destroy_process_group holds while it joins that thread (a deadlock seen with torch 2.13)."""
+    timed window)."""
     summed = torch.stack(losses).float()
     dist.all_reduce(summed)
     mine = torch.tensor([memory], dtype=torch.int64, device=device)
@@ -206,7 +204,7 @@ def final_results(losses: list[torch.Tensor], memory: int, world: int, device: t
     means = [round(float(v) / world, 6) for v in summed.cpu()]
     results = {"first_step_loss": means[0], "last_step_loss": means[-1], "first_losses": means[:FIRST_LOSSES],
                "steps": len(means), "peak_memory_bytes": [int(m.item()) for m in everyone]}
-    return results, [summed, mine, everyone]
+    return results
 
 
 def main() -> None:
@@ -260,11 +258,11 @@ def main() -> None:
         first = []
     losses = first + train(args, probe, step, next_batch, tokens_per_step, sync, device)
     memory, basis = peak_memory(device)
-    results, held = final_results(losses, memory, where["world"], device)
+    results = final_results(losses, memory, where["world"], device)
     probe.result(**results, peak_memory_basis=basis)
     probe.end()
-    dist.destroy_process_group()
-    del held  # only now (see final_results)
+    del model, wrapped, step, optimizer  # the DDP reducer holds the process group: it goes with it
+    leave_process_group()
 
 
 if __name__ == "__main__":

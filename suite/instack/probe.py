@@ -52,7 +52,7 @@ class Probe:
         asked for GPUs (SUITE_DEVICE=cuda) and the rank found none, it stops here, saying so."""
         versions = {"python": platform.python_version(), **versions, "mlperf_logging": self._mllog.version}
         host = host_info() if self.local_rank == 0 else None
-        gpus = [visible_gpu(i) for i in config.get("device_indices", [self.local_rank])] \
+        gpus = [visible_gpu(i) for i in config.get("device_indices") or [self.local_rank]] \
             if config.get("device_type") == "cuda" else []
         self._write("start", size=self.size, local_rank=self.local_rank, local_size=self.local_size,
                     host=socket.gethostname(), pid=os.getpid(), host_info=host, config=config, versions=versions,

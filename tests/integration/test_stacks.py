@@ -27,7 +27,8 @@ def test_a_hand_edited_lock_is_refused_naming_the_line(tmp_path, monkeypatch, te
     stack = tmp_path / "toy"
     stack.mkdir()
     (stack / "requirements.lock").write_text(text)
-    with pytest.raises(UsageError, match=rf"requirements.lock:{line}: .* is not pinned as 'name==version --hash"):
+    pinned_as = r"is not pinned as 'name==version \[; marker\] --hash"
+    with pytest.raises(UsageError, match=rf"requirements.lock:{line}: .* {pinned_as}"):
         lock_pins(stack / "requirements.lock")
     monkeypatch.setattr(paths, "CONTAINERS", tmp_path)
     with pytest.raises(UsageError, match="is not pinned"):

@@ -316,7 +316,7 @@ def test_two_node_loopback_run_checks_the_interconnect_and_predict_uses_it(suite
 
 
 def test_summary_of_a_run_without_samples_says_so(tmp_path):
-    rep = SimpleNamespace(status="ok", run_dir=str(tmp_path), images=10)
+    rep = SimpleNamespace(status="ok", run_dir=str(tmp_path), images=10, starts=[])
     (tmp_path / "ranks").mkdir()
     (tmp_path / "ranks" / "rank-00000.jsonl").write_text(
         json.dumps({"event": "iteration", "time": 10.0, "seconds": 1.0, "images": 10, "index": 0}) + "\n")
