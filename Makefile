@@ -1,5 +1,6 @@
 # make run CASE=pytorch-synthetic NODES=1 GPUS_PER_NODE=2 ARGS="--image-size 64 --batch-size 8"
 # [CPU_BIND=none|cores|numa|gpu-affine]: how each worker binds itself to cores (docs/running.md, "CPU binding")
+# [TINY=1]: the case at its [tiny] sizes (ARGS after them win): a check that it runs, not a measurement
 CASE ?= pytorch-synthetic
 NODES ?= 1
 GPUS_PER_NODE ?=
@@ -55,18 +56,18 @@ run: $(VENV)/.installed
 		$(if $(filter 1 yes true,$(PRECHECK)),--precheck) $(if $(filter 1 yes true,$(NO_PRECHECK)),--no-precheck) \
 		$(call opt,--telemetry-interval,$(TELEMETRY)) $(call opt,--cpu-bind,$(CPU_BIND)) \
 		$(call opt,--flavour,$(FLAVOUR)) $(call opt,--wheels,$(WHEELS)) $(call opt,--modules,$(MODULES)) \
-		$(call opt,--source,$(SOURCE)) $(site_python) -- $(ARGS)
+		$(call opt,--source,$(SOURCE)) $(site_python) $(if $(filter 1 yes true,$(TINY)),--tiny) -- $(ARGS)
 
 # make doctor [CLUSTER=name]: what the cluster profile needs here and what is missing, one line each
 doctor: $(VENV)/.installed
 	$(SUITE) doctor $(call opt,--cluster,$(CLUSTER)) $(call opt,--flavour,$(FLAVOUR))
 
-# make check-site [CLUSTER=name] [ONLY=pattern] [MODULES=... SOURCE=... PYTHON=...]: every path the profile (or
-# this host) offers, each case at its tiny sizes, in one table of ok / failed / not available here (docs/clusters.md,
-# "Checking a site"); exit 1 when an available path failed
+# make check-site [CLUSTER=name] [ONLY="pattern ..."] [MODULES=... SOURCE=... PYTHON=...]: every path the profile
+# (or this host) offers, each case at its tiny sizes, in one table of ok / failed / not available here
+# (docs/clusters.md, "Checking a site"); exit 1 when an available path failed
 .PHONY: check-site
 check-site: $(VENV)/.installed
-	$(SUITE) check $(call opt,--cluster,$(CLUSTER)) $(call opt,--only,$(ONLY)) \
+	$(SUITE) check $(call opt,--cluster,$(CLUSTER)) $(foreach pattern,$(ONLY),--only "$(pattern)") \
 		$(call opt,--modules,$(MODULES)) $(call opt,--source,$(SOURCE)) $(site_python)
 
 data: $(VENV)/.installed
@@ -128,13 +129,20 @@ bench: $(VENV)/.installed
 test: $(VENV)/.installed
 	$(VENV)/bin/ruff check .
 	tools/install-test-deps.sh
-	$(VENV)/bin/python -m pytest -ra tests
+	$(VENV)/bin/python -m pytest -ra --durations=25 tests
 	tools/python-matrix.sh
 
 # make test-pythons: only the unit tests under the other CPythons 3.10-3.13 of this machine (tools/python-matrix.sh)
 .PHONY: test-pythons
 test-pythons: $(VENV)/.installed
 	tools/python-matrix.sh
+
+# make test-aarch64: pytorch-ddp (two ranks, tiny) with the pytorch stack's aarch64 lock in an arm64 Debian tree under
+# qemu-user (tools/aarch64-check.sh; root, mmdebstrap, qemu-user-static); not in `make test`, for its time
+# (containers/README.md, "aarch64 (Grace Hopper)")
+.PHONY: test-aarch64
+test-aarch64:
+	tools/aarch64-check.sh
 
 # make locks [ONLY=stack[/flavour]] [EXTRA_INDEX=1]: every stack's locks for CPython 3.10-3.13 on Linux x86_64
 # and aarch64, resolved by uv from tools/locks.toml (containers/README.md, "Locks")

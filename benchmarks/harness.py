@@ -5,7 +5,9 @@ little; ratios of runs made together do), each as `name: value (target)`, and wr
 JSON under reports/bench/. A missed target is reported, not failed: machines are noisy.
 
   harness overhead   suite's img/s / a bare loop's img/s under the same launcher (same model, batch,
-                     threads); the bare loop alone runs beside them and the split is printed
+                     threads); the bare loop alone runs beside them and the split is printed; for
+                     pytorch-gpt, tokens/s of the suite (one worker it starts itself, --launcher ranks)
+                     / the bare loop of the same model, at a size where a step takes >= 0.2 s on a CPU
   input pipeline     real-data img/s / synthetic-data img/s through the same case (tf-cifar, mxnet-imagenet,
                      pytorch-ddp); for pytorch-ddp also a decoded image's cost on one core beside a
                      trained image's, which bounds the ratio where loader and training share the cores
@@ -48,26 +50,33 @@ from suite.inputs.host_gpus import host_gpus  # noqa: E402 (after sys.path is se
 from suite.instack.cpu_binding import parse_cpu_list  # noqa: E402 (after sys.path is set)
 from suite.stacks.locks import ensure_installed, load_stack  # noqa: E402 (after sys.path is set)
 
+# pytorch-gpt on a CPU: a model small enough for 2 cores, large enough that a step (2,048 tokens) takes
+# over 0.2 s there, so that the suite's per-iteration work is weighed against real steps
+GPT_CPU = {"layers": 4, "heads": 4, "width": 256, "context": 256, "vocab-size": 8192, "batch-size": 8}
 SIZES = {
     "full": {"pytorch": {"batch-size": 32, "image-size": 224, "num-warmup-batches": 5, "num-batches-per-iter": 5,
                          "num-iters": 5},
              "mxnet": {"batch-size": 32, "image-size": 224, "num-warmup-batches": 5, "disp-batches": 5,
                        "num-batches": 30},
-             "tf": {"batch-size": 32, "image-size": 128, "epochs": 3}},
+             "tf": {"batch-size": 32, "image-size": 128, "epochs": 3},
+             "gpt": {**GPT_CPU, "num-warmup-batches": 2, "num-batches-per-iter": 3, "num-iters": 5}},
     # --medium: sizes where the ratios mean something on 2 cores (NOTES.md: >= 128 px, real batches),
     # the whole bench in about 20 minutes there (CONTRIBUTING.md, the bench)
     "medium": {"pytorch": {"batch-size": 16, "image-size": 128, "num-warmup-batches": 1, "num-batches-per-iter": 2,
                            "num-iters": 3},
                "mxnet": {"batch-size": 16, "image-size": 128, "num-warmup-batches": 1, "disp-batches": 2,
                          "num-batches": 7},
-               "tf": {"batch-size": 16, "image-size": 128, "epochs": 2, "steps-per-epoch": 8}},
+               "tf": {"batch-size": 16, "image-size": 128, "epochs": 2, "steps-per-epoch": 8},
+               "gpt": {**GPT_CPU, "num-warmup-batches": 1, "num-batches-per-iter": 2, "num-iters": 3}},
     # --tiny: each case's [tiny] table (Case.tiny_args), the sizes the tests run
     "tiny": {key: load_case(case).spec["tiny"] for key, case in
-             {"pytorch": "pytorch-synthetic", "mxnet": "mxnet-imagenet", "tf": "tf-cifar"}.items()},
+             {"pytorch": "pytorch-synthetic", "mxnet": "mxnet-imagenet", "tf": "tf-cifar",
+              "gpt": "pytorch-gpt"}.items()},
 }
 # --tiny: a JPEG tree of a few batches, so that an epoch over it takes seconds
 TINY_JPEG_TREE = ["--classes", "2", "--train-per-class", "16", "--val-per-class", "0"]
-TARGETS = {"harness_overhead.pytorch-synthetic": (">=", 0.99), "input_pipeline.mxnet-imagenet": (">=", 0.95),
+TARGETS = {"harness_overhead.pytorch-synthetic": (">=", 0.99), "harness_overhead.pytorch-gpt": (">=", 0.99),
+           "input_pipeline.mxnet-imagenet": (">=", 0.95),
            "input_pipeline.tf-cifar": (">=", 0.95),
            "input_pipeline.pytorch-ddp": (">=", 0.95),
            "scaling.pytorch-synthetic": (">=", 1.8), "scaling.mxnet-imagenet": (">=", 1.8),
@@ -216,6 +225,27 @@ class Bench:
               f"({mean['bare_under_horovodrun_img_s'] / mean['bare_img_s']:.3f}"
               f" of alone: the launcher's share); suite {mean['suite_img_s']:.2f} "
               f"({mean['suite_img_s'] / mean['bare_img_s']:.3f} of alone)", flush=True)
+
+    def harness_overhead_gpt(self) -> None:
+        """pytorch-gpt through the suite (one worker it starts itself: --launcher ranks, no launcher
+        between) against the bare loop of the same model, batch and threads, in tokens/s."""
+        options = SIZES[self.size]["gpt"]
+        bare_argv = [self.stack_python("pytorch"), str(ROOT / "benchmarks" / "bare" / "pytorch_gpt.py"),
+                     *as_args(options)]
+
+        def bare() -> tuple[float, dict]:
+            out = subprocess.run(bare_argv, capture_output=True, text=True, check=True)
+            result = json.loads(out.stdout.splitlines()[-1])
+            return result["throughput"], side(options, result["config"], [result["binding"]])
+
+        values = self.ratio("harness_overhead.pytorch-gpt", {
+            "suite_tokens_s": self.throughput("pytorch-gpt", options, "--gpus-per-node", "1",
+                                              flags=("--launcher", "ranks", "--no-cuda")),
+            "bare_tokens_s": bare}, **options)
+        step_s = options["batch-size"] * options["context"] / statistics.fmean(values["bare_tokens_s"])
+        self.results["harness_overhead.pytorch-gpt"]["settings"]["bare_step_s"] = round(step_s, 4)
+        print(f"  step: {step_s:.3f} s of the bare loop ({options['batch-size']} x {options['context']} tokens)",
+              flush=True)
 
     def startup_pytorch(self) -> None:
         # Only the time to the first timed step counts: one timed step is enough.
@@ -425,9 +455,9 @@ def first_timed_step(run_dir: Path) -> float:
     raise RuntimeError(f"no timed iteration in {run_dir}")
 
 
-MEASUREMENTS = ["harness_overhead_pytorch", "startup_pytorch", "scaling_pytorch", "input_pipeline_mxnet",
-                "input_pipeline_tf", "input_pipeline_ddp", "scaling_mxnet", "gpu_amp_pytorch", "report_10k_records",
-                "ddp_vs_horovod", "scaling_ddp", "sampler_overhead_pytorch"]
+MEASUREMENTS = ["harness_overhead_pytorch", "harness_overhead_gpt", "startup_pytorch", "scaling_pytorch",
+                "input_pipeline_mxnet", "input_pipeline_tf", "input_pipeline_ddp", "scaling_mxnet", "gpu_amp_pytorch",
+                "report_10k_records", "ddp_vs_horovod", "scaling_ddp", "sampler_overhead_pytorch"]
 
 
 def main(argv: list[str] | None = None) -> int:

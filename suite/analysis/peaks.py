@@ -22,8 +22,9 @@ import re
 
 TERA = 1e12
 
-# name -> precision -> dense peak in TFLOP/s per device (fp32: the non-tensor-core rate; tf32, bf16,
-# fp16, fp8: the matrix engines')
+# name -> precision -> dense peak in TFLOP/s per device. fp64: the sheet's matrix rate (NVIDIA's FP64
+# Tensor Core, AMD's FP64 matrix); fp32: NVIDIA's FP32 (it has no FP32 tensor core rate), AMD's FP32
+# matrix rate; tf32, bf16, fp16, fp8: the matrix engines'.
 DATASHEET = {
     "H100 SXM": {"fp64": 67, "fp32": 67, "tf32": 494.7, "bf16": 989.4, "fp16": 989.4, "fp8": 1978.9},
     "H100 PCIe": {"fp64": 51, "fp32": 51, "tf32": 378, "bf16": 756, "fp16": 756, "fp8": 1513},

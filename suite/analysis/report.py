@@ -1,8 +1,8 @@
 """Records -> self-contained HTML pages (Plotly, its JavaScript embedded once per page) and a CSV.
 
 reports/index.html        one row per case x stack x cluster, links to the case pages
-reports/case-<case>.html  throughput, speedup, efficiency (and epoch time) vs devices, with the
-                          case's published figures as dashed series
+reports/case-<case>.html  throughput (log y), MFU, speedup, efficiency (and epoch time) vs devices,
+                          with the case's published figures as dashed series
 reports/frameworks.html   the same work in every framework (a table of the --same-work records, rows whose
                           configuration differs flagged), then all cases side by side: per-device
                           throughput and efficiency
@@ -20,6 +20,7 @@ import plotly.graph_objects as go
 from plotly.offline import get_plotlyjs
 
 from suite.analysis import site_check
+from suite.analysis.same_work import parallel_table_html
 from suite.analysis.scaling import exchange_for, fit, from_points
 from suite.analysis.utilisation import mfu_cell, reference_mfu
 from suite.base.stats import speedup_efficiency
@@ -87,8 +88,14 @@ def distinguish(series: list[Series]) -> list[Series]:
         keys = [s.points[0].config_key for s in group]
         differ = [i for i in range(len(KEY_FIELDS)) if len({k[i] for k in keys}) > 1]
         for s, key in zip(group, keys):
-            s.distinct = "".join(f", {KEY_FIELDS[i]} {str(key[i])[:12]}" for i in differ)
+            s.distinct = "".join(f", {KEY_FIELDS[i]} {_shown(KEY_FIELDS[i], key[i])}" for i in differ)
     return series
+
+
+def _shown(field: str, value) -> str:
+    """A field's value as a legend shows it: a lock by the start of its hash, anything else whole (two
+    data paths may share their first characters)."""
+    return str(value)[:12] if field == "lock" else str(value)
 
 
 def _axes(fig: go.Figure, title: str, y_title: str, log_y: bool = False) -> go.Figure:
@@ -263,12 +270,6 @@ def joules_per_image(point: Point) -> float | None:
     return (point.record["metrics"].get("telemetry") or {}).get("joules_per_image")
 
 
-def bound(point: Point) -> str:
-    """What bounded the run (metrics.diagnosis), with its leading figure; "-" for older records."""
-    diagnosis = point.record["metrics"].get("diagnosis")
-    return f"{diagnosis['verdict']}: {diagnosis['why']}" if diagnosis else "-"
-
-
 def bound_cell(point: Point) -> str:
     """The index's cell: the verdict in a word, the sentence behind it as the cell's tooltip."""
     diagnosis = point.record["metrics"].get("diagnosis")
@@ -278,8 +279,15 @@ def bound_cell(point: Point) -> str:
 
 
 def published_cell(point: Point) -> str:
+    """The index's cell: this run's img/s per device over the published figure's, the GPU and precision
+    that figure is for and its MFU; its source as the cell's tooltip."""
     found = point.record["metrics"].get("published")
-    return f"{found['ratio']:.2f}x {found['source']}" if found else "-"
+    if not found:
+        return "<td>-</td>"
+    text = " ".join(filter(None, [f"{found['ratio']:.2f}x", found.get("gpu"), found.get("precision")]))
+    if found.get("published_mfu") is not None:
+        text += f" (theirs: MFU {100 * found['published_mfu']:.0f}%)"
+    return f'<td title="{html.escape(found["source"])}">{html.escape(text)}</td>'
 
 
 def _joules_cell(point: Point) -> str:
@@ -346,7 +354,7 @@ def _index_body(series: list[Series], points: list[Point], skipped: int) -> str:
             f"<td>{tp['mean']:.1f}{ci}</td><td>{tp['per_device']:.1f}</td><td>{_joules_cell(top)}</td>"
             f"<td>{s.efficiency(top):.0f}%</td>{bound_cell(top)}"
             f"<td>{html.escape(mfu_cell(top.record['metrics'].get('utilisation')))}</td>"
-            f"<td>{html.escape(published_cell(top))}</td>"
+            f"{published_cell(top)}"
             f"<td>{html.escape(top.finished_at)}</td></tr>")
     return (f"<p>{len(points)} records used ({span}); {skipped} file(s) skipped. "
             f"<a href=\"frameworks.html\">All cases side by side</a> · <a href=\"site-check.html\">Site checks</a> · "
@@ -396,7 +404,8 @@ def write_report(results_dir: Path, out_dir: Path, warn=print) -> list[Path]:
                                                                     + telemetry_figures(case_series))))
     written.append(_write(out_dir / "frameworks.html",
                           _page("All cases side by side",
-                                '<p><a href="index.html">index</a></p>' + same_work_table(points),
+                                '<p><a href="index.html">index</a></p>' + same_work_table(points)
+                                + parallel_table_html(points),
                                 frameworks_figures(series))))
     written.append(_write(out_dir / "site-check.html", _page("Site checks", '<p><a href="index.html">index</a></p>'
                                                              + site_check.report_body(results_dir, warn), [])))

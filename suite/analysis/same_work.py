@@ -3,11 +3,15 @@ its case.toml trains, with `--same-work`, ResNet-50 v1.5 at 224 px, 1000 classes
 device, float32, on a random batch in device memory. `python -m suite compare-frameworks`
 (suite/commands/compare_frameworks.py) prints this table after its runs; the report's frameworks page shows
 it too. A row whose configuration (model, image size, batch, dtype, data, parameter count) differs
-from the most common one is flagged with what differs. Reads records only."""
+from the most common one is flagged with what differs. Below it, for cases that train one model under
+several data-parallel strategies (pytorch-gpt: ddp and fsdp), the records of each strategy at the same
+global batch side by side (parallel_rows). Reads records only."""
 
+import html
 from collections import Counter
 from dataclasses import dataclass
 
+from suite.analysis.utilisation import mfu_cell
 from suite.base.stats import speedup_efficiency
 from suite.records.read import Point, latest
 
@@ -87,3 +91,62 @@ def format_table(rows: list[Row]) -> str:
         text = "  ".join(c.ljust(w) for c, w in zip(line, widths)).rstrip()
         lines.append(f"{text}  DIFFERS: {row.differs}" if row and row.differs else text)
     return "\n".join([*lines, summary(rows)])
+
+
+# --- The same training under each data-parallel strategy -------------------------------------------
+# Cases that report how they parallelise (pytorch-gpt: --parallel ddp|fsdp) put their records side by
+# side where the same model trained at the same global batch on the same devices: the strategy is the
+# only difference, and tokens/s, MFU and peak memory per device show what it costs or saves.
+
+WORK = ("model_name", "context", "global_batch", "dtype", "data")  # what must be equal, as the case reports it
+PARALLEL_COLUMNS = ("case", "cluster", "model", "devices", "global batch", "parallel", "tokens/s total",
+                    "tokens/s per device", "MFU", "peak memory per device")
+
+
+def reported(point: Point) -> dict:
+    return point.record["config"].get("reported_by_case") or {}
+
+
+def work_of(point: Point) -> tuple:
+    return tuple(reported(point).get(key) for key in WORK)
+
+
+def parallel_rows(points: list[Point]) -> list[Point]:
+    """The latest record per case, cluster, work, device count and strategy, where more than one
+    strategy did that work on that many devices; in order of case, cluster, work, devices, strategy."""
+    chosen = latest([p for p in points if reported(p).get("parallel")],
+                    lambda p: (p.case, p.cluster, work_of(p), p.devices, reported(p)["parallel"]))
+    strategies = Counter(key[:4] for key in chosen)
+    ordered = sorted((key for key in chosen if strategies[key[:4]] > 1), key=lambda k: tuple(map(str, k)))
+    return [chosen[key] for key in ordered]
+
+
+def peak_memory_cell(point: Point) -> str:
+    """The largest of the ranks' peak memory, in MiB (the case's results: peak_memory_bytes)."""
+    peaks = [m for r in point.record["metrics"].get("results") or [] for m in r.get("peak_memory_bytes") or []]
+    return f"{max(peaks) / 2**20:,.0f} MiB" if peaks else "-"
+
+
+def parallel_cells(point: Point) -> list[str]:
+    tp, facts = point.throughput, reported(point)
+    return [point.case, point.cluster, str(facts.get("model_name") or "?"), str(point.devices),
+            f"{facts.get('global_batch')} x {facts.get('context')} tokens", facts["parallel"], f"{tp['mean']:,.0f}",
+            f"{tp['per_device']:,.0f}", mfu_cell(point.record["metrics"].get("utilisation")),
+            peak_memory_cell(point)]
+
+
+def format_parallel_table(points: list[Point]) -> str:
+    table = [list(PARALLEL_COLUMNS)] + [parallel_cells(p) for p in points]
+    widths = [max(len(line[i]) for line in table) for i in range(len(PARALLEL_COLUMNS))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(line, widths)).rstrip() for line in table)
+
+
+def parallel_table_html(points: list[Point]) -> str:
+    """parallel_rows as the report's frameworks page shows them; nothing where no such pair ran."""
+    rows = parallel_rows(points)
+    if not rows:
+        return ""
+    head = "".join(f"<th>{html.escape(c)}</th>" for c in PARALLEL_COLUMNS)
+    body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in parallel_cells(p)) + "</tr>" for p in rows)
+    return ("<h2>The same training under each data-parallel strategy</h2><p>The same model at the same global "
+            f"batch on as many devices: only <code>--parallel</code> differs.</p><table><tr>{head}</tr>{body}</table>")

@@ -26,10 +26,15 @@ def epilog() -> str:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     request.add_run_options(parser, plugins.available("runtimes"), plugins.available("schedulers"))
+    parser.add_argument("--tiny", action="store_true", help="the case's [tiny] sizes, before the case options "
+                        "after '--' (later options win): a check that the case runs, not a measurement (Make: TINY=1)")
 
 
 def make_request(args, case_args: list[str], argv: list[str]) -> RunRequest:
-    return request.from_namespace(args, case_args, argv)
+    """The request; --tiny becomes the case's [tiny] options in front of the given ones, so the record, a
+    rerun and a batch job's runner all see the sizes that ran."""
+    sizes = load_case(args.case).tiny_args() if args.tiny else []
+    return request.from_namespace(args, [*sizes, *case_args], argv)
 
 
 def run(req: RunRequest) -> int:

@@ -412,6 +412,16 @@ def configuration(cfg: dict) -> str:
     return ", ".join(str(part) for part in parts if part) or "nothing reported by the case"
 
 
+def peak_memory_line(record: dict) -> str | None:
+    """The ranks' peak memory as the case measured it (its results' peak_memory_bytes), or None."""
+    for results in record["metrics"].get("results") or []:
+        if peaks := results.get("peak_memory_bytes"):
+            basis = f": {results['peak_memory_basis']}" if results.get("peak_memory_basis") else ""
+            return (f"peak memory per device: {max(peaks) / 2**20:,.1f} MiB at most, {min(peaks) / 2**20:,.1f} MiB "
+                    f"at least, over {len(peaks)} device(s){basis}")
+    return None
+
+
 def print_summary(record: dict, path: Path) -> None:
     cfg, world, tp = record["config"], record["world"], record["metrics"]["throughput"]
     print(f"\n== {record['case']}: {configuration(cfg)}")
@@ -426,6 +436,8 @@ def print_summary(record: dict, path: Path) -> None:
         print(f"   {summary_line(diagnosis)}")
     if used := record["metrics"].get("utilisation"):
         print(f"   {utilisation_line(used)}")
+    if memory := peak_memory_line(record):
+        print(f"   {memory}")
     if published := record["metrics"].get("published"):
         print(f"   {published_line(published)}")
     if record["status"] != "ok":

@@ -13,15 +13,18 @@ from suite.base.env_policy import recorded_env
 
 
 def git_state() -> dict:
-    def git(*args):
-        out = subprocess.run(["git", "-C", str(paths.ROOT), *args], capture_output=True, text=True)
-        return out.stdout.strip() if out.returncode == 0 else None
+    """The checkout's commit and uncommitted changes; all None where git is missing or this is no checkout
+    (a compute node's image, a copied tree)."""
+    def git(*args) -> bytes | None:
+        try:
+            out = subprocess.run(["git", "-C", str(paths.ROOT), *args], capture_output=True)
+        except OSError:
+            return None
+        return out.stdout if out.returncode == 0 else None
 
-    commit = git("rev-parse", "HEAD")
-    dirty = git("status", "--porcelain", "--untracked-files=no")
-    # Identifies the uncommitted changes, so a rerun can tell an identical dirty checkout from another.
-    diff = subprocess.run(["git", "-C", str(paths.ROOT), "diff", "HEAD", "--binary"], capture_output=True).stdout \
-        if dirty else None
+    commit = (git("rev-parse", "HEAD") or b"").decode().strip() or None
+    dirty = (git("status", "--porcelain", "--untracked-files=no") or b"").strip() if commit else b""
+    diff = git("diff", "HEAD", "--binary") if dirty else None
     return {"git_commit": commit, "git_dirty": bool(dirty) if commit else None,
             "git_diff_sha256": hashlib.sha256(diff).hexdigest() if diff else None}
 

@@ -256,14 +256,34 @@ def _rate(a: dict, b: dict, wraps: dict) -> float | None:
     return round(joules / (b["time"] - a["time"]), 1) if b["time"] > a["time"] else None
 
 
-def mark_used(hosts: dict, uuids: set[str]) -> None:
+def mark_used(hosts: dict, starts: list[dict]) -> None:
     """Each sampled GPU says whether a rank of the run trained on it (`used`), where the ranks named
-    their GPUs' UUIDs (suite.instack.probe.visible_gpu); the diagnosis reads those only."""
-    if not uuids:
+    their GPUs (suite.instack.probe.visible_gpu): by UUID, or by PCI bus id on the same host (for
+    where NVML or nvidia-smi gave no UUID); the diagnosis reads those only."""
+    named = [(s.get("host"), g) for s in starts for g in s.get("gpus") or []]
+    uuids = {g["uuid"] for _, g in named if g.get("uuid")}
+    if not uuids and not any(g.get("bus_id") for _, g in named):
         return
-    for summary in hosts.values():
+    for host, summary in hosts.items():
+        buses = {bus_key(g["bus_id"]) for on, g in named if g.get("bus_id") and same_host(on, host, len(hosts))}
         for gpu in summary.get("gpus") if isinstance(summary, dict) and isinstance(summary.get("gpus"), list) else []:
-            gpu["used"] = gpu.get("uuid") in uuids
+            gpu["used"] = gpu.get("uuid") in uuids or bool(gpu.get("bus_id")) and bus_key(gpu["bus_id"]) in buses
+
+
+def bus_key(bus_id: str) -> str:
+    """A PCI bus id as NVML and nvidia-smi write it, in either form ('00000000:19:00.0', '0000:19:00.0')."""
+    parts = bus_id.strip().lower().split(":")
+    domain = int(parts[0], 16) if len(parts) == 3 else 0
+    return f"{domain:x}:{':'.join(parts[-2:])}"
+
+
+def same_host(rank_host: str | None, world_host: str, world_hosts: int) -> bool:
+    """A rank's host name (its own) names this host of the world (the hostfile's name): the only one,
+    the same name, or the same up to the domain (not an address)."""
+    if world_hosts == 1 or rank_host == world_host:
+        return True
+    return bool(rank_host) and not world_host.replace(".", "").isdigit() \
+        and rank_host.split(".")[0] == world_host.split(".")[0]
 
 
 def summarize(reps, world, interval: float | None) -> dict | None:
@@ -285,7 +305,7 @@ def summarize(reps, world, interval: float | None) -> dict | None:
         why = ("no samples on both sides of the timed window (see this host's telemetry log)" if ok
                else "no repetition finished its timed window")
         hosts[host.name] = host_summary(cuts, start, images) if cuts else f"not available: {why}"
-    mark_used(hosts, {g["uuid"] for rep, _ in ok for s in rep.starts for g in s.get("gpus") or [] if g.get("uuid")})
+    mark_used(hosts, [s for rep, _ in ok for s in rep.starts])
     energies = [h.get("energy_j") if isinstance(h, dict) else None for h in hosts.values()]
     total = sum(energies) if energies and all(e is not None for e in energies) else None
     images = sum(rep.images for rep, _ in ok)

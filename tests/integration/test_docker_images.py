@@ -123,6 +123,16 @@ def test_ddp_workers_train_in_the_image(cpu_images, suite_cli):
     assert_ran_in(record_of(suite_cli, result), cpu_images["pytorch"], 2)
 
 
+def test_gpt_trains_sharded_in_the_image(cpu_images, suite_cli):
+    result = suite_cli("run", "--case", "pytorch-gpt", "--runtime", "docker", "--gpus-per-node", "2",
+                       case_args=tiny("pytorch-gpt", parallel="fsdp"))
+    record = record_of(suite_cli, result)
+    assert_ran_in(record, cpu_images["pytorch"], 2)
+    reported = record["config"]["reported_by_case"]
+    assert reported["parallel"] == "fsdp" and reported["fsdp"]["sharded_modules"] == 3
+    assert record["metrics"]["throughput"]["unit"] == "tokens/s"
+
+
 @pytest.fixture(scope="module")
 def cifar_data(tmp_path_factory) -> Path:
     data = tmp_path_factory.mktemp("cifar")

@@ -224,6 +224,26 @@ def test_a_framework_too_old_for_the_case_is_refused_naming_both_versions():
         case.check_requirements(stack_with("2.13.0", numpy="2.4.6"), "runtime modules")
 
 
+def test_the_horovod_case_takes_the_versions_it_has_run_on_and_refuses_older_ones():
+    case = load_case("pytorch-synthetic")
+    case.check_requirements(stack_with("2.3.1+cu121", horovod="0.28.1", numpy="2.4.6"), "runtime modules")
+    with pytest.raises(UsageError, match=r"^case pytorch-synthetic needs horovod>=0.28.1; the stack \(runtime "
+                                         r"modules\) has horovod 0.27.0$"):
+        case.check_requirements(stack_with("2.3.1", horovod="0.27.0", numpy="2.4.6"), "runtime modules")
+    with pytest.raises(UsageError, match=r"needs torch>=2.3; .* has torch 2.2.2$"):
+        case.check_requirements(stack_with("2.2.2", horovod="0.28.1", numpy="2.4.6"), "runtime modules")
+
+
+def test_mxnet_and_tf_keras_older_than_the_cases_have_run_on_are_refused():
+    load_case("mxnet-imagenet").check_requirements(stack_with(None, mxnet="1.9.1", numpy="1.23.5"), "runtime local")
+    with pytest.raises(UsageError, match=r"needs mxnet>=1.9.1; .* has mxnet 1.6.0$"):
+        load_case("mxnet-imagenet").check_requirements(stack_with(None, mxnet="1.6.0", numpy="1.23.5"), "runtime local")
+    tf = load_case("tf-cifar")
+    tf.check_requirements(stack_with(None, **{"tf-keras": "2.15.1", "numpy": "1.26.4"}), "runtime local")
+    with pytest.raises(UsageError, match=r"needs tf-keras>=2.15; .* has tf-keras 2.14.1$"):
+        tf.check_requirements(stack_with(None, **{"tf-keras": "2.14.1", "numpy": "1.26.4"}), "runtime local")
+
+
 class RemoteFile(io.RawIOBase):
     """A file on an HTTP server read by range requests: enough of a wheel for zipfile to take one
     member out of it without downloading the rest (torch's wheels are over 500 MB)."""

@@ -60,3 +60,26 @@ def test_a_cpu_run_reports_its_mfu_against_its_measured_peak(suite_cli, torch_st
     [work] = {json.dumps(r["work"]) for r in record["repetitions"]}
     assert json.loads(work)["flops_per_sample"] == used["flops_per_sample"]
     assert "work:" in done.stdout and "of the measured fp32 matmul peak" in done.stdout
+
+
+TF_COUNT = """
+import json, sys
+sys.path.insert(0, "cases/tf-cifar")
+import keras_resnet
+from work import forward_flops
+json.dump({size: forward_flops(keras_resnet.resnet50_v15, size, 1000) for size in (224, 448)}, sys.stdout)
+"""
+
+
+def test_tensorflow_profiler_counts_the_same_architecture_as_pytorch():
+    """tf-cifar's count (TensorFlow's profiler over the model's graph, x 3 for a training step) of its
+    ResNet-50 v1.5 agrees with PyTorch's count of the same architecture (suite/instack/model_flops.py)."""
+    from suite.instack.model_flops import training_flops_per_image
+    from suite.stacks.locks import ensure_installed, load_stack
+
+    stack = ensure_installed(load_stack("tensorflow"))
+    done = subprocess.run([str(stack.python), "-c", TF_COUNT], cwd=ROOT, capture_output=True, text=True, check=True,
+                          env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
+    forward = {int(size): flops for size, flops in json.loads(done.stdout.splitlines()[-1]).items()}
+    assert 3 * forward[224] == pytest.approx(training_flops_per_image("resnet50-v1.5", 224)[0], rel=0.02)
+    assert forward[448] / forward[224] == pytest.approx(4, rel=0.01)  # (224 and 448 px: whole 7 and 14 px maps)

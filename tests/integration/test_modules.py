@@ -138,7 +138,7 @@ def test_a_module_that_does_not_load_is_refused_with_lmods_own_error(site, tmp_p
 
 
 @pytest.mark.parametrize("case, case_args, package", [
-    ("pytorch-synthetic", SYNTHETIC, "horovod>=0.21"),
+    ("pytorch-synthetic", SYNTHETIC, "horovod>=0.28.1"),
     ("tf-cifar", tiny("tf-cifar", synthetic_input=True, steps_per_epoch=2), "tf-keras>=2.15")])
 def test_a_framework_missing_in_the_environment_is_refused_naming_it(site, tmp_path, case, case_args, package):
     line = refused(run("--case", case, "--modules", "site-pytorch/2.13", tmp=tmp_path, case_args=case_args), tmp_path)

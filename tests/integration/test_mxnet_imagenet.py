@@ -330,6 +330,11 @@ def test_benchmark_mode_needs_no_data(suite_cli, mxnet_stack, tmp_path, no_overs
     assert_pslite_run(record)
     assert record["config"]["data"] == "synthetic"
     assert record["config"]["reported_by_case"]["parameters"] == resnet50_v1_params(1000)
+    # MXNet counts no FLOPs: the same architecture's count, and each worker's measured matmul peak
+    used = record["metrics"]["utilisation"]
+    assert used["flops_per_sample"] == pytest.approx(22_911_811_584 * (32 / 224) ** 2)
+    assert used["flops_source"].startswith("architecture count: resnet50-v1 at 224 px")
+    assert used["measured_peak"]["ranks"] == 2 and used["precision"] == "fp32" and 0 < used["mfu_measured"] <= 1
 
 
 def test_one_node_splits_its_batch_over_its_devices(suite_cli, mxnet_stack, tmp_path, no_oversubscription):

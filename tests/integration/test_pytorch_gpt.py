@@ -12,6 +12,9 @@ import numpy as np
 import pytest
 from conftest import ROOT, records_in, tiny
 
+from suite.analysis.report import write_report
+from suite.analysis.same_work import format_parallel_table, parallel_rows
+from suite.records.read import Point
 from suite.records.schema import validate
 
 CASE = ("--case", "pytorch-gpt")
@@ -59,18 +62,23 @@ def results_of(record: dict) -> dict:
     return results
 
 
-def test_ddp_and_fsdp_start_from_the_same_loss_and_count_tokens(suite_cli, torch_stack):
+def test_ddp_and_fsdp_start_from_the_same_loss_and_count_tokens(suite_cli, torch_stack, tmp_path):
+    """Two micro-batches a step: the gradients kept local for the first (DDP's no_sync, FSDP2's
+    set_requires_gradient_sync) must still be exchanged at the last, or the ranks drift apart and the
+    two no longer train alike; fsdp recomputes its blocks' activations, which changes no number."""
     losses = {}
-    for parallel, launcher in (("ddp", "ranks"), ("fsdp", "torchrun")):
-        result = suite_cli("run", *CASE, "--gpus-per-node", "2",
-                           case_args=(*TINY, "--parallel", parallel, "--launcher", launcher))
+    for parallel, launcher, more in (("ddp", "ranks", ()), ("fsdp", "torchrun", ("--activation-checkpointing",))):
+        result = suite_cli("run", *CASE, "--gpus-per-node", "2", case_args=(
+            *TINY, "--parallel", parallel, "--launcher", launcher, "--grad-accum", "2", *more))
         record = checked_record(result, suite_cli)
         reported, results = record["config"]["reported_by_case"], results_of(record)
         assert (reported["parallel"], reported["launcher"], reported["backend"]) == (parallel, launcher, "gloo")
-        assert record["config"]["global_batch"] == 8 and reported["global_tokens_per_step"] == 8 * 32
+        assert record["config"]["global_batch"] == 16 and reported["global_tokens_per_step"] == 16 * 32
+        assert (reported["grad_accum"], reported["activation_checkpointing"]) == (2, bool(more))
         tp = record["metrics"]["throughput"]
         assert tp["unit"] == "tokens/s" and tp["n"] == 3 and all(s > 0 for s in tp["samples"])
         assert "tokens/s total" in result.stdout and "tokens/s per device" in result.stdout
+        assert "peak memory per device: " in result.stdout and "over 2 device(s)" in result.stdout
         assert results["steps"] == 7 and len(results["peak_memory_bytes"]) == 2
         assert all(m > 0 for m in results["peak_memory_bytes"])
         # the formula's FLOPs per token beside PyTorch's count (layer norms and biases: 2.4% at this size)
@@ -80,6 +88,17 @@ def test_ddp_and_fsdp_start_from_the_same_loss_and_count_tokens(suite_cli, torch
     assert reported["fsdp"]["sharded_modules"] == 3 and reported["fsdp"]["reshard_after_forward"] is True
     assert losses["fsdp"][0] == pytest.approx(losses["ddp"][0], rel=1e-5)
     assert losses["fsdp"][-1] == pytest.approx(losses["ddp"][-1], rel=1e-3)  # and they train alike
+    # the two side by side: the same work (model, context, global batch), tokens/s, MFU, peak memory
+    rows = parallel_rows([Point(r, r["run_id"]) for r in records_in(suite_cli.results)])
+    assert [p.record["config"]["reported_by_case"]["parallel"] for p in rows] == ["ddp", "fsdp"]
+    for row, line in zip(rows, format_parallel_table(rows).splitlines()[1:]):
+        tp, used = row.throughput, row.record["metrics"]["utilisation"]
+        assert tp["per_device"] == pytest.approx(tp["mean"] / 2) and f"{tp['per_device']:,.0f}" in line
+        assert "16 x 32 tokens" in line and used["mfu_measured"] > 0 and "of measured matmul" in line
+        assert line.endswith(" MiB")
+    write_report(suite_cli.results, tmp_path / "report", warn=lambda message: None)
+    page = (tmp_path / "report" / "frameworks.html").read_text()
+    assert "under each data-parallel strategy" in page and page.count("<td>16 x 32 tokens</td>") == 2
 
 
 def test_the_data_script_tokenizes_the_text_files_by_bytes(text_data):

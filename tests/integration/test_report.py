@@ -22,8 +22,8 @@ FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-
 def report_dir(tmp_path_factory):
     base = tmp_path_factory.mktemp("report")
     results, runs = base / "results", base / "runs"
-    for devices, rate in [(1, 100.0), (2, 95.0), (4, 85.0)]:
-        make_record(results, runs, cluster="cluster-a", devices=devices, per_device=(rate,))
+    for devices, rate in [(1, 100.0), (2, 95.0), (4, 85.0)]:  # with the work its ranks reported: an MFU plot
+        make_record(results, runs, cluster="cluster-a", devices=devices, per_device=(rate,), work=(1e9, 4e11, "fp32"))
     for devices, rate in [(1, 120.0), (2, 110.0)]:
         make_record(results, runs, cluster="cluster-b", devices=devices, per_device=(rate,), repetitions=2)
     for devices, epoch in [(1, 40.0), (2, 21.0)]:
@@ -71,7 +71,7 @@ def chromium() -> str:
     return CHROMIUM
 
 
-@pytest.mark.parametrize("page, plots", [("case-pytorch-synthetic.html", 3), ("case-tf-cifar.html", 4),
+@pytest.mark.parametrize("page, plots", [("case-pytorch-synthetic.html", 4), ("case-tf-cifar.html", 4),
                                          ("frameworks.html", 2), ("index.html", 0)])
 def test_pages_render_offline_in_chromium(report_dir, page, plots, chromium):
     from playwright.sync_api import sync_playwright
@@ -90,11 +90,15 @@ def test_pages_render_offline_in_chromium(report_dir, page, plots, chromium):
             tab.wait_for_selector(".js-plotly-plot .main-svg", timeout=30_000)
         rendered = tab.eval_on_selector_all(
             ".js-plotly-plot", "els => els.map(e => e.querySelectorAll('.scatterlayer .trace').length)")
+        ticks = tab.eval_on_selector_all(  # the devices axis as drawn: its labels, left to right
+            ".js-plotly-plot", "els => els.map(e => [...e.querySelectorAll('.xtick text')].map(t => t.textContent))")
         shot = out / f"{page}.png"
         tab.screenshot(path=str(shot), full_page=True)
         browser.close()
     assert errors == [] and requests == []
     assert len(rendered) == plots and all(traces > 0 for traces in rendered)
+    for labels in ticks:  # every plot here is over device counts: each once, in order (not "0 1 1 2 4 8 16")
+        assert labels and [int(t) for t in labels] == sorted({int(t) for t in labels}) and int(labels[0]) >= 1, labels
     png = shot.read_bytes()  # a whole page drawn: the PNG's own header, not its size (fonts vary)
     width, height = struct.unpack(">II", png[16:24])
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and width == 1280 and height >= 900
@@ -145,7 +149,7 @@ def test_throughput_y_axis_is_log_and_switches_to_linear(report_dir, chromium):
     out, _ = report_dir
     page = (out / "case-pytorch-synthetic.html").read_text()
     layouts = plotly_layouts(page)
-    assert len(layouts) == 3
+    assert len(layouts) == 4
     switched = [layout for layout in layouts if layout.get("updatemenus")]
     assert len(switched) == 1 and "throughput" in switched[0]["title"]["text"]  # only the throughput figure
     buttons = switched[0]["updatemenus"][0]["buttons"]

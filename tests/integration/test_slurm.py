@@ -3,6 +3,7 @@ steps on a one-node SLURM cluster started for the session (slurmctld + slurmd + 
 tests/support/cluster_fixtures.py) with the real stacks."""
 
 import json
+import os
 import re
 import shlex
 import signal
@@ -15,6 +16,7 @@ from pathlib import Path
 import pytest
 from conftest import ROOT, records_in, tiny
 from support.cluster_fixtures import alive, processes_with_env
+from support.gpus import fake_nvidia_smi
 
 from suite.base import paths
 from suite.base.errors import UsageError
@@ -271,6 +273,21 @@ def test_job_steps_inside_an_allocation(slurm_cluster, tmp_path):
     time.sleep(0.5)
     assert not [int(pid) for pid in out["sleeper"][1][0].split() if alive(int(pid))]
     assert not (tmp_path / "pwned").exists()
+
+
+@pytest.mark.skipif(os.environ.get("SUITE_TEST_ON_GPUS") == "1", reason="the tests were asked to use the GPUs")
+def test_job_steps_the_tests_start_see_no_gpu(slurm_cluster, tmp_path, monkeypatch):
+    """As the tests' local and ssh processes: a step on a node whose nvidia-smi lists two GPUs counts
+    none, since the step takes the tests' CUDA_VISIBLE_DEVICES= (conftest), and so runs the cpu paths."""
+    monkeypatch.setenv("PATH", f"{fake_nvidia_smi(tmp_path / 'fake', 2)}{os.pathsep}{os.environ['PATH']}")
+    node = slurm_cluster.node
+    code = ("from suite.schedulers import slurm; from suite.inputs.host_gpus import PROBE, count_from_probe; "
+            f"out = slurm.run_on_hosts([{node!r}], PROBE, None)[{node!r}]; "
+            "print(count_from_probe(out), 'CUDA_VISIBLE_DEVICES=' in out.splitlines(), out.count('GPU '))")
+    done = subprocess.run(["salloc", "--nodes=1", "--time=5", PY, "-c", code], cwd=ROOT, capture_output=True,
+                          text=True, timeout=240)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.split()[-3:] == ["0", "True", "2"], done.stdout  # two listed, none usable
 
 
 def test_inside_an_allocation_the_hosts_come_from_the_node_list(slurm_cluster, pytorch_stack, tmp_path):

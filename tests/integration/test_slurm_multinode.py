@@ -25,6 +25,8 @@ RUNS = {
     "tf-multiworker": ("tf-cifar", tiny("tf-cifar"), {"worker-0": N1, "worker-1": N2}),
     "ddp-torchrun": ("pytorch-ddp", tiny("pytorch-ddp", launcher="torchrun"), {"torchrun-0": N1, "torchrun-1": N2}),
     "ddp-ranks": ("pytorch-ddp", tiny("pytorch-ddp", launcher="ranks"), {"rank-0": N1, "rank-1": N2}),
+    "gpt-fsdp-ranks": ("pytorch-gpt", tiny("pytorch-gpt", parallel="fsdp", launcher="ranks"),
+                       {"rank-0": N1, "rank-1": N2}),
 }
 
 

@@ -12,6 +12,7 @@ import pytest
 from conftest import ROOT
 
 from suite import cli
+from suite.inputs.cases import load_case
 
 COMMANDS = cli.commands()
 # the least each command needs on its command line to parse
@@ -42,6 +43,25 @@ def test_options_shared_by_run_and_compare_frameworks_are_defined_once():
     assert request.run.nodes == "2" and request.tiny and request.run.case_args == ["--num-iters", "1"]
     with pytest.raises(SystemExit):
         parser.parse_args(["compare-frameworks", "--case", "tf-cifar"])  # each case is run by it
+
+
+def test_run_tiny_puts_the_case_s_tiny_sizes_before_the_options_given():
+    typed = ["run", "--case", "pytorch-gpt", "--tiny"]
+    req = COMMANDS["run"].make_request(cli.build_cli().parse_args(typed), ["--num-iters", "5"], typed)
+    case = load_case("pytorch-gpt")
+    assert req.case_args == [*case.tiny_args(), "--num-iters", "5"]
+    options = case.parse_options(req.case_args)
+    assert options["layers"] == case.spec["tiny"]["layers"] == 2 and options["num-iters"] == 5  # the later wins
+    plain = ["run", "--case", "pytorch-gpt"]
+    assert COMMANDS["run"].make_request(cli.build_cli().parse_args(plain), [], plain).case_args == []
+    make = subprocess.run(["make", "-n", "run", "CASE=pytorch-gpt", "TINY=1", "ARGS=--num-iters 5"], cwd=ROOT,
+                          capture_output=True, text=True)
+    assert make.returncode == 0 and "--tiny -- --num-iters 5" in make.stdout, make.stdout + make.stderr
+
+
+def test_run_tiny_of_an_unknown_case_is_refused_with_exit_2(capsys):
+    assert cli.main(["run", "--case", "no-such-case", "--tiny"]) == 2
+    assert "unknown case 'no-such-case'" in capsys.readouterr().err
 
 
 def test_a_bad_tolerance_is_refused_with_exit_2(capsys):

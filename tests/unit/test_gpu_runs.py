@@ -149,8 +149,24 @@ def gpu_record(utils: dict[str, float], devices: int = 1) -> dict:
 def test_the_diagnosis_reads_the_gpus_the_ranks_trained_on_not_the_busiest():
     record = gpu_record({UUIDS[0]: 0.0, UUIDS[1]: 97.0})  # another job keeps GPU 1 busy
     assert diagnosis.gpu_busy(record) == 0.97  # without the ranks' UUIDs: the busiest (older records)
-    mark_used(record["metrics"]["telemetry"]["hosts"], {UUIDS[0]})
+    mark_used(record["metrics"]["telemetry"]["hosts"], [{"host": "gpu01", "gpus": [{"uuid": UUIDS[0]}]}])
     assert [g["uuid"] for g in diagnosis.run_gpus(record)] == [UUIDS[0]] and diagnosis.gpu_busy(record) == 0.0
+
+
+def test_without_uuids_the_ranks_gpus_are_matched_by_bus_id_on_their_own_host():
+    """NVML gave no UUIDs: the bus ids the ranks named (nvidia-smi's form) pick the GPUs sampled on
+    their host (NVML's form), not the same bus on another host."""
+    hosts = {name: {"gpus": [{"index": i, "uuid": None, "bus_id": f"0000:{0x18 + i:02X}:00.0"} for i in range(2)]}
+             for name in ("gpu01", "gpu02")}
+    mark_used(hosts, [{"host": "gpu01.cluster", "gpus": [{"device_index": 0, "bus_id": "00000000:19:00.0"}]}])
+    assert [g["used"] for g in hosts["gpu01"]["gpus"]] == [False, True]
+    assert [g["used"] for g in hosts["gpu02"]["gpus"]] == [False, False]
+    loopback = {"127.0.0.2": {"gpus": [{"uuid": None, "bus_id": "00000000:18:00.0"}]}, "127.0.0.3": {"gpus": []}}
+    mark_used(loopback, [{"host": "127.0.0.3", "gpus": [{"bus_id": "00000000:18:00.0"}]}])
+    assert loopback["127.0.0.2"]["gpus"][0]["used"] is False  # addresses are matched whole
+    untouched = telemetry_hosts({UUIDS[0]: 50.0})
+    mark_used(untouched, [{"host": "gpu01", "gpus": [{"device_index": 0, "visible_as": "0"}]}])  # nothing named
+    assert "used" not in untouched["gpu01"]["gpus"][0]
 
 
 # --- make gpu-check ----------------------------------------------------------------------------------

@@ -1,6 +1,6 @@
 """The run's summary line says what trained, never `None`."""
 
-from suite.execution.run import configuration
+from suite.execution.run import configuration, peak_memory_line
 
 
 def test_the_summary_names_what_the_case_reported():
@@ -13,3 +13,12 @@ def test_a_value_nobody_reported_is_left_out_not_printed_as_none():
                           "data": "synthetic"})
     assert "None" not in line and line == "resnet50-v1.5, synthetic data"
     assert configuration({}) == "nothing reported by the case"
+
+
+def test_the_peak_memory_line_gives_the_largest_and_smallest_rank_and_what_was_measured():
+    results = {"peak_memory_bytes": [300 * 2**20, 512 * 2**20], "peak_memory_basis": "torch.cuda.max_memory_allocated"}
+    line = peak_memory_line({"metrics": {"results": [results]}})
+    assert line == ("peak memory per device: 512.0 MiB at most, 300.0 MiB at least, over 2 device(s): "
+                    "torch.cuda.max_memory_allocated")
+    assert peak_memory_line({"metrics": {"results": [{"first_step_loss": 5.5}]}}) is None
+    assert peak_memory_line({"metrics": {}}) is None

@@ -3,6 +3,7 @@ which paths a host offers, and why a path is not available (suite/analysis/site_
 suite/commands/check.py)."""
 
 import json
+import os
 import subprocess
 import sys
 
@@ -198,3 +199,32 @@ def test_the_command_refuses_a_pattern_matching_nothing_in_one_line_before_anyth
     assert done.returncode == 2 and done.stderr.startswith("error: --only no-such-path matches none of"), done.stderr
     assert len(done.stderr.strip().splitlines()) == 1 and not (tmp_path / "runs").exists()
     assert not json.dumps(done.stdout).count("== check:")
+
+
+def test_on_a_gpu_host_the_paths_take_its_gpus(tmp_path):
+    """A host whose nvidia-smi lists 3 GPUs (tests/support/gpus.py): each path gets them all, and the table
+    says how many GPUs the host had (a path not available here runs nothing, so this takes a second)."""
+    from support.gpus import fake_nvidia_smi
+
+    env = {**os.environ, "PATH": f"{fake_nvidia_smi(tmp_path / 'fake', 3)}{os.pathsep}{os.environ['PATH']}"}
+    env.pop("CUDA_VISIBLE_DEVICES", None)
+    done = subprocess.run([sys.executable, "-m", "suite", "check", "--only", "pytorch-ddp/modules/ranks",
+                           "--results-dir", str(tmp_path / "results"), "--runs-dir", str(tmp_path / "runs")],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120, env=env)
+    assert done.returncode == 0, done.stdout + done.stderr
+    [written] = (tmp_path / "site-checks").glob("*.json")
+    table = json.loads(written.read_text())
+    assert table["gpus"] == 3 and [(p["nodes"], p["devices"]) for p in table["paths"]] == [(1, 3)]
+    assert table["paths"][0]["outcome"] == UNAVAILABLE
+
+
+def test_make_check_site_passes_the_cluster_each_only_pattern_and_the_sites_environment():
+    done = subprocess.run(["make", "-n", "check-site", "CLUSTER=slurm", "ONLY=pytorch-ddp/local/ /docker/",
+                           "MODULES=PyTorch/2.1 Horovod", "PYTHON=/opt/py/bin/python3"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    words = " ".join(done.stdout.replace("\\\n", " ").split())  # the runner's .venv, if it is not built, first
+    assert words[words.index("-m suite check"):].startswith(
+        "-m suite check --cluster \"slurm\" --only \"pytorch-ddp/local/\" --only \"/docker/\" "
+        "--modules \"PyTorch/2.1 Horovod\""), words
+    assert words.endswith("--python \"/opt/py/bin/python3\""), words

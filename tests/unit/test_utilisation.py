@@ -151,6 +151,15 @@ def test_legend_labels_are_unique_and_name_what_differs(series):
     assert all(s.distinct == "" for s in built if s.cluster != "cluster-c")
 
 
+def test_legend_labels_keep_data_paths_that_share_a_prefix_apart(tmp_path):
+    results, runs = tmp_path / "results", tmp_path / "runs"
+    paths = ("/scratch/project/imagenet/train.rec", "/scratch/project/imagewoof/train.rec")
+    for data in paths:
+        make_record(results, runs, cluster="cluster-c", devices=1, per_device=(20.0,), data=data)
+    built = report.build_series(load_points(results))
+    assert sorted(s.distinct for s in built) == [f", data {path}" for path in paths]
+
+
 def test_throughput_is_log_scaled_and_mfu_stands_beside_it(series):
     built, _, _ = series
     throughput, mfu = report.case_figures("pytorch-synthetic", built)[:2]
@@ -164,19 +173,24 @@ def test_throughput_is_log_scaled_and_mfu_stands_beside_it(series):
     assert "MFU" in ours[0].hovertext[0] and "MFU" in throughput.data[0].hovertext[0]
 
 
-def test_index_shows_mfu_and_the_verdict_word_with_its_sentence_as_tooltip(series, tmp_path):
+def test_index_shows_mfu_and_short_cells_with_their_sentences_as_tooltips(series, tmp_path):
     _, results, out = series
     record = next(r for r in (json.loads(f.read_text()) for f in results.glob("*.json"))
                   if r["world"]["cluster"] == "cluster-b")  # its series' one point: the index's row
     record["metrics"]["diagnosis"] = {"verdict": "compute", "device": "cpu", "figures": {},
                                       "why": "the workers kept their cores busy 98% of the window",
                                       "hint": "more cores"}
+    record["metrics"]["published"] = {"source": "NVIDIA DeepLearningExamples, PyTorch ResNet-50 v1.5, DGX A100",
+                                      "gpu": "A100", "precision": "amp", "ratio": 0.61, "published_per_device": 2470.0,
+                                      "published_mfu": 0.192}
     (results / "with-diagnosis.json").write_text(json.dumps({**record, "run_id": record["run_id"] + "x",
                                                             "finished_at": "2099-01-01T00:00:00Z"}))
     report.write_report(results, out)
     index = (out / "index.html").read_text()
     assert "<th>MFU</th>" in index and "of measured matmul" in index
     assert '<td title="the workers kept their cores busy 98% of the window">compute</td>' in index
+    assert ('<td title="NVIDIA DeepLearningExamples, PyTorch ResNet-50 v1.5, DGX A100">'
+            '0.61x A100 amp (theirs: MFU 19%)</td>') in index
 
 
 def test_a_gpu_the_case_does_not_name_is_found_in_what_nvidia_smi_listed():
