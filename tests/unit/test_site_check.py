@@ -219,8 +219,10 @@ def test_on_a_gpu_host_the_paths_take_its_gpus(tmp_path):
 
 
 def test_make_check_site_passes_the_cluster_each_only_pattern_and_the_sites_environment():
-    done = subprocess.run(["make", "-n", "check-site", "CLUSTER=slurm", "ONLY=pytorch-ddp/local/ /docker/",
-                           "MODULES=PyTorch/2.1 Horovod", "PYTHON=/opt/py/bin/python3"], cwd=ROOT,
+    # --no-print-directory: under `make test` this make is a sub-make, which would print its directory
+    done = subprocess.run(["make", "--no-print-directory", "-n", "check-site", "CLUSTER=slurm",
+                           "ONLY=pytorch-ddp/local/ /docker/", "MODULES=PyTorch/2.1 Horovod",
+                           "PYTHON=/opt/py/bin/python3"], cwd=ROOT,
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     words = " ".join(done.stdout.replace("\\\n", " ").split())  # the runner's .venv, if it is not built, first
