@@ -205,20 +205,11 @@ class Bench:
         python = self.stack_python("pytorch-horovod")
         horovodrun = str(Path(python).parent / "horovodrun")
         bare_argv = [python, str(ROOT / "benchmarks" / "bare" / "pytorch_synthetic.py"), *as_args(options)]
-
-        def bare(*launcher: str):
-            def run() -> tuple[float, dict]:
-                out = subprocess.run([*launcher, *bare_argv], capture_output=True, text=True, check=True)
-                line = next(line for line in reversed(out.stdout.splitlines()) if '{"samples"' in line)
-                result = json.loads(line[line.index("{"):])  # horovodrun prefixes its workers' lines
-                return result["throughput"], side(options, result["config"], [result["binding"]])
-            return run
-
         values = self.ratio("harness_overhead.pytorch-synthetic", {
             "suite_img_s": self.throughput("pytorch-synthetic", options, "--gpus-per-node", "1"),
-            "bare_under_horovodrun_img_s": bare(horovodrun, "-np", "1", "-H", "localhost:1", "--gloo",
-                                                "--network-interfaces", "lo"),
-            "bare_img_s": bare()}, **options)
+            "bare_under_horovodrun_img_s": bare_loop([horovodrun, "-np", "1", "-H", "localhost:1", "--gloo",
+                                                      "--network-interfaces", "lo", *bare_argv], options),
+            "bare_img_s": bare_loop(bare_argv, options)}, **options)
         mean = {label: statistics.fmean(v) for label, v in values.items()}
         print(f"  split: bare loop alone {mean['bare_img_s']:.2f} img/s; under horovodrun "
               f"{mean['bare_under_horovodrun_img_s']:.2f} "
@@ -232,16 +223,10 @@ class Bench:
         options = SIZES[self.size]["gpt"]
         bare_argv = [self.stack_python("pytorch"), str(ROOT / "benchmarks" / "bare" / "pytorch_gpt.py"),
                      *as_args(options)]
-
-        def bare() -> tuple[float, dict]:
-            out = subprocess.run(bare_argv, capture_output=True, text=True, check=True)
-            result = json.loads(out.stdout.splitlines()[-1])
-            return result["throughput"], side(options, result["config"], [result["binding"]])
-
         values = self.ratio("harness_overhead.pytorch-gpt", {
             "suite_tokens_s": self.throughput("pytorch-gpt", options, "--gpus-per-node", "1",
                                               flags=("--launcher", "ranks", "--no-cuda")),
-            "bare_tokens_s": bare}, **options)
+            "bare_tokens_s": bare_loop(bare_argv, options)}, **options)
         step_s = options["batch-size"] * options["context"] / statistics.fmean(values["bare_tokens_s"])
         self.results["harness_overhead.pytorch-gpt"]["settings"]["bare_step_s"] = round(step_s, 4)
         print(f"  step: {step_s:.3f} s of the bare loop ({options['batch-size']} x {options['context']} tokens)",
@@ -444,6 +429,17 @@ def copies(template: dict, results: Path, count: int):
         tp["per_device"] = per_device * (0.9 ** (i % 5)) * (1 + (i % 7) / 100)
         tp["mean"] = tp["per_device"] * devices
         yield (results / f"{record['run_id']}.json").write_text(json.dumps(record))
+
+
+def bare_loop(argv: list[str], options: dict):
+    """One side of a ratio: a bare training loop (benchmarks/bare/), its throughput and settings from the
+    JSON line it prints last (behind a launcher's prefix where one starts it)."""
+    def run() -> tuple[float, dict]:
+        out = subprocess.run(argv, capture_output=True, text=True, check=True)
+        line = next(line for line in reversed(out.stdout.splitlines()) if '{"samples"' in line)
+        result = json.loads(line[line.index("{"):])
+        return result["throughput"], side(options, result["config"], [result["binding"]])
+    return run
 
 
 def first_timed_step(run_dir: Path) -> float:

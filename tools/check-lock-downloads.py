@@ -34,9 +34,7 @@ def wanted_files(lock: Path, machine: str) -> dict[str, str]:
     targets = [t for t in coverage.covered if t.machine == machine]
     if not targets:
         raise SystemExit(f"{lock}: covers {coverage.keys()}, nothing on {machine}")
-    listed = Path(str(lock) + lock_targets.FILES_SUFFIX).read_text().splitlines()
-    pairs = [line.split(maxsplit=1) for line in listed if line and not line.startswith("#")]
-    return {name: sha for sha, name in pairs
+    return {name: sha for sha, name in lock_targets.listed_files(lock).items()
             if any(lock_targets.files_cover([name], t, coverage.glibc) for t in targets)}
 
 

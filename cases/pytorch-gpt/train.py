@@ -202,9 +202,8 @@ def final_results(losses: list[torch.Tensor], memory: int, world: int, device: t
     everyone = [torch.zeros_like(mine) for _ in range(world)]
     dist.all_gather(everyone, mine)
     means = [round(float(v) / world, 6) for v in summed.cpu()]
-    results = {"first_step_loss": means[0], "last_step_loss": means[-1], "first_losses": means[:FIRST_LOSSES],
-               "steps": len(means), "peak_memory_bytes": [int(m.item()) for m in everyone]}
-    return results
+    return {"first_step_loss": means[0], "last_step_loss": means[-1], "first_losses": means[:FIRST_LOSSES],
+            "steps": len(means), "peak_memory_bytes": [int(m.item()) for m in everyone]}
 
 
 def main() -> None:

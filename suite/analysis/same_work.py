@@ -83,14 +83,17 @@ def summary(rows: list[Row]) -> str:
             f"{dtype}, {data} data, {params or 0:,} parameters")
 
 
+def aligned(table: list[list[str]]) -> list[str]:
+    """The rows of a text table, each column as wide as its widest cell."""
+    widths = [max(len(line[i]) for line in table) for i in range(len(table[0]))]
+    return ["  ".join(c.ljust(w) for c, w in zip(line, widths)).rstrip() for line in table]
+
+
 def format_table(rows: list[Row]) -> str:
-    table = [list(COLUMNS)] + [cells(r) for r in rows]
-    widths = [max(len(line[i]) for line in table) for i in range(len(COLUMNS))]
-    lines = []
-    for line, row in zip(table, [None, *rows]):
-        text = "  ".join(c.ljust(w) for c, w in zip(line, widths)).rstrip()
-        lines.append(f"{text}  DIFFERS: {row.differs}" if row and row.differs else text)
-    return "\n".join([*lines, summary(rows)])
+    lines = aligned([list(COLUMNS)] + [cells(r) for r in rows])
+    flagged = [f"{text}  DIFFERS: {row.differs}" if row and row.differs else text
+               for text, row in zip(lines, [None, *rows])]
+    return "\n".join([*flagged, summary(rows)])
 
 
 # --- The same training under each data-parallel strategy -------------------------------------------
@@ -136,9 +139,7 @@ def parallel_cells(point: Point) -> list[str]:
 
 
 def format_parallel_table(points: list[Point]) -> str:
-    table = [list(PARALLEL_COLUMNS)] + [parallel_cells(p) for p in points]
-    widths = [max(len(line[i]) for line in table) for i in range(len(PARALLEL_COLUMNS))]
-    return "\n".join("  ".join(c.ljust(w) for c, w in zip(line, widths)).rstrip() for line in table)
+    return "\n".join(aligned([list(PARALLEL_COLUMNS)] + [parallel_cells(p) for p in points]))
 
 
 def parallel_table_html(points: list[Point]) -> str:

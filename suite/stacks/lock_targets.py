@@ -88,6 +88,12 @@ def read_coverage(lock: Path) -> Coverage | None:
     return Coverage(covered, covers.group(2), dict(NOT_COVERED.findall(text)))
 
 
+def listed_files(lock: Path) -> dict[str, str]:
+    """sha256 -> file name of every hash in the lock, as `make locks` listed them beside it."""
+    lines = Path(f"{lock}{FILES_SUFFIX}").read_text().splitlines()
+    return {sha: name for sha, name in (line.split(maxsplit=1) for line in lines if line and not line.startswith("#"))}
+
+
 def glibc_here() -> str | None:
     name, version = platform.libc_ver()
     return version if name == "glibc" and version else None

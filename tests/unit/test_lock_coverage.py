@@ -12,7 +12,7 @@ from packaging.version import Version
 
 from suite.base.errors import UsageError
 from suite.stacks import locks
-from suite.stacks.lock_targets import FILES_SUFFIX, Target, files_cover, read_coverage
+from suite.stacks.lock_targets import Target, files_cover, listed_files, read_coverage
 from suite.stacks.locks import load_flavour, load_stack, lock_entries, lock_pins, require_covered
 
 LOCKS = sorted([*ROOT.glob("containers/*/requirements.lock"), *ROOT.glob("containers/*/cuda/requirements.lock")])
@@ -23,14 +23,8 @@ def lock_id(lock) -> str:
     return lock.parent.relative_to(ROOT / "containers").as_posix()
 
 
-def files_of(lock) -> dict[str, str]:
-    """sha256 -> file name, as `make locks` listed them beside the lock."""
-    lines = (line.split() for line in open(f"{lock}{FILES_SUFFIX}") if line.strip() and not line.startswith("#"))
-    return {sha: name for sha, name in lines}
-
-
 def lacking_files(lock, target: Target) -> list[str]:
-    coverage, files = read_coverage(lock), files_of(lock)
+    coverage, files = read_coverage(lock), listed_files(lock)
     return [f"{pin.name}=={pin.version}" for pin in lock_entries(lock) if pin.applies(target)
             and not files_cover([files[h] for h in pin.hashes], target, coverage.glibc)]
 
@@ -40,7 +34,7 @@ def test_every_lock_states_its_coverage_and_lists_its_files():
     for lock in LOCKS:
         coverage = read_coverage(lock)
         assert coverage and coverage.covered, f"{lock}: no '# covers:' header (make locks writes it)"
-        assert {h for pin in lock_entries(lock) for h in pin.hashes} == set(files_of(lock)), lock
+        assert {h for pin in lock_entries(lock) for h in pin.hashes} == set(listed_files(lock)), lock
 
 
 @pytest.mark.parametrize("lock", LOCKS, ids=lock_id)
@@ -65,7 +59,7 @@ def test_each_target_it_does_not_claim_is_named_with_what_lacks_a_file(lock):
 
 @pytest.mark.parametrize("lock", LOCKS, ids=lock_id)
 def test_every_listed_file_is_of_its_pins_version(lock):
-    files = files_of(lock)
+    files = listed_files(lock)
     for pin in lock_entries(lock):
         for sha in pin.hashes:
             assert parse_wheel_filename(files[sha])[1] == Version(pin.version), files[sha]

@@ -2,7 +2,6 @@
 streams and hashes against the index (the network part is run by hand, see containers/README.md)."""
 
 import importlib.util
-from pathlib import Path
 
 from conftest import ROOT
 from packaging.utils import parse_wheel_filename
@@ -16,14 +15,9 @@ spec.loader.exec_module(check_lock_downloads)
 CUDA_LOCK = ROOT / "containers" / "pytorch" / "cuda" / "requirements.lock"
 
 
-def listed_files(lock: Path) -> dict[str, str]:
-    lines = Path(str(lock) + lock_targets.FILES_SUFFIX).read_text().splitlines()
-    return {name: sha for sha, name in (line.split(maxsplit=1) for line in lines if line and not line.startswith("#"))}
-
-
 def test_the_aarch64_files_of_the_cuda_lock_are_its_aarch64_and_pure_wheels_with_their_hashes():
     picked = check_lock_downloads.wanted_files(CUDA_LOCK, "aarch64")
-    listed = listed_files(CUDA_LOCK)
+    listed = {name: sha for sha, name in lock_targets.listed_files(CUDA_LOCK).items()}
     assert not [name for name in picked if "x86_64" in name]
     assert [name for name in listed if "aarch64" in name and name not in picked] == []
     assert {name: listed[name] for name in picked} == picked
