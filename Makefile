@@ -37,12 +37,30 @@ BOOTSTRAP_PYTHON ?= python3
 # $(call opt,--flag,$(VAR)): the flag and its value, only when VAR is set
 opt = $(if $(strip $(2)),$(1) "$(2)")
 
+# Variables that switch something on or off take 1/yes/true/on or 0/no/false/off (or nothing: off); any other
+# value is refused before anything runs. $(call on,VAR) is non-empty where VAR is on.
+SWITCHES := SYNTHETIC PRECHECK NO_PRECHECK DRY_RUN TINY ALLOW_DRIFT BASE_REFRESH EXTRA_INDEX
+ON_VALUES := 1 yes true on
+OFF_VALUES := 0 no false off
+on = $(filter $(ON_VALUES),$(strip $($(1))))
+not_a_switch = $(or $(filter-out $(ON_VALUES) $(OFF_VALUES),$(strip $($(1)))),$(word 2,$($(1))))
+$(foreach v,$(SWITCHES),$(if $(call not_a_switch,$(v)),$(error $(v)=$($(v)) is neither on nor off: \
+	use 1, yes, true or on; 0, no, false, off or nothing)))
+
+# BOOTSTRAP_PYTHON, where given: a CPython 3.10-3.13, and the one the runner's .venv was made with (else the
+# .venv is named, with how to remake it); tools/check-python.sh says what is wrong in one line
+ifneq ($(filter command line environment,$(origin BOOTSTRAP_PYTHON)),)
+python_refusal := $(shell tools/check-python.sh "$(BOOTSTRAP_PYTHON)" .venv 2>&1 >/dev/null)
+$(if $(python_refusal),$(error $(python_refusal)))
+endif
+
 VENV := .venv
 SUITE := $(VENV)/bin/python -m suite
 
 .PHONY: run data install report compare query bench test cases clean-runs doctor rerun compare-frameworks
 
 $(VENV)/.installed: pyproject.toml
+	tools/check-python.sh "$(BOOTSTRAP_PYTHON)"
 	$(BOOTSTRAP_PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install --quiet -e '.[test]'
 	touch $@
@@ -52,11 +70,11 @@ run: $(VENV)/.installed
 		$(call opt,--gpus-per-node,$(GPUS_PER_NODE)) $(call opt,--hostfile,$(HOSTFILE)) \
 		$(call opt,--cluster,$(CLUSTER)) $(call opt,--runtime,$(RUNTIME)) $(call opt,--scheduler,$(SCHEDULER)) \
 		$(call opt,--data-dir,$(DATA_DIR)) $(call opt,--timeout,$(TIMEOUT)) \
-		$(call opt,--stall,$(STALL)) $(if $(filter 1 yes true,$(DRY_RUN)),--dry-run) \
-		$(if $(filter 1 yes true,$(PRECHECK)),--precheck) $(if $(filter 1 yes true,$(NO_PRECHECK)),--no-precheck) \
+		$(call opt,--stall,$(STALL)) $(if $(call on,DRY_RUN),--dry-run) \
+		$(if $(call on,PRECHECK),--precheck) $(if $(call on,NO_PRECHECK),--no-precheck) \
 		$(call opt,--telemetry-interval,$(TELEMETRY)) $(call opt,--cpu-bind,$(CPU_BIND)) \
 		$(call opt,--flavour,$(FLAVOUR)) $(call opt,--wheels,$(WHEELS)) $(call opt,--modules,$(MODULES)) \
-		$(call opt,--source,$(SOURCE)) $(site_python) $(if $(filter 1 yes true,$(TINY)),--tiny) -- $(ARGS)
+		$(call opt,--source,$(SOURCE)) $(site_python) $(if $(call on,TINY),--tiny) -- $(ARGS)
 
 # make doctor [CLUSTER=name]: what the cluster profile needs here and what is missing, one line each
 doctor: $(VENV)/.installed
@@ -64,7 +82,8 @@ doctor: $(VENV)/.installed
 
 # make check-site [CLUSTER=name] [ONLY="pattern ..."] [MODULES=... SOURCE=... PYTHON=...]: every path the profile
 # (or this host) offers, each case at its tiny sizes, in one table of ok / failed / not available here
-# (docs/clusters.md, "Checking a site"); exit 1 when an available path failed
+# (docs/clusters.md, "Checking a site"); exit 1 when an available path failed, 3 when no path was available
+# (nothing was checked), 130 on Ctrl-C
 .PHONY: check-site
 check-site: $(VENV)/.installed
 	$(SUITE) check $(call opt,--cluster,$(CLUSTER)) $(foreach pattern,$(ONLY),--only "$(pattern)") \
@@ -72,7 +91,7 @@ check-site: $(VENV)/.installed
 
 data: $(VENV)/.installed
 	$(SUITE) data --case "$(CASE)" $(call opt,--data-dir,$(DATA_DIR)) $(call opt,--cluster,$(CLUSTER)) \
-		$(if $(filter 1 yes true,$(SYNTHETIC)),--synthetic) $(if $(strip $(SRC)),--src "$(SRC)") -- $(ARGS)
+		$(if $(call on,SYNTHETIC),--synthetic) $(if $(strip $(SRC)),--src "$(SRC)") -- $(ARGS)
 
 # make install CASE=... [FLAVOUR=cpu|cuda] [WHEELS=folder]: the case's local stack, ahead of a run
 install: $(VENV)/.installed
@@ -111,16 +130,16 @@ compare-frameworks: $(VENV)/.installed
 		$(call opt,--gpus-per-node,$(GPUS_PER_NODE)) $(call opt,--hostfile,$(HOSTFILE)) \
 		$(call opt,--cluster,$(CLUSTER)) $(call opt,--runtime,$(RUNTIME)) $(call opt,--scheduler,$(SCHEDULER)) \
 		$(call opt,--data-dir,$(DATA_DIR)) $(call opt,--timeout,$(TIMEOUT)) \
-		$(call opt,--stall,$(STALL)) $(if $(filter 1 yes true,$(DRY_RUN)),--dry-run) \
+		$(call opt,--stall,$(STALL)) $(if $(call on,DRY_RUN),--dry-run) \
 		$(call opt,--cpu-bind,$(CPU_BIND)) $(call opt,--flavour,$(FLAVOUR)) $(call opt,--wheels,$(WHEELS)) \
 		$(call opt,--modules,$(MODULES)) $(call opt,--source,$(SOURCE)) $(site_python) \
-		$(if $(filter 1 yes true,$(TINY)),--tiny) -- $(ARGS)
+		$(if $(call on,TINY),--tiny) -- $(ARGS)
 
 # make rerun RECORD=reports/results/<run_id>.json [CLUSTER=name | HOSTFILE=file] [ALLOW_DRIFT=1] [DRY_RUN=1]
 rerun: $(VENV)/.installed
 	$(SUITE) rerun "$(RECORD)" $(call opt,--cluster,$(CLUSTER)) $(call opt,--hostfile,$(HOSTFILE)) \
-		$(call opt,--data-dir,$(DATA_DIR)) $(if $(filter 1 yes true,$(ALLOW_DRIFT)),--allow-drift) \
-		$(if $(filter 1 yes true,$(DRY_RUN)),--dry-run)
+		$(call opt,--data-dir,$(DATA_DIR)) $(if $(call on,ALLOW_DRIFT),--allow-drift) \
+		$(if $(call on,DRY_RUN),--dry-run)
 
 # make bench [BENCH_ARGS="--tiny | --medium | --rounds 5 | --only scaling_pytorch"]: ratios, written to reports/bench/
 bench: $(VENV)/.installed
@@ -138,7 +157,8 @@ test-pythons: $(VENV)/.installed
 	tools/python-matrix.sh
 
 # make test-aarch64: pytorch-ddp (two ranks, tiny) with the pytorch stack's aarch64 lock in an arm64 Debian tree under
-# qemu-user (tools/aarch64-check.sh; root, mmdebstrap, qemu-user-static); not in `make test`, for its time
+# qemu-user (tools/aarch64-check.sh; root; it installs mmdebstrap, arch-test and qemu-user-static and registers the
+# binfmt handler itself: tools/aarch64-deps.sh); not in `make test`, for its time
 # (containers/README.md, "aarch64 (Grace Hopper)")
 .PHONY: test-aarch64
 test-aarch64:
@@ -149,13 +169,14 @@ test-aarch64:
 LOCK_TOOLS := build/lock-tools
 .PHONY: locks
 $(LOCK_TOOLS)/.installed:
+	tools/check-python.sh "$(BOOTSTRAP_PYTHON)"
 	$(BOOTSTRAP_PYTHON) -m venv $(LOCK_TOOLS)
 	$(LOCK_TOOLS)/bin/pip install --quiet 'uv==0.13.8' 'packaging>=23'
 	touch $@
 
 locks: $(LOCK_TOOLS)/.installed
 	PATH="$(CURDIR)/$(LOCK_TOOLS)/bin:$$PATH" $(LOCK_TOOLS)/bin/python tools/make-locks.py \
-		$(if $(strip $(ONLY)),--only "$(ONLY)") $(if $(filter 1 yes true,$(EXTRA_INDEX)),--extra-index)
+		$(if $(strip $(ONLY)),--only "$(ONLY)") $(if $(call on,EXTRA_INDEX),--extra-index)
 
 clean-runs:
 	rm -rf runs
@@ -174,5 +195,5 @@ gpu-check: $(VENV)/.installed
 containers: $(VENV)/.installed
 	$(SUITE) containers build $(if $(strip $(STACK)),--stack "$(STACK)") \
 		$(if $(strip $(FLAVOUR)),--flavour "$(FLAVOUR)") $(if $(strip $(TOOL)),--tool "$(TOOL)") \
-		$(if $(strip $(BASE)),--base "$(BASE)") $(if $(filter 1 yes true,$(BASE_REFRESH)),--refresh-base) \
+		$(if $(strip $(BASE)),--base "$(BASE)") $(if $(call on,BASE_REFRESH),--refresh-base) \
 		$(call opt,--wheels,$(WHEELS))

@@ -31,7 +31,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from suite.analysis.diagnosis import run_gpus, summary_line  # noqa: E402 (after sys.path is set)
+from suite.analysis.diagnosis import run_gpus, summary_line, unmatched_gpus  # noqa: E402 (after sys.path is set)
 from suite.analysis.references import summary_line as published_line  # noqa: E402 (after sys.path is set)
 from suite.base.errors import UsageError  # noqa: E402 (after sys.path is set)
 from suite.execution.request import from_argv  # noqa: E402 (after sys.path is set)
@@ -108,6 +108,8 @@ def host_problem(record: dict, bare: dict) -> str | None:
 
 
 def telemetry_problem(record: dict) -> str | None:
+    if unmatched := unmatched_gpus(record):
+        return unmatched
     gpus = run_gpus(record)
     if not gpus:
         hosts = (record["metrics"].get("telemetry") or {}).get("hosts") or {}
@@ -185,7 +187,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--min-seconds", type=float, default=30.0, help="timed seconds of each run (default 30)")
     parser.add_argument("--tiny", action="store_true", help="batch 4 at 32 px: checks the machinery, measures nothing")
     args = parser.parse_args(own)
-    if not host_gpus():
+    try:
+        gpus = host_gpus()
+    except UsageError as exc:  # the probe failed: say what it said, not that there is no GPU
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    if not gpus:
         print("error: make gpu-check needs an NVIDIA GPU on this host (nvidia-smi -L lists none)", file=sys.stderr)
         return 2
     if args.rounds < 1 or args.min_seconds <= 0:

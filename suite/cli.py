@@ -1,6 +1,6 @@
 """Command line: python -m suite COMMAND ... (`python -m suite --help` lists the commands). Each command
-is one module of suite/commands/ (NAME, HELP, add_arguments, make_request, run); this is only the entry
-point that finds them, parses, and turns a refusal into one line and exit status 2."""
+is one module of suite/commands/ that meets the contract below (`Command`); this is only the entry point
+that finds them, parses, and turns a refusal into one line and exit status 2."""
 
 import argparse
 import importlib
@@ -8,17 +8,66 @@ import pkgutil
 import signal
 import sys
 from types import ModuleType
+from typing import Any, Protocol
 
 import suite.commands
 from suite.base.errors import UsageError
 from suite.execution import request
 
+# Modules of suite/commands/ that are not commands: what several commands share.
+NOT_COMMANDS = frozenset({"common_args"})
+
+
+class Command(Protocol):
+    """What every module of suite/commands/ but NOT_COMMANDS defines, each member explicitly: a module that
+    lacks one stops the command line (`commands`) instead of vanishing from it."""
+
+    NAME: str  # the command's name on the command line
+    HELP: str  # its line in `python -m suite --help`
+    EPILOG: str | None  # the text after its options in `python -m suite NAME --help`; None: none
+    FORMATTER: type[argparse.HelpFormatter]  # how that help is laid out
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        """Its options, each with its help (and Make variable)."""
+
+    def make_request(self, args: argparse.Namespace, case_args: list[str], argv: list[str]) -> Any:
+        """The typed request (a dataclass) of its parsed options, the case options after '--' and the
+        command line as typed; refuses bad input with UsageError."""
+
+    def run(self, req: Any) -> int:
+        """Does the command; returns its exit status."""
+
+
+def contract_problems(module: ModuleType) -> list[str]:
+    """What a command module lacks of the contract, one phrase each; [] where it meets it."""
+    members = [*Command.__annotations__, *(m for m in vars(Command) if not m.startswith("_"))]
+    problems = [f"no {m}" for m in members if not hasattr(module, m)]
+    for name in ("NAME", "HELP"):
+        if hasattr(module, name) and not (isinstance(getattr(module, name), str) and getattr(module, name)):
+            problems.append(f"{name} is not a non-empty string")
+    if hasattr(module, "EPILOG") and not isinstance(module.EPILOG, (str, type(None))):
+        problems.append("EPILOG is neither a string nor None")
+    formatter = getattr(module, "FORMATTER", argparse.HelpFormatter)
+    if not (isinstance(formatter, type) and issubclass(formatter, argparse.HelpFormatter)):
+        problems.append("FORMATTER is not an argparse.HelpFormatter class")
+    problems += [f"{m} is not a function" for m in ("add_arguments", "make_request", "run")
+                 if hasattr(module, m) and not callable(getattr(module, m))]
+    return problems
+
 
 def commands() -> dict[str, ModuleType]:
-    """The command modules by command name, in the order of their names."""
-    found = (importlib.import_module(f"suite.commands.{info.name}")
-             for info in pkgutil.iter_modules(suite.commands.__path__))
-    return dict(sorted((module.NAME, module) for module in found if hasattr(module, "NAME")))
+    """The command modules by command name, in the order of their names; a module of suite/commands/ that
+    does not meet the contract is an error naming what it lacks."""
+    found = {}
+    for info in pkgutil.iter_modules(suite.commands.__path__):
+        if info.name in NOT_COMMANDS:
+            continue
+        module = importlib.import_module(f"suite.commands.{info.name}")
+        if problems := contract_problems(module):
+            raise RuntimeError(f"suite/commands/{info.name}.py is not a command: {'; '.join(problems)} "
+                               "(the contract: suite/cli.py, Command)")
+        found[module.NAME] = module
+    return dict(sorted(found.items()))
 
 
 def build_cli(found: dict[str, ModuleType] | None = None) -> argparse.ArgumentParser:
@@ -26,9 +75,7 @@ def build_cli(found: dict[str, ModuleType] | None = None) -> argparse.ArgumentPa
                                      description="Distributed deep-learning training benchmarks for HPC clusters.")
     sub = parser.add_subparsers(dest="command", required=True)
     for name, module in (found or commands()).items():
-        epilog = module.epilog() if hasattr(module, "epilog") else getattr(module, "EPILOG", None)
-        command = sub.add_parser(name, help=module.HELP, epilog=epilog,
-                                 formatter_class=getattr(module, "FORMATTER", argparse.HelpFormatter))
+        command = sub.add_parser(name, help=module.HELP, epilog=module.EPILOG, formatter_class=module.FORMATTER)
         module.add_arguments(command)
     return parser
 

@@ -1,15 +1,19 @@
+import atexit
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 # support.ci_skips: under CI=true a skip fails the run unless it is allowed there; the others hold the
-# fixtures of real daemons (sshd, SLURM, the Docker engine and its images)
-pytest_plugins = ["support.ci_skips", "support.cluster_fixtures", "support.docker_fixtures"]
+# fixtures of real daemons (sshd, SLURM, the Docker engine and its images) and of Apptainer and its images
+pytest_plugins = ["support.ci_skips", "support.cluster_fixtures", "support.docker_fixtures",
+                  "support.apptainer_fixtures"]
 
 
 @pytest.fixture
@@ -89,6 +93,12 @@ os.environ.setdefault("PYTHONUNBUFFERED", "1")
 # the GPUs visible to the tests.
 if os.environ.get("SUITE_TEST_ON_GPUS") != "1":
     os.environ["CUDA_VISIBLE_DEVICES"] = ""
+# The cases' FLOP counts go to a cache of this test run's own (suite/instack/model_flops.py), never the
+# user's: a count cached earlier (by another run, or with other options) must not stand in for the one
+# the code under test makes.
+FLOPS_CACHE = Path(tempfile.mkdtemp(prefix="hpc-dl-bench-flops-"))
+os.environ["SUITE_FLOPS_CACHE"] = str(FLOPS_CACHE / "flops-per-sample.json")
+atexit.register(shutil.rmtree, FLOPS_CACHE, ignore_errors=True)
 
 
 def listed_gpus() -> int:

@@ -5,7 +5,8 @@
 # with one timed iteration. Exit 0 only when that run wrote one record with status ok whose machine is aarch64.
 # The tree, the runner's packages and the stack in it are kept under the cache
 # (${XDG_CACHE_HOME:-~/.cache}/hpc-dl-bench/test-deps/), so a second run only runs the case.
-# Needs root (chroot and mounts in a private mount namespace), mmdebstrap and qemu-user-static.
+# Needs root (chroot and mounts in a private mount namespace); what else it needs (mmdebstrap, arch-test,
+# qemu-user-static and its binfmt_misc handler) tools/aarch64-deps.sh installs and registers first.
 set -euo pipefail
 repo="$(cd "$(dirname "$0")/.." && pwd)"
 cache="${XDG_CACHE_HOME:-$HOME/.cache}/hpc-dl-bench/test-deps"
@@ -15,11 +16,7 @@ say() { echo "aarch64-check: $*"; }
 fail() { echo "aarch64-check: $*" >&2; exit 1; }
 
 [ "$(id -u)" -eq 0 ] || fail "needs root (chroot and bind mounts into the arm64 tree)"
-command -v mmdebstrap >/dev/null || fail "needs mmdebstrap (apt-get install mmdebstrap)"
-binfmt=/proc/sys/fs/binfmt_misc/qemu-aarch64
-# F: the kernel keeps the emulator open, so it runs aarch64 programs inside the chroot too
-grep -qx enabled "$binfmt" 2>/dev/null && grep -q '^flags: .*F' "$binfmt" \
-    || fail "no aarch64 emulation: $binfmt is missing, disabled or lacks flag F (apt-get install qemu-user-static)"
+"$repo/tools/aarch64-deps.sh"  # mmdebstrap, arch-test, qemu-user-static and the binfmt handler, or all missing named
 
 # git: the record's provenance (the checkout's commit)
 packages=python3,python3-venv,ca-certificates,git

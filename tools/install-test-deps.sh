@@ -4,7 +4,8 @@
 # tests, Docker's engine and mmdebstrap for the container images' tests, Lmod for the modules runtime's
 # tests (their fixtures skip, saying why, when these cannot be installed). Under CI=true every one of
 # them is required: the script exits 1 saying what it could not install and why, so that CI cannot
-# go green by skipping the tests of a component (the fixtures fail there too).
+# go green by skipping the tests of a component (the fixtures fail there too). Apptainer is in no Debian 12
+# package: its tests' fixture makes it with mmdebstrap (tools/apptainer-tree.sh, cached under the XDG cache).
 # Installs only what is missing; needs root or passwordless sudo. Services are not started by the
 # installation (a policy-rc.d denies it while apt runs): the tests start their own daemons.
 set -euo pipefail
@@ -21,6 +22,7 @@ command -v ip >/dev/null 2>&1 || optional+=(iproute2)  # network namespaces: the
 [ -x /usr/sbin/dockerd ] || optional+=(docker.io)  # the engine the images are built and run in
 command -v mmdebstrap >/dev/null 2>&1 || optional+=(mmdebstrap)  # their Debian base (BASE=debian)
 [ -r /usr/share/lmod/lmod/init/bash ] || optional+=(lmod)  # environment modules: runtime modules
+command -v ch-convert >/dev/null 2>&1 || optional+=(charliecloud-runtime charliecloud-builders)  # RUNTIME=charliecloud
 daemons=${#optional[@]}
 if [ "${CI:-}" = true ]; then
     required+=("${optional[@]}")

@@ -1,5 +1,5 @@
 """Rewrites the validation tables in docs/scaling.md from the current model (between the
-<!-- validation:NAME --> markers); tests/test_scaling.py fails when the doc and the model disagree."""
+<!-- validation:NAME --> markers); tests/unit/test_scaling.py fails when the doc and the model disagree."""
 
 import re
 import sys
@@ -7,7 +7,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from suite.commands.predict import validation_table
+from suite.analysis.scaling_validation import validation_table
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "scaling.md"
 VALIDATIONS = {

@@ -6,17 +6,19 @@ process before the timed window (neither is ever timed):
   FlopCounterMode over the case's own model and loss at the run's sizes. The count runs on the meta
   device (the same modules and shapes, no arithmetic, no memory), so it is the same on a CPU and a GPU
   and costs a fraction of a second; it is cached per case, model and sizes in the user's cache folder.
-- matmul_peak: the best FLOP/s of large square matrix products at the run's precision on this
-  process's device (its share of the cores on a CPU): the measured ceiling the model's FLOP/s is set
-  against, for any device, listed on a datasheet or not.
+- precision: the arithmetic of the step's products as the run set it (autocast, TF32 flags).
+- matmul_peak: the best FLOP/s of large square matrix products at the step's precision on this
+  process's device (its share of the cores on a CPU), timed by suite/instack/matmul_peak.py as every
+  case's is: the measured ceiling the model's FLOP/s is set against, for any device, listed on a
+  datasheet or not. The process's peak memory is reset after it (cases/_shared/memory.py).
 
 The case hands both to the probe (probe.work, probe.measured_peak)."""
-
-import time
 
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
+from cases._shared.memory import reset_peak_memory
+from suite.instack.matmul_peak import measure
 from suite.instack.model_flops import cached
 
 COUNTED = "torch.utils.flop_counter: one forward and backward pass of the model at the run's sizes"
@@ -47,60 +49,58 @@ def _count_on_meta(model: torch.nn.Module, inputs, targets, loss_fn) -> int:
     return counter.get_total_flops()
 
 
-def precision(device: torch.device, amp_dtype: torch.dtype | None) -> str:
-    """The arithmetic the step's matrix products run in: fp16/bf16 under autocast; float32 on a GPU
-    whose convolutions use TF32 (cuDNN's default from Ampere on) is tf32, elsewhere fp32."""
+def precision(device: torch.device, amp_dtype: torch.dtype | None, products: str = "convolutions") -> str:
+    """The arithmetic the step's products run in, as this run set it: fp16/bf16 under autocast; float32
+    is tf32 where the run lets TF32 into the products that make up its step (`products`: "convolutions",
+    cuDNN's flag, on by default; "matmuls", torch.get_float32_matmul_precision(), "highest" by default:
+    a GPT's float32 is true FP32) on an NVIDIA GPU with TF32 (Ampere on), else fp32. ROCm GPUs
+    (torch.version.hip) are fp32: the flags are NVIDIA's."""
     if amp_dtype is not None:
         return {torch.float16: "fp16", torch.bfloat16: "bf16"}[amp_dtype]
-    if device.type == "cuda" and torch.backends.cudnn.allow_tf32 and torch.cuda.get_device_capability(device)[0] >= 8:
-        return "tf32"
-    return "fp32"
+    if device.type != "cuda" or torch.version.hip or torch.cuda.get_device_capability(device)[0] < 8:
+        return "fp32"
+    return "tf32" if tf32_allowed(products) else "fp32"
+
+
+def tf32_allowed(products: str) -> bool:
+    """Whether this process lets TF32 into its float32 convolutions or matrix products."""
+    if products == "matmuls":
+        return torch.get_float32_matmul_precision() != "highest"
+    return torch.backends.cudnn.allow_tf32
 
 
 DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "tf32": torch.float32, "fp32": torch.float32}
+LARGEST = {"cuda": 8192}  # the largest matrix side; 4096 elsewhere
 
 
 def matmul_peak(device: torch.device, precision_name: str, seconds: float = 1.0) -> dict:
-    """{flops_per_s, precision, matrix, seconds}: the best rate of n x n matrix products over about
-    `seconds`, n grown until one product takes a few milliseconds (at most 8192 on a GPU, 4096 on a CPU)."""
+    """The measured matmul peak of this process's device (suite/instack/matmul_peak.py) in torch.mm at
+    the step's precision: float32 products in TF32 exactly when the step's products run in TF32 (a
+    ResNet's convolutions under cuDNN's flag), never because the measurement wants it."""
     sync = (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else (lambda: None)
+    dtype = DTYPES[precision_name]
+
+    def square(n: int) -> torch.Tensor:
+        return torch.randn(n, n, device=device).to(dtype)
+
+    def multiply(a: torch.Tensor, times: int) -> None:
+        for _ in range(times):
+            torch.mm(a, a)
+        sync()
+
     tf32_was = torch.backends.cuda.matmul.allow_tf32
     torch.backends.cuda.matmul.allow_tf32 = precision_name == "tf32"
     try:
-        began = time.perf_counter()
-        n, one = _matrix_size(device, DTYPES[precision_name], sync)
-        a = torch.randn(n, n, device=device).to(DTYPES[precision_name])
-        b = torch.randn(n, n, device=device).to(DTYPES[precision_name])
-        repeats = max(1, int(0.1 / max(one, 1e-6)))  # rounds of about 0.1 s
-        best = 0.0
-        while time.perf_counter() - began < seconds or best == 0.0:
-            sync()
-            start = time.perf_counter()
-            for _ in range(repeats):
-                torch.mm(a, b)
-            sync()
-            best = max(best, 2 * n**3 * repeats / (time.perf_counter() - start))
+        return measure(square, multiply, precision_name, LARGEST.get(device.type, 4096), seconds=seconds)
     finally:
         torch.backends.cuda.matmul.allow_tf32 = tf32_was
-    return {"flops_per_s": best, "precision": precision_name, "matrix": n,
-            "seconds": round(time.perf_counter() - began, 3)}
 
 
-def _matrix_size(device: torch.device, dtype: torch.dtype, sync) -> tuple[int, float]:
-    """The matrix side to measure with, and one product's seconds at it."""
-    largest = 8192 if device.type == "cuda" else 4096
-    n = 512
-    while True:
-        a = torch.randn(n, n, device=device).to(dtype)
-        torch.mm(a, a)  # the first product of a size sets up its kernel: not timed
-        sync()
-        start = time.perf_counter()
-        torch.mm(a, a)
-        sync()
-        one = time.perf_counter() - start
-        if one > 0.02 or n >= largest:
-            return n, one
-        n *= 2
+def report_peak(probe, device: torch.device, precision_name: str) -> None:
+    """Measures the device's matmul peak and hands it to the probe, then forgets the process's peak
+    memory so far: the record's memory figures are the training's, not the measurement's matrices."""
+    probe.measured_peak(**matmul_peak(device, precision_name))
+    reset_peak_memory(device)
 
 
 def report_work(probe, key: dict, model: torch.nn.Module, inputs, targets, loss_fn, device: torch.device,
@@ -109,6 +109,6 @@ def report_work(probe, key: dict, model: torch.nn.Module, inputs, targets, loss_
     precision, and hands both to the probe: before the warmup, never inside a timed window. `model` is
     the bare model (not wrapped for data parallelism or compiled): the count runs the model's own code."""
     per_sample, source = training_flops_per_sample(key, model, inputs, targets, loss_fn)
-    name = precision(device, amp_dtype)
+    name = precision(device, amp_dtype, "convolutions")
     probe.work(flops_per_sample=per_sample, source=source, precision=name)
-    probe.measured_peak(**matmul_peak(device, name))
+    report_peak(probe, device, name)

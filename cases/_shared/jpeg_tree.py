@@ -1,18 +1,17 @@
 """Trees of class folders of JPEGs, as the image cases' data scripts read, link or generate them
 (mxnet-imagenet packs one into RecordIO, pytorch-ddp reads one as class folders): the arguments both
 scripts take, where a source's splits are, a generated ImageNet-style tree for `make data ...
-SYNTHETIC=1`, and a folder made beside its final place and swapped in at the end. Needs numpy and
-Pillow (both stacks have them)."""
+SYNTHETIC=1`, and (from cases/_shared/folders.py) a folder made beside its final place and swapped in
+at the end. Needs numpy and Pillow (both stacks have them)."""
 
 import argparse
-import contextlib
-import shutil
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 from PIL import Image
+
+from cases._shared.folders import swapped_in  # noqa: F401 (the image data scripts import it from here)
 
 EXTENSIONS = {".jpg", ".jpeg", ".png"}
 
@@ -70,13 +69,3 @@ def synthetic_image(rng, label: int, width: int, height: int) -> Image.Image:
     return Image.fromarray(np.clip(pixels, 0, 255).astype(np.uint8), "RGB")
 
 
-@contextlib.contextmanager
-def swapped_in(out: Path) -> Iterator[Path]:
-    """A folder beside `out` to fill; it replaces `out` only when the block ends without an error,
-    so a failure leaves no half set."""
-    partial = out.with_name(out.name + ".partial")
-    shutil.rmtree(partial, ignore_errors=True)
-    partial.mkdir(parents=True)
-    yield partial
-    shutil.rmtree(out, ignore_errors=True)
-    partial.rename(out)

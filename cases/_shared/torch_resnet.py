@@ -4,7 +4,7 @@ tiny CNN whose step costs almost nothing, so that a run measures what an input p
 (pytorch-ddp --model tiny-cnn).
 
 v1.5 puts the stride of a downsampling bottleneck on its 3x3 convolution (v1 has it on the first
-1x1). Module names, shapes and layer settings equal torchvision's `resnet50()`; tests/test_model.py
+1x1). Module names, shapes and layer settings equal torchvision's `resnet50()`; tests/integration/test_model.py
 checks that against tests/data/torchvision_resnet50.json, taken from torchvision itself.
 """
 

@@ -14,8 +14,10 @@ import socket
 import time
 from pathlib import Path
 
+from cases._shared.mxnet_settings import precision
 from suite.instack.case_options import parse_case_args
 from suite.instack.cpu_binding import bind_cpus
+from suite.instack.matmul_peak import measure
 from suite.instack.model_flops import training_flops_per_image
 from suite.instack.probe import Probe, announce
 
@@ -205,43 +207,29 @@ def report_work(args, probe, devices: list) -> None:
     """The step's FLOPs per image (MXNet counts none: the same architecture's count, from
     suite/instack/model_flops.py) and the matmul peak of this worker's devices, before the warmup."""
     on_gpu = devices[0].device_type == "gpu"
+    name = precision(args.dtype, on_gpu)
     found = training_flops_per_image(args.model, args.image_size)
     if found:
-        # float32 on a GPU: fp32 or tf32 as the GPU and MXNet's settings have it, judged from the device
-        precision = "fp16" if args.dtype == "float16" else (None if on_gpu else "fp32")
-        probe.work(flops_per_sample=found[0], source=found[1], precision=precision)
-    probe.measured_peak(**matmul_peak(devices[0], args.dtype, shared_by=1 if on_gpu else len(devices)))
+        probe.work(flops_per_sample=found[0], source=found[1], precision=name)
+    probe.measured_peak(**matmul_peak(devices[0], args.dtype, name, shared_by=1 if on_gpu else len(devices)))
 
 
-def matmul_peak(device, dtype: str, shared_by: int, seconds: float = 1.0) -> dict:
-    """The best FLOP/s of n x n products on one device over about `seconds`, n doubled from 512 until
-    one product takes a few milliseconds; divided by `shared_by` (CPU contexts of one process share its
-    cores), so that it is per device. The product is a fully connected layer's: on a CPU it runs in
-    oneDNN as the convolutions do (mx.nd.dot goes to the bundled BLAS, about a quarter as fast here)."""
-    began, n = time.perf_counter(), 512
+def matmul_peak(device, dtype: str, precision_name: str, shared_by: int, seconds: float = 1.0) -> dict:
+    """The measured matmul peak (suite/instack/matmul_peak.py) of one device, per device (`shared_by`:
+    CPU contexts of one process share its cores), under the same MXNet settings as the step. The product
+    is a fully connected layer's: on a CPU it runs in oneDNN as the convolutions do (mx.nd.dot goes to
+    the bundled BLAS, about a quarter as fast here)."""
 
-    def product(a):
-        return mx.nd.FullyConnected(a, a, num_hidden=n, no_bias=True)
+    def square(n: int):
+        return mx.nd.random.uniform(shape=(n, n), ctx=device, dtype=dtype)
 
-    while True:
-        a = mx.nd.random.uniform(shape=(n, n), ctx=device, dtype=dtype)
-        product(a).wait_to_read()  # sets up the product at this size: not timed
-        start = time.perf_counter()
-        product(a).wait_to_read()
-        one = time.perf_counter() - start
-        if one > 0.02 or n >= (8192 if device.device_type == "gpu" else 4096):
-            break
-        n *= 2
-    repeats, best = max(1, int(0.1 / max(one, 1e-6))), 0.0
-    while time.perf_counter() - began < seconds or best == 0.0:
-        start = time.perf_counter()
-        for _ in range(repeats):
-            product(a)
+    def multiply(a, times: int) -> None:
+        for _ in range(times):
+            mx.nd.FullyConnected(a, a, num_hidden=a.shape[0], no_bias=True)
         mx.nd.waitall()
-        best = max(best, 2 * n**3 * repeats / (time.perf_counter() - start))
-    precision = {"float16": "fp16", "float32": "fp32"}.get(dtype, dtype)
-    return {"flops_per_s": best / shared_by, "precision": precision, "matrix": n,
-            "seconds": round(time.perf_counter() - began, 3), "shared_by": shared_by}
+
+    largest = 8192 if device.device_type == "gpu" else 4096
+    return measure(square, multiply, precision_name, largest, shared_by=shared_by, seconds=seconds)
 
 
 def main() -> None:

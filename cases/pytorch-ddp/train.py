@@ -183,7 +183,7 @@ def main() -> None:
             "images_per_rank_per_epoch": len(loader) * batch if loader else None,
         },
         versions={"torch": torch.__version__, "numpy": numpy.__version__, "pillow": PIL.__version__,
-                  "cuda": torch.version.cuda,
+                  "cuda": torch.version.cuda, "hip": torch.version.hip,
                   "cudnn": torch.backends.cudnn.version() if device.type == "cuda" else None,
                   "nccl": ".".join(map(str, torch.cuda.nccl.version())) if backend == "nccl" else None},
     )

@@ -7,7 +7,7 @@
     data.py --data-dir D --synthetic        generated English-like text, tokenized by bytes
 
 D/tokens/manifest.json says what is there (source, tokenizer, vocabulary, tokens, files).
-Runs inside the pytorch stack (numpy)."""
+Runs inside the pytorch stack, or the jax stack for jax-gpt (numpy)."""
 
 import argparse
 import json
@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from cases._shared.jpeg_tree import swapped_in
+from cases._shared.folders import swapped_in
 
 FOLDER = "tokens"
 BYTE_VOCAB = 256

@@ -10,20 +10,20 @@ is --grad-accum micro-batches, the gradients exchanged once; steps are timed in 
 import contextlib
 import json
 import os
-import resource
 import time
 from pathlib import Path
 
 import numpy
 import torch
 import torch.distributed as dist
-from gpt import GPT, GPTConfig, next_token_loss, parameters_counted, training_flops_per_token
+from gpt import GPT, N_CONVENTION, GPTConfig, next_token_loss, parameters_counted, training_flops_per_token
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 from torch.nn.parallel import DistributedDataParallel
-from windows import TokenWindows
+from windows import TokenError, TokenWindows
 
-from cases._shared.flops import matmul_peak, precision, training_flops_per_sample
+from cases._shared.flops import precision, report_peak, training_flops_per_sample
+from cases._shared.memory import peak_memory
 from cases._shared.timed import min_seconds, timed_iterations
 from cases._shared.torch_dist import agree, leave_process_group, pick_backend, pick_device, place
 from suite.instack.case_options import parse_case_args
@@ -116,7 +116,10 @@ def batch_source(args, where, device, config, probe):
 
     def next_batch():
         with probe.data_wait():
-            inputs, targets = next(batches)
+            try:
+                inputs, targets = next(batches)
+            except TokenError as exc:  # ids beyond the vocabulary in a file too large to scan before launch
+                raise SystemExit(f"{CASE}: {exc}") from None
             if pin:
                 inputs, targets = inputs.pin_memory(), targets.pin_memory()
             return inputs.to(device, non_blocking=pin), targets.to(device, non_blocking=pin)
@@ -140,7 +143,8 @@ def open_windows(args, where, config) -> tuple[TokenWindows, dict]:
     if manifest.get("vocab_size", 0) > config.vocab:
         raise SystemExit(f"{CASE}: {windows_path()} holds token ids up to {manifest['vocab_size'] - 1}, "
                          f"beyond --vocab-size {config.vocab}")
-    windows = TokenWindows(windows_path(), config.context, where["rank"], where["world"], seed=args.seed)
+    windows = TokenWindows(windows_path(), config.context, where["rank"], where["world"], seed=args.seed,
+                           vocab=config.vocab)
     if windows.per_rank() < args.batch_size:
         raise SystemExit(f"{CASE}: {len(windows.tokens)} tokens in {windows_path()} give {windows.per_rank()} "
                          f"windows of {config.context} per rank: less than one batch of {args.batch_size}")
@@ -149,28 +153,28 @@ def open_windows(args, where, config) -> tuple[TokenWindows, dict]:
 
 def report_work(probe, bare: GPT, config: GPTConfig, device, amp, counted: float) -> None:
     """The FLOPs of a token (the formula, beside PyTorch's count of the same step) and the device's
-    matmul peak at the step's precision: before the warmup, never inside a timed window."""
-    formula = training_flops_per_token(config, parameters_counted(bare), config.context)
-    name = precision(device, amp)
-    probe.work(flops_per_sample=formula, source="6 N + 12 L H Q T per token (PaLM appendix B, nanoGPT)",
-               precision=name)
-    probe.result(counted_flops_per_token=counted, formula_flops_per_token=formula)
-    probe.measured_peak(**matmul_peak(device, name))
+    matmul peak at the precision of the step's matrix products: before the warmup, never inside a
+    timed window."""
+    parameters = parameters_counted(bare)
+    formula = training_flops_per_token(config, parameters, config.context)
+    name = precision(device, amp, "matmuls")
+    probe.work(flops_per_sample=formula, precision=name,
+               source=f"6 N + 12 L H Q T per token (PaLM appendix B, nanoGPT), N = {parameters:,} ({N_CONVENTION})")
+    probe.result(counted_flops_per_token=counted, formula_flops_per_token=formula,
+                 formula_parameters=parameters, formula_parameters_convention=N_CONVENTION)
+    report_peak(probe, device, name)
 
 
-def counted_flops_per_token(bare: GPT, config: GPTConfig, batch: int) -> float:
-    """PyTorch's FlopCounterMode over one step of the bare model (cases/_shared/flops.py), per token."""
-    tokens = torch.zeros(batch, config.context, dtype=torch.int64)
+def counted_flops_per_token(config: GPTConfig, batch: int) -> float:
+    """PyTorch's FlopCounterMode over one step (cases/_shared/flops.py), per token, of a copy of the
+    model built on the meta device without activation checkpointing: MLPerf counts a model's FLOPs,
+    not their recomputation, so the count depends on `config` and the batch alone (the cache's key)."""
+    with torch.device("meta"):
+        model = GPT(config)
+    tokens = torch.zeros(batch, config.context, dtype=torch.int64, device="meta")
     key = {"case": CASE, **config.__dict__}
-    per_sequence, _ = training_flops_per_sample(key, bare, tokens, tokens, next_token_loss)
+    per_sequence, _ = training_flops_per_sample(key, model, tokens, tokens, next_token_loss)
     return per_sequence / config.context
-
-
-def peak_memory(device: torch.device) -> tuple[int, str]:
-    """This process's peak memory in bytes, and what it counts."""
-    if device.type == "cuda":
-        return torch.cuda.max_memory_allocated(device), "torch.cuda.max_memory_allocated"
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, "peak resident set of the process (getrusage)"
 
 
 def train(args, probe, step, next_batch, tokens_per_step, sync, device) -> list[torch.Tensor]:
@@ -218,7 +222,7 @@ def main() -> None:
     torch.manual_seed(args.seed)  # the same weights on every rank, and under ddp and fsdp alike
     bare = GPT(config, args.activation_checkpointing)
     parameters = sum(p.numel() for p in bare.parameters())
-    counted = counted_flops_per_token(bare, config, args.batch_size)
+    counted = counted_flops_per_token(config, args.batch_size)
     bare.to(device)
     wrapped, settings = parallel(args, bare, device, where["world"], amp)
     model = torch.compile(wrapped) if args.compile else wrapped
@@ -244,6 +248,7 @@ def main() -> None:
             "compile": args.compile, "activation_checkpointing": args.activation_checkpointing, "seed": args.seed,
         },
         versions={"torch": torch.__version__, "numpy": numpy.__version__, "cuda": torch.version.cuda,
+                  "hip": torch.version.hip,
                   "nccl": ".".join(map(str, torch.cuda.nccl.version())) if backend == "nccl" else None},
     )
     report_work(probe, bare, config, device, amp, counted)

@@ -111,7 +111,7 @@ def main() -> None:
             "horovod_controller": "mpi" if hvd.mpi_enabled() else "gloo",
         },
         versions={"torch": torch.__version__, "horovod": horovod.__version__, "numpy": numpy.__version__,
-                  "cuda": torch.version.cuda,
+                  "cuda": torch.version.cuda, "hip": torch.version.hip,
                   "cudnn": torch.backends.cudnn.version() if device.type == "cuda" else None},
     )
     shape = (args.batch_size, 3, args.image_size, args.image_size)  # of the step's batch: the count needs no data

@@ -5,7 +5,6 @@ Default: download the official archive (or take it from --src), check its publis
 """
 
 import argparse
-import hashlib
 import shutil
 import sys
 import tarfile
@@ -14,6 +13,8 @@ import urllib.request
 from pathlib import Path
 
 import cifar
+
+from suite.instack.file_digest import file_digest
 
 URL = "https://www.cs.toronto.edu/~kriz/cifar-10-python.tar.gz"
 MD5 = "c58f30108f718f92721af3b95e74349a"  # published on https://www.cs.toronto.edu/~kriz/cifar.html
@@ -52,14 +53,6 @@ def make_synthetic(folder: Path, per_batch: int, test: int) -> None:
           f"(records say data '{cifar.SYNTHETIC}')")
 
 
-def md5_of(path: Path) -> str:
-    digest = hashlib.md5()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 def download(target: Path) -> None:
     partial = target.with_name(target.name + ".part")
     print(f"downloading {URL} ...", flush=True)
@@ -84,7 +77,7 @@ def fetch_archive(data_dir: Path, src: Path | None) -> Path:
         archive = data_dir / ARCHIVE
         if not archive.exists():
             download(archive)
-    found = md5_of(archive)
+    found = file_digest(archive, "md5")
     if found != MD5:
         raise Refused(f"{archive}: MD5 {found} is not the published {MD5} (damaged or a different file; delete it "
                       "and run again)")

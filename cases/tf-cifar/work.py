@@ -1,13 +1,13 @@
 """The work of tf-cifar's training step and what its devices can do, for the record's utilisation:
 FLOPs per image counted by TensorFlow's profiler over the model's forward graph (its convolutions and
 matrix products, as MLPerf counts a model's FLOPs), times 3 for forward and backward; and the best
-rate of large matrix products on this process's first device, measured before the first epoch."""
-
-import time
+rate of large matrix products on this process's first device, measured before the first epoch by the
+timing every case shares (suite/instack/matmul_peak.py)."""
 
 import tensorflow as tf
 from tensorflow.python.framework.convert_to_constants import convert_variables_to_constants_v2
 
+from suite.instack.matmul_peak import measure
 from suite.instack.model_flops import cached
 
 PROFILED = ("tf.compat.v1.profiler float operations (Conv2D, MatMul) of the model's forward graph at the run's "
@@ -41,33 +41,30 @@ def forward_flops(build_model, image_size: int, classes: int) -> int:
 
 
 def matmul_precision(device_type: str) -> str:
-    """float32 products on a GPU with TensorFloat-32 (TensorFlow's default from Ampere on) are tf32."""
-    if device_type != "cuda" or not tf.config.experimental.is_tensor_float_32_execution_enabled():
+    """float32 products on a GPU are tf32 where this process lets TensorFloat-32 in
+    (tf.config.experimental.enable_tensor_float_32_execution; on by default) and the GPU has it (Ampere
+    on; not ROCm's), else fp32."""
+    if device_type != "cuda" or not tf.config.experimental.tensor_float_32_execution_enabled():
+        return "fp32"
+    if tf.test.is_built_with_rocm():
         return "fp32"
     details = tf.config.experimental.get_device_details(tf.config.list_physical_devices("GPU")[0])
     return "tf32" if details.get("compute_capability", (0, 0))[0] >= 8 else "fp32"
 
 
 def matmul_peak(device: str, precision: str, shared_by: int, seconds: float = 1.0) -> dict:
-    """The best FLOP/s of n x n float32 products over about `seconds`, n doubled from 512 until one
-    product takes a few milliseconds; divided by `shared_by`."""
-    began, n = time.perf_counter(), 512
-    with tf.device(device):
-        while True:
-            a = tf.random.uniform((n, n))
-            tf.linalg.matmul(a, a)[0, 0].numpy()  # sets up the product at this size: not timed
-            start = time.perf_counter()
-            tf.linalg.matmul(a, a)[0, 0].numpy()
-            one = time.perf_counter() - start
-            if one > 0.02 or n >= (8192 if device.startswith("/gpu") else 4096):
-                break
-            n *= 2
-        repeats, best = max(1, int(0.1 / max(one, 1e-6))), 0.0
-        while time.perf_counter() - began < seconds or best == 0.0:
-            start = time.perf_counter()
-            for _ in range(repeats):
+    """The measured matmul peak (suite/instack/matmul_peak.py) of float32 tf.linalg.matmul on `device`,
+    under this process's TensorFloat-32 setting (the one its model's products run under)."""
+
+    def square(n: int):
+        with tf.device(device):
+            return tf.random.uniform((n, n))
+
+    def multiply(a, times: int) -> None:
+        with tf.device(device):
+            for _ in range(times):
                 out = tf.linalg.matmul(a, a)
             out[0, 0].numpy()  # the products run in order on the device: the last one done, all are
-            best = max(best, 2 * n**3 * repeats / (time.perf_counter() - start))
-    return {"flops_per_s": best / shared_by, "precision": precision, "matrix": n,
-            "seconds": round(time.perf_counter() - began, 3), "shared_by": shared_by}
+
+    largest = 8192 if device.startswith("/gpu") else 4096
+    return measure(square, multiply, precision, largest, shared_by=shared_by, seconds=seconds)

@@ -56,6 +56,8 @@ def diagnose(record: dict) -> dict:
         "host_cpu_ms_per_step": host_cpu_per_step(record),
     }
     verdict, why = classify(figures, device, record["world"].get("devices") or 1)
+    if device == "cuda" and (unmatched := unmatched_gpus(record)):
+        why += f"; no NVML utilisation of the run's GPUs: {unmatched}"
     hint = HINTS.get(f"{verdict}-{device}" if verdict == "compute" else verdict, HINTS["unknown"])
     return {"verdict": verdict, "device": device, "figures": figures, "why": why, "hint": hint}
 
@@ -115,23 +117,35 @@ def device_busy(record: dict, device: str) -> float | None:
 
 
 def run_gpus(record: dict) -> list[dict]:
-    """The sampled GPUs the run trained on: those its ranks named (by UUID, `used`), else on each host
-    the `slots` busiest of those sampled (the sampler reads only the run's CUDA_VISIBLE_DEVICES)."""
+    """The sampled GPUs the run trained on: those its ranks named (by UUID or bus id, `used`). Where they
+    could not be matched (unmatched_gpus), none: another job's busy GPU must not stand in for the run's."""
     hosts = ((record["metrics"].get("telemetry") or {}).get("hosts")) or {}
     found = []
-    for host, slots in record["world"]["slots"].items():
+    for host in record["world"]["slots"]:
         gpus = hosts.get(host, {}).get("gpus") if isinstance(hosts.get(host), dict) else None
-        if not isinstance(gpus, list):
-            continue
-        if any("used" in g for g in gpus):
+        if isinstance(gpus, list):
             found += [g for g in gpus if g.get("used")]
-        else:
-            found += sorted(gpus, key=lambda g: -((g.get("util_pct") or {}).get("mean") or 0))[:slots]
     return found
 
 
+def unmatched_gpus(record: dict) -> str | None:
+    """Why the telemetry's GPUs cannot be matched to the run's, where they cannot: the ranks named none of
+    theirs (gpus_unmatched), or an older record made before the ranks named them (no `used`)."""
+    hosts = ((record["metrics"].get("telemetry") or {}).get("hosts")) or {}
+    for host, summary in hosts.items():
+        gpus = summary.get("gpus") if isinstance(summary, dict) else None
+        if not isinstance(gpus, list) or not gpus:
+            continue
+        if summary.get("gpus_unmatched"):
+            return f"GPUs unmatched on {host}: {summary['gpus_unmatched']}"
+        if not any("used" in g for g in gpus):
+            return f"GPUs unmatched on {host}: the record does not say which sampled GPUs the ranks trained on"
+    return None
+
+
 def gpu_busy(record: dict) -> float | None:
-    """NVML utilisation of the GPUs the run trained on, over the timed window."""
+    """NVML utilisation of the GPUs the run trained on, over the timed window (None where they cannot be
+    matched to the telemetry: unmatched_gpus says why)."""
     utils = [(g.get("util_pct") or {}).get("mean") for g in run_gpus(record)]
     if not utils or None in utils:
         return None

@@ -22,7 +22,7 @@ from plotly.offline import get_plotlyjs
 from suite.analysis import site_check
 from suite.analysis.same_work import parallel_table_html
 from suite.analysis.scaling import exchange_for, fit, from_points
-from suite.analysis.utilisation import mfu_cell, reference_mfu
+from suite.analysis.utilisation import is_valid, mfu_cell, reference_mfu
 from suite.base.stats import speedup_efficiency
 from suite.records.read import Point, case_references, case_spec, latest, load_points
 
@@ -211,11 +211,12 @@ def case_figures(case: str, series: list[Series]) -> list[go.Figure]:
 
 def mfu_figure(case: str, series: list[Series]) -> go.Figure:
     """Model FLOPs utilisation per device count: against the datasheet peak (solid) and the measured
-    matmul peak (dotted) of each series, and the published figures whose FLOPs are known."""
+    matmul peak (dotted) of each series (never a record whose utilisation is invalid: an MFU above 1),
+    and the published figures whose FLOPs are known."""
     traces = []
     for s in series:
         for key, against, dash in (("mfu_datasheet", "datasheet", None), ("mfu_measured", "measured matmul", "dot")):
-            points = [p for p in s.points if (p.record["metrics"].get("utilisation") or {}).get(key)]
+            points = [p for p in s.points if is_valid(used := p.record["metrics"].get("utilisation")) and used.get(key)]
             if points:
                 traces.append(go.Scatter(x=[p.devices for p in points], mode="lines+markers", line={"dash": dash},
                                          y=[100 * p.record["metrics"]["utilisation"][key] for p in points],
@@ -381,8 +382,8 @@ def _csv_rows(series: list[Series]):
                    p.finished_at,
                    joules_per_image(p), (p.record["metrics"].get("diagnosis") or {}).get("verdict"),
                    (p.record["metrics"].get("published") or {}).get("ratio"),
-                   *(used.get(k)
-                     for k in ("flops_per_sample", "achieved_flops_per_s", "mfu_datasheet", "mfu_measured"))]
+                   used.get("flops_per_sample"), used.get("achieved_flops_per_s"),
+                   *(used.get(k) if is_valid(used) else None for k in ("mfu_datasheet", "mfu_measured"))]
 
 
 def write_report(results_dir: Path, out_dir: Path, warn=print) -> list[Path]:

@@ -4,8 +4,8 @@ device, float32, on a random batch in device memory. `python -m suite compare-fr
 (suite/commands/compare_frameworks.py) prints this table after its runs; the report's frameworks page shows
 it too. A row whose configuration (model, image size, batch, dtype, data, parameter count) differs
 from the most common one is flagged with what differs. Below it, for cases that train one model under
-several data-parallel strategies (pytorch-gpt: ddp and fsdp), the records of each strategy at the same
-global batch side by side (parallel_rows). Reads records only."""
+several data-parallel strategies (pytorch-gpt: ddp and fsdp; jax-gpt: dp and fsdp), the records of each case
+and strategy at the same work and global batch side by side (parallel_rows). Reads records only."""
 
 import html
 from collections import Counter
@@ -115,12 +115,13 @@ def work_of(point: Point) -> tuple:
 
 
 def parallel_rows(points: list[Point]) -> list[Point]:
-    """The latest record per case, cluster, work, device count and strategy, where more than one
-    strategy did that work on that many devices; in order of case, cluster, work, devices, strategy."""
+    """The latest record per cluster, work, device count, case and strategy, where more than one case or
+    strategy did that work on that many devices (pytorch-gpt's ddp and fsdp beside jax-gpt's dp and fsdp);
+    in order of cluster, work, devices, case, strategy."""
     chosen = latest([p for p in points if reported(p).get("parallel")],
-                    lambda p: (p.case, p.cluster, work_of(p), p.devices, reported(p)["parallel"]))
-    strategies = Counter(key[:4] for key in chosen)
-    ordered = sorted((key for key in chosen if strategies[key[:4]] > 1), key=lambda k: tuple(map(str, k)))
+                    lambda p: (p.cluster, work_of(p), p.devices, p.case, reported(p)["parallel"]))
+    strategies = Counter(key[:3] for key in chosen)
+    ordered = sorted((key for key in chosen if strategies[key[:3]] > 1), key=lambda k: tuple(map(str, k)))
     return [chosen[key] for key in ordered]
 
 
@@ -150,4 +151,5 @@ def parallel_table_html(points: list[Point]) -> str:
     head = "".join(f"<th>{html.escape(c)}</th>" for c in PARALLEL_COLUMNS)
     body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in parallel_cells(p)) + "</tr>" for p in rows)
     return ("<h2>The same training under each data-parallel strategy</h2><p>The same model at the same global "
-            f"batch on as many devices: only <code>--parallel</code> differs.</p><table><tr>{head}</tr>{body}</table>")
+            "batch on as many devices: only <code>--parallel</code> differs, and the framework (pytorch-gpt, "
+            f"jax-gpt).</p><table><tr>{head}</tr>{body}</table>")

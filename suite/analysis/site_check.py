@@ -1,7 +1,7 @@
 """`suite check`'s table: one row per path a site offers (case, runtime, launcher, nodes, devices) with
 its outcome (ok, failed, or not available here with why), written as JSON beside the result records
 (<results>/../site-checks/<check id>.json) and shown by the report on a page of its own. Plain data:
-running the paths is suite/commands/check.py's."""
+running the paths is suite/execution/site_runner.py's."""
 
 import html
 import json
@@ -16,6 +16,9 @@ UNAVAILABLE = "not available here"
 OUTCOMES = (OK, FAILED, UNAVAILABLE)
 FOLDER = "site-checks"  # beside the results folder, as sweeps/ is
 WHY_CHARS = 300
+# exit statuses beside 0 (every path that ran passed) and 1 (one that was available failed)
+EXIT_NOTHING_CHECKED = 3  # no path was available here: automation must not read that as a pass
+EXIT_INTERRUPTED = 130  # Ctrl-C (SIGINT) or SIGTERM ended the check, as a shell reports a SIGINT
 
 
 @dataclass(frozen=True)
@@ -54,6 +57,7 @@ class SiteCheck:
     only: str | None = None
     seconds: float = 0.0
     paths: list[PathResult] = field(default_factory=list)
+    interrupted: bool = False  # the paths after the last row did not run
 
 
 def one_line(text: str) -> str:
@@ -63,8 +67,13 @@ def one_line(text: str) -> str:
 
 
 def exit_status(check: SiteCheck) -> int:
-    """1 when a path that was available failed, else 0 (a path not available here is no pass, and no failure)."""
-    return 1 if any(p.outcome == FAILED for p in check.paths) else 0
+    """EXIT_INTERRUPTED where the check was cut short; 1 when a path that was available failed; EXIT_NOTHING_CHECKED
+    when no path ran (a path not available here is no pass, and no failure); else 0."""
+    if check.interrupted:
+        return EXIT_INTERRUPTED
+    if any(p.outcome == FAILED for p in check.paths):
+        return 1
+    return 0 if any(p.outcome == OK for p in check.paths) else EXIT_NOTHING_CHECKED
 
 
 def counts(check: SiteCheck) -> dict[str, int]:
@@ -74,8 +83,9 @@ def counts(check: SiteCheck) -> dict[str, int]:
 def summary_line(check: SiteCheck) -> str:
     found = counts(check)
     ran = "" if found[OK] + found[FAILED] else "; no path ran here, so nothing of this site was checked"
+    cut = "; interrupted: the paths after the last row did not run" if check.interrupted else ""
     return (f"site check {check.check_id} ({check.cluster}, scheduler {check.scheduler}): {found[OK]} ok, "
-            f"{found[FAILED]} failed, {found[UNAVAILABLE]} not available here, in {check.seconds:.0f} s{ran}")
+            f"{found[FAILED]} failed, {found[UNAVAILABLE]} not available here, in {check.seconds:.0f} s{ran}{cut}")
 
 
 COLUMNS = ("case", "runtime", "launcher", "nodes", "devices", "outcome", "seconds", "why")

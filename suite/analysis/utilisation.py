@@ -5,10 +5,11 @@ rank measured before its timed window. Reads records only; None where the case r
 
 import statistics
 
-from suite.analysis.peaks import datasheet_peak, precision_of
+from suite.analysis.peaks import DATASHEET, datasheet_peak, part_of, precision_of
 from suite.instack.model_flops import training_flops_per_image
 
 REFERENCE_PRECISIONS = {"amp": "fp16", "fp16": "fp16", "bf16": "bf16", "tf32": "tf32", "fp32": "fp32"}
+MFU_AGAINST = (("mfu_datasheet", "datasheet peak"), ("mfu_measured", "measured matmul peak"))
 
 
 def utilisation(record: dict) -> dict | None:
@@ -17,17 +18,19 @@ def utilisation(record: dict) -> dict | None:
     throughput = record["metrics"]["throughput"]
     if not work or not work.get("flops_per_sample") or not throughput.get("mean"):
         return None
-    config = record["config"]
     device_name = device_name_of(record)
-    precision = work.get("precision") or precision_of(config.get("dtype"), device_name)
+    precision = precision_on(device_name, work.get("precision") or precision_of(record["config"].get("dtype"),
+                                                                                device_name))
     per_sample = work["flops_per_sample"]
     per_device = throughput["per_device"] * per_sample
     sheet = datasheet_peak(device_name, precision)
     measured = measured_peak(record)
-    return {
+    step = samples_per_step(record)
+    found = {
         "flops_per_sample": per_sample,
+        "sample": "token" if throughput.get("unit") == "tokens/s" else "sample",
         "flops_source": work.get("source"),
-        "flops_per_step": per_sample * config["global_batch"] if config.get("global_batch") else None,
+        "flops_per_step": per_sample * step if step else None,
         "precision": precision,
         "achieved_flops_per_s": throughput["mean"] * per_sample,
         "achieved_flops_per_s_per_device": per_device,
@@ -39,6 +42,38 @@ def utilisation(record: dict) -> dict | None:
         "measured_peak": measured,
         "mfu_measured": _ratio(per_device, measured and measured["flops_per_s"]),
     }
+    return {**found, **validity(found)}
+
+
+def samples_per_step(record: dict) -> float | None:
+    """The samples of one step of all devices, in the unit the throughput counts (and the FLOPs per
+    sample are per): tokens for a case measured in tokens/s, else config.global_batch."""
+    if record["metrics"]["throughput"].get("unit") == "tokens/s":
+        return (record["config"].get("reported_by_case") or {}).get("global_tokens_per_step")
+    return record["config"].get("global_batch")
+
+
+def precision_on(device_name: str | None, precision: str | None) -> str | None:
+    """tf32 on a listed part without TF32 (a V100: the flags allow it, the GPU has none) runs as fp32."""
+    part = part_of(device_name)
+    if precision == "tf32" and part and "tf32" not in DATASHEET[part]:
+        return "fp32"
+    return precision
+
+
+def validity(found: dict) -> dict:
+    """{valid, invalid_reason}: an MFU above 1 cannot be (more work per second than the peak it is set
+    against): the FLOPs per sample or the peak is wrong, and the record's utilisation is not plotted."""
+    over = [f"MFU {found[key]:.2f} against the {against}" for key, against in MFU_AGAINST if (found[key] or 0) > 1]
+    if not over:
+        return {"valid": True, "invalid_reason": None}
+    return {"valid": False, "invalid_reason": "; ".join(over) + ": above 1, so the FLOPs per sample ("
+            f"{found['flops_source']}) or the peak is wrong"}
+
+
+def is_valid(found: dict | None) -> bool:
+    """Whether a record's utilisation may be shown as a figure (older records have no `valid`: they are)."""
+    return bool(found) and found.get("valid", True)
 
 
 def device_name_of(record: dict) -> str | None:
@@ -99,6 +134,8 @@ def mfu_cell(found: dict | None) -> str:
     """The report's MFU column: against the datasheet where the part is listed, and the measured peak."""
     if not found:
         return "-"
+    if not is_valid(found):
+        return f"invalid: {found['invalid_reason']}"
     parts = []
     if found.get("mfu_datasheet") is not None:
         parts.append(f"{percent(found['mfu_datasheet'])} of {found['datasheet_part']} {found['precision']}")
@@ -108,13 +145,17 @@ def mfu_cell(found: dict | None) -> str:
 
 
 def summary_line(found: dict) -> str:
-    per_sample = found["flops_per_sample"]
-    line = (f"work: {per_sample / 1e9:.3g} GFLOP per sample per training step; achieved "
+    """The run summary's line: the work, the achieved FLOP/s, and each MFU beside the peak it is set
+    against (as torchtitan and Megatron-LM print it), or why the figures are invalid."""
+    line = (f"work: {found['flops_per_sample'] / 1e9:.3g} GFLOP per {found.get('sample', 'sample')} per training "
+            f"step; achieved "
             f"{tflops(found['achieved_flops_per_s'])} ({tflops(found['achieved_flops_per_s_per_device'])} per device)")
+    if not is_valid(found):
+        return f"{line}; MFU invalid: {found['invalid_reason']}"
     if found.get("mfu_datasheet") is not None:
         line += (f"; MFU {percent(found['mfu_datasheet'])} of the {found['datasheet_part']} datasheet's "
-                 f"{tflops(found['datasheet_peak_flops_per_s'])} {found['precision']}")
+                 f"{found['precision']} peak {tflops(found['datasheet_peak_flops_per_s'])}")
     if found.get("mfu_measured") is not None:
-        line += (f"; {percent(found['mfu_measured'])} of the measured {found['precision']} matmul peak "
+        line += (f"; MFU {percent(found['mfu_measured'])} of the measured {found['precision']} matmul peak "
                  f"{tflops(found['measured_peak_flops_per_s'])}")
     return line

@@ -1,3 +1,5 @@
+"""JSON files written atomically: a reader sees the old file or the whole new one (records, tables, indexes)."""
+
 import json
 import os
 from pathlib import Path

@@ -1,3 +1,6 @@
+"""Where things are: the checkout's folders (cases, containers, hostfiles, results, runs), and the folders
+outside it that the environment may move (data, the user's cache, local stacks)."""
+
 import os
 from pathlib import Path
 

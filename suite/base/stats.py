@@ -1,3 +1,6 @@
+"""Statistics of repetitions: mean with its 95% confidence interval (Student t), speedup and efficiency
+against a baseline, and numbers formatted for tables."""
+
 import math
 import statistics
 

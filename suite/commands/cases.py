@@ -1,5 +1,6 @@
 """`suite cases`: the cases and their options."""
 
+import argparse
 from dataclasses import dataclass
 
 from suite.commands import common_args
@@ -8,6 +9,8 @@ from suite.instack.case_options import build_parser
 
 NAME = "cases"
 HELP = "list the cases and their options"
+EPILOG = None
+FORMATTER = argparse.HelpFormatter
 
 
 @dataclass(frozen=True)

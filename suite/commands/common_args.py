@@ -27,6 +27,12 @@ def no_case_args(name: str, case_args: list[str]) -> None:
         raise UsageError(f"{name} takes no case options; nothing goes after '--'")
 
 
+def folder_or_none(path: Path, given: str) -> None:
+    """Refuses a path that is there but is not a folder (a folder not there yet is left to the command)."""
+    if path.exists() and not path.is_dir():
+        raise UsageError(f"{given} {path} is a file, not a folder")
+
+
 def results_dir(parser, help="where the records are (default: reports/results)") -> None:
     parser.add_argument("--results-dir", type=Path, default=paths.RESULTS, help=help)
 

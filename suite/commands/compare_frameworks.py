@@ -11,12 +11,11 @@ from suite.analysis.same_work import build_rows, format_table
 from suite.base.errors import INTERRUPTED
 from suite.base.log import log
 from suite.execution import plugins, request
+from suite.execution import run as execution_run
 from suite.execution.request import RunRequest
-from suite.execution.run import check
-from suite.execution.run import run as run_point
 from suite.inputs.cases import known_cases, load_case
 from suite.instack.case_options import option_args
-from suite.records.read import Point
+from suite.records.read import Point, new_records, record_files
 
 
 def same_work_cases() -> list[str]:
@@ -36,29 +35,30 @@ def compare_frameworks(request: RunRequest, tiny: bool) -> int:
     requests = [replace(request, case=name, case_args=case_argv(name, tiny, request.case_args), argv=[])
                 for name in same_work_cases()]
     for req in requests:  # bad input for any case is refused before the first one runs
-        check(req)
+        execution_run.check(req)
     results = Path(request.results_dir)
-    before = set(results.glob("*.json"))
+    before = record_files(results)
     status = 0
     for req in requests:
         log(f"compare-frameworks: {req.case} {' '.join(req.case_args)}")
-        status = max(status, run_point(req))
-        if any(r["reason"] == INTERRUPTED for r in new_records(results, before)):
+        status = max(status, execution_run.run(req))
+        if any(r["reason"] == INTERRUPTED for r in written_since(results, before)):
             break
     if not request.dry_run:
-        print("\n" + format_table(build_rows([Point(r, r["run_id"]) for r in new_records(results, before)
+        print("\n" + format_table(build_rows([Point(r, r["run_id"]) for r in written_since(results, before)
                                                if r["status"] == "ok"])))
     return status
 
 
-def new_records(folder: Path, before: set[Path]) -> list[dict]:
-    return [json.loads(path.read_text()) for path in sorted(set(folder.glob("*.json")) - before)]
+def written_since(folder: Path, before: set[Path]) -> list[dict]:
+    return [json.loads(path.read_text()) for path in new_records(folder, before)]
 
 
 NAME = "compare-frameworks"
 HELP = ("run every case's --same-work configuration (ResNet-50 v1.5, 224 px, batch 32 per device, float32, "
         "synthetic data) one after the other and print one table")
 EPILOG = "Case options after '--' (Make: ARGS) go to every case, after its --same-work values."
+FORMATTER = argparse.HelpFormatter
 
 
 @dataclass(frozen=True)

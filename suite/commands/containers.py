@@ -1,5 +1,6 @@
 """`suite containers render|check|build`: the stacks' container images (suite/execution/image_builds.py)."""
 
+import argparse
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -8,6 +9,8 @@ from suite.commands import common_args
 
 NAME = "containers"
 HELP = "render, check or build the stacks' container images"
+EPILOG = None
+FORMATTER = argparse.HelpFormatter
 
 
 @dataclass(frozen=True)
@@ -28,7 +31,7 @@ def add_arguments(parser) -> None:
              "check: exit 1 if any is stale; build: apptainer (or docker) build")
     add("--stack", help="only this stack (Make: STACK)")
     add("--flavour", help="only cpu or cuda (Make: FLAVOUR)")
-    add("--tool", default="auto", help="auto, apptainer or docker (Make: TOOL)")
+    add("--tool", default="auto", help="auto, apptainer, docker or charliecloud (Make: TOOL)")
     add("--base", default="pinned", help="pinned: the upstream base pinned by digest in container.toml; debian: a "
         "Debian base made here from Debian's packages (Make: BASE)")
     add("--refresh-base", action="store_true",

@@ -1,8 +1,11 @@
 """`suite doctor [--cluster NAME]`: what a cluster profile needs on this machine and whether it is
-there, one line each (`ok:` or `missing:`): the scheduler's commands, the runtime (container tool
-and images, or local stacks), the cases' data, and that the hosts can be reached. Exit status 1 when
-anything is missing; nothing is installed or started."""
+there, one line each (`ok:`, `missing:`, or `optional:` for data that only an option reads): the
+scheduler's commands, the runtime (container tool and images, or local stacks), the cases' data, and
+that the hosts can be reached. Exit status 1 when anything a default run needs is missing; nothing is
+installed or started."""
 
+import argparse
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -12,7 +15,8 @@ from suite.commands import common_args
 from suite.execution import plugins
 from suite.execution.clusters import Cluster, load_cluster
 from suite.inputs.cases import known_cases, load_case
-from suite.inputs.host_gpus import host_gpus, pick_flavour
+from suite.inputs.host_gpus import GpuProbeError, host_gpus, pick_flavour
+from suite.instack.case_options import evaluate
 
 
 def doctor(cluster_name: str | None, case_names: list[str] | None = None, flavour: str | None = None) -> int:
@@ -29,7 +33,10 @@ def doctor(cluster_name: str | None, case_names: list[str] | None = None, flavou
 
 
 def gpu_line(flavour: str | None) -> str:
-    gpus = host_gpus()
+    try:
+        gpus = host_gpus()
+    except GpuProbeError as exc:
+        return f"missing: {exc}"
     chosen = pick_flavour(flavour, gpus)
     how = "as asked (FLAVOUR)" if flavour else "for this host"
     return f"ok: {gpus} NVIDIA GPU(s) here (nvidia-smi -L); stacks in their {chosen} flavour {how}"
@@ -44,6 +51,8 @@ def plugin_lines(kind: str, name: str, *args) -> list[str]:
 
 
 def data_lines(cluster: Cluster, cases: list) -> list[str]:
+    """A line per case that reads files: `missing:` (a failure) only where the case's default run needs
+    them; data that only an option asks for (--data tokens) is `optional:`."""
     data_dir = Path(cluster.data_dir or paths.data_dir())
     lines = []
     for case in cases:
@@ -51,15 +60,33 @@ def data_lines(cluster: Cluster, cases: list) -> list[str]:
         if not required:
             continue
         missing = [rel for rel in required if not (data_dir / rel).exists()]
-        lines.append(f"ok: data of {case.name} under {data_dir}" if not missing else
-                     f"missing: data of {case.name} under {data_dir}: {missing[0]}"
+        status, needed_for = data_need(case)
+        lines.append(f"ok: data of {case.name}{needed_for} under {data_dir}" if not missing else
+                     f"{status}: data of {case.name}{needed_for} under {data_dir}: {missing[0]}"
                      f"{f' and {len(missing) - 1} more' if len(missing) > 1 else ''} "
                      f"(make data CASE={case.name}, SYNTHETIC=1 for a small set)")
     return lines
 
 
+def data_need(case) -> tuple[str, str]:
+    """Whether the case's default run reads its data ("missing", "") or only an option does ("optional",
+    " for --data tokens")."""
+    data = case.spec["data"]
+    defaults = case.parse_options([])
+    if data.get("unless_option") and defaults.get(data["unless_option"]):
+        return "optional", f" without --{data['unless_option']}"
+    when = data.get("when")
+    if when is None or evaluate(when, {k.replace("-", "_"): v for k, v in defaults.items()}):
+        return "missing", ""
+    if plain := re.fullmatch(r"(\w+) == '([^']*)'", when):
+        return "optional", f" for --{plain[1].replace('_', '-')} {plain[2]}"
+    return "optional", f" where {when}"
+
+
 NAME = "doctor"
 HELP = "what a cluster profile needs and what is missing here, one line each"
+EPILOG = None
+FORMATTER = argparse.HelpFormatter
 
 
 @dataclass(frozen=True)

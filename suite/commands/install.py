@@ -1,5 +1,6 @@
 """`suite install`: a case's (or a stack's) local stack, ahead of a run."""
 
+import argparse
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -10,6 +11,8 @@ from suite.inputs.cases import load_case
 
 NAME = "install"
 HELP = "install the local stack of a case or stack"
+EPILOG = None
+FORMATTER = argparse.HelpFormatter
 
 
 @dataclass(frozen=True)

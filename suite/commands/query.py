@@ -1,5 +1,6 @@
 """`suite query`: the records of a results folder from its index, as a table or CSV (suite/records/query.py)."""
 
+import argparse
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -8,6 +9,8 @@ from suite.commands import common_args
 
 NAME = "query"
 HELP = "list the records of a results folder from its index (table or CSV)"
+EPILOG = None
+FORMATTER = argparse.HelpFormatter
 
 
 @dataclass(frozen=True)
@@ -41,6 +44,7 @@ def add_arguments(parser) -> None:
 
 def make_request(args, case_args: list[str], argv: list[str]) -> QueryRequest:
     common_args.no_case_args(NAME, case_args)
+    common_args.folder_or_none(args.results_dir, "--results-dir")
     return common_args.request_of(QueryRequest, args)
 
 

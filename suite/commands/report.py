@@ -1,5 +1,6 @@
 """`suite report`: HTML pages and a CSV from the result records (suite/analysis/report.py)."""
 
+import argparse
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -9,6 +10,8 @@ from suite.commands import common_args
 
 NAME = "report"
 HELP = "write HTML pages and a CSV from the result records"
+EPILOG = None
+FORMATTER = argparse.HelpFormatter
 
 
 @dataclass(frozen=True)
@@ -25,6 +28,8 @@ def add_arguments(parser) -> None:
 
 def make_request(args, case_args: list[str], argv: list[str]) -> ReportRequest:
     common_args.no_case_args(NAME, case_args)
+    common_args.folder_or_none(args.results_dir, "--results-dir")
+    common_args.folder_or_none(args.out, "--out")
     return common_args.request_of(ReportRequest, args)
 
 

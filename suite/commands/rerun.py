@@ -1,6 +1,7 @@
 """`suite rerun RECORD.json`: the record's run point again, on the hosts at hand, and how it compares
 (suite/execution/rerun.py)."""
 
+import argparse
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -11,6 +12,8 @@ from suite.commands import common_args
 NAME = "rerun"
 HELP = ("run a record's case again as it ran (same options, world shape, runtime, stack, repetitions), refusing on "
         "drift, and compare with it")
+EPILOG = None
+FORMATTER = argparse.HelpFormatter
 
 
 @dataclass(frozen=True)

@@ -10,18 +10,22 @@ from suite.instack.case_options import build_parser
 
 NAME = "run"
 HELP = "run a case and write a result record"
-EPILOG = """Case options go after '--' (Make: ARGS) and are checked against the case before anything
+CASE_OPTIONS = """Case options go after '--' (Make: ARGS) and are checked against the case before anything
 starts, e.g.  python -m suite run --case pytorch-synthetic --gpus-per-node 2 -- --image-size 64 --batch-size 8
 """
-FORMATTER = argparse.RawDescriptionHelpFormatter
 
 
-def epilog() -> str:
+def case_options_help() -> str:
+    """CASE_OPTIONS, then each case's options as its own parser shows them."""
     sections = []
     for name in known_cases():
         usage = build_parser(load_case(name).spec).format_help()
         sections.append(f"case {name}:\n" + usage.split("\n\n", 1)[-1].split("options:\n", 1)[-1])
-    return EPILOG + "\n" + "\n".join(sections)
+    return CASE_OPTIONS + "\n" + "\n".join(sections)
+
+
+EPILOG = case_options_help()
+FORMATTER = argparse.RawDescriptionHelpFormatter
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -1,5 +1,6 @@
 """`suite validate`: result records checked against the record schema."""
 
+import argparse
 import json
 import sys
 from dataclasses import dataclass
@@ -9,6 +10,8 @@ from suite.commands import common_args
 
 NAME = "validate"
 HELP = "check result records against the record schema"
+EPILOG = None
+FORMATTER = argparse.HelpFormatter
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,6 @@
 """`suite wheels`: every file of a stack's locks into a folder, for installing where there is no network."""
 
+import argparse
 import sys
 import time
 from dataclasses import dataclass
@@ -12,6 +13,8 @@ from suite.inputs.host_gpus import FLAVOURS
 NAME = "wheels"
 HELP = ("download every file of a stack's locks (hash-checked, sdists included) into a folder, for installing "
         "where there is no network")
+EPILOG = None
+FORMATTER = argparse.HelpFormatter
 
 
 @dataclass(frozen=True)

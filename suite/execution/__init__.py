@@ -1,3 +1,3 @@
-"""A run request -> a plan of processes -> hosts -> a record: request, run, rerun, plan, plugins (the
-runtimes, launchers and schedulers beside this folder), the interconnect check, telemetry samplers,
-stray processes."""
+"""A run request -> a plan of processes -> hosts -> a record: request, run, rerun, plan, the plugins'
+contracts and their loading by name (the runtimes, launchers and schedulers sit above this folder), the
+interconnect check, telemetry samplers, stray processes, and the site check's paths and runs."""

@@ -12,7 +12,7 @@ from pathlib import Path
 from suite.analysis.network_figures import network_figures
 
 # The collective each stack checks with; a stack not named here gets "not available".
-APIS = {"pytorch-horovod": "horovod", "pytorch": "torch"}
+APIS = {"pytorch-horovod": "horovod", "pytorch": "torch", "jax": "jax"}
 SCRIPT = Path(__file__).parents[1] / "instack" / "allreduce_sweep.py"
 MIB = 2**20
 DEFAULT_GRADIENT = 100 * MIB  # a case without [scaling] parameters

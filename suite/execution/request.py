@@ -112,12 +112,22 @@ def add_run_options(parser: argparse.ArgumentParser, runtimes: list[str], schedu
         "hosts have NVIDIA GPUs, else cpu) (Make: FLAVOUR)")
     add("--wheels", type=Path, default=None, help="install the stack from this wheel folder alone, with no network "
         "(filled by `make wheels`; default: the cluster's, else the package index) (Make: WHEELS)")
-    add("--modules", default=None, help="runtime modules: environment modules to load, in order, e.g. \"GCC/13 "
-        "PyTorch/2.3\" (default: the cluster's [modules] load) (Make: MODULES)")
-    add("--source", default=None, help="runtime modules: scripts to source after loading, e.g. a venv's "
-        "activate (default: the cluster's [modules] source) (Make: SOURCE)")
-    add("--python", default=None, help="runtime modules: the Python that runs the case (default: the cluster's "
-        "[modules] python, else the first python3 on PATH once loaded) (Make: PYTHON)")
+    add_site_env_options(add, "runtime modules")
+
+
+# The site's environment of runtime modules (`run`, and `check` for its modules paths): option -> what, default
+SITE_ENV_OPTIONS = {
+    "modules": ("environment modules to load, in order, e.g. \"GCC/13 PyTorch/2.3\"", "the cluster's [modules] load"),
+    "source": ("scripts to source after loading, e.g. a venv's activate", "the cluster's [modules] source"),
+    "python": ("the Python that runs the case", "the cluster's [modules] python, else the first python3 on PATH once "
+               "loaded"),
+}
+
+
+def add_site_env_options(add, applies_to: str) -> None:
+    """--modules, --source, --python through `add` (a parser's add_argument), each help starting with `applies_to`."""
+    for name, (what, default) in SITE_ENV_OPTIONS.items():
+        add(f"--{name}", default=None, help=f"{applies_to}: {what} (default: {default}) (Make: {name.upper()})")
 
 
 def split_case_args(argv: list[str]) -> tuple[list[str], list[str]]:

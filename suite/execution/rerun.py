@@ -1,4 +1,5 @@
-"""`suite rerun RECORD.json`: the record's run point again, on the hosts at hand, and how it compares.
+"""The rerun engine behind `suite rerun RECORD.json`: a record's request read back, every drift from it
+named before launch, the point run again on the hosts at hand and compared with the record.
 
 Same case and case arguments, nodes x devices per node, runtime, stack and repetitions. Before launch,
 every difference that could change the result (stack lock and recipe, image digest, or a site's
@@ -187,16 +188,24 @@ def module_drift(was: list[str], now: list[str]) -> list[str]:
     return version_drift("module", by_name(was), by_name(now))
 
 
-def version_drift(kind: str, was: dict, now: dict) -> list[str]:
+def key_drift(was: dict, now: dict, gone, new, changed) -> list[str]:
+    """A line per key whose value differs, by name: gone(key) where only the record has it, new(key) where
+    only now has it, changed(key) where both have it with different values."""
     lines = []
     for name in sorted(set(was) | set(now)):
         if name not in now:
-            lines.append(f"{kind} {name}: {was[name]} in the record, none now")
+            lines.append(gone(name))
         elif name not in was:
-            lines.append(f"{kind} {name}: not in the record, {now[name]} now")
+            lines.append(new(name))
         elif was[name] != now[name]:
-            lines.append(f"{kind} {name}: {was[name]} in the record, {now[name]} now")
+            lines.append(changed(name))
     return lines
+
+
+def version_drift(kind: str, was: dict, now: dict) -> list[str]:
+    return key_drift(was, now, lambda name: f"{kind} {name}: {was[name]} in the record, none now",
+                     lambda name: f"{kind} {name}: not in the record, {now[name]} now",
+                     lambda name: f"{kind} {name}: {was[name]} in the record, {now[name]} now")
 
 
 def recorded_flavour(record: dict) -> str:
@@ -241,16 +250,11 @@ def option_drift(was: dict, now: dict, case: str) -> list[str]:
     """The record's resolved case options against what its arguments resolve to now: a difference is
     a default changed (or an option added or removed) in the case's case.toml."""
     where = f"cases/{case}/case.toml"
-    lines = []
-    for name in sorted(set(was) | set(now)):
-        if name not in now:
-            lines.append(f"case option --{name}: {was[name]!r} in the record, no longer an option in {where}")
-        elif name not in was:
-            lines.append(f"case option --{name}: not in the record, new in {where} (default {now[name]!r})")
-        elif was[name] != now[name]:
-            lines.append(f"case option --{name}: {was[name]!r} in the record, {now[name]!r} now from the same "
-                         f"arguments (its default in {where} changed)")
-    return lines
+    return key_drift(
+        was, now, lambda name: f"case option --{name}: {was[name]!r} in the record, no longer an option in {where}",
+        lambda name: f"case option --{name}: not in the record, new in {where} (default {now[name]!r})",
+        lambda name: f"case option --{name}: {was[name]!r} in the record, {now[name]!r} now from the same "
+                     f"arguments (its default in {where} changed)")
 
 
 def world_drift(was: dict, checked: Checked) -> list[str]:

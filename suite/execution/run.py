@@ -1,4 +1,5 @@
-"""`suite run`: check every input, then install the stack, launch each repetition and write one record."""
+"""The run engine behind `suite run` and `suite rerun`: a request's inputs checked, its stack installed, each
+repetition of each point launched and one record written per point."""
 
 import math
 import re
@@ -33,8 +34,9 @@ from suite.execution.plugins import BatchJob
 from suite.execution.request import SUITE, RunRequest, recorded, to_argv
 from suite.execution.samplers import with_samplers
 from suite.inputs.cases import Case, load_case
+from suite.inputs.counts import positive_int, positive_ints
 from suite.inputs.host_gpus import PROBE, check_devices, count_from_probe
-from suite.inputs.hostfiles import Host, World, positive_int, positive_ints, read_hostfile, select_world
+from suite.inputs.hostfiles import Host, World, read_hostfile, select_world
 from suite.instack.cpu_binding import POLICIES
 from suite.instack.probe import announced
 from suite.records.measure import Repetition, measure, read_starts
@@ -102,6 +104,7 @@ def check(req: RunRequest) -> Checked:
     for world in worlds:
         check_devices({h.name: h.slots for h in world.hosts}, found,
                       "GPUS_PER_NODE" if req.gpus_per_node else f"slots in {hostfile}")
+        case.check_world(options, world)
     if req.run_id and (len(worlds) > 1 or not re.fullmatch(r"[\w.-]+", req.run_id)):
         raise UsageError("--run-id names one run point: a word for a single NODES and GPUS_PER_NODE, "
                          f"got '{req.run_id}'")
@@ -140,7 +143,7 @@ def gpus_of(scheduler, hosts: list[str], cluster, dry_run: bool) -> dict[str, in
     """GPUs per host, by one short probe through the scheduler (a dry run reads this machine only)."""
     run_on_hosts = plugins.SchedulerDefaults().run_on_hosts if dry_run else scheduler.run_on_hosts
     outputs = run_on_hosts(list(dict.fromkeys(hosts)), PROBE, cluster)
-    return {host: None if out is None else count_from_probe(out) for host, out in outputs.items()}
+    return {host: None if out is None else count_from_probe(out, host) for host, out in outputs.items()}
 
 
 def plan_point(req: RunRequest, checked: Checked, world: World, stack_env: StackEnv, rep_dir: Path,

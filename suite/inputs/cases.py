@@ -5,7 +5,16 @@ from pathlib import Path
 
 from suite.base import paths
 from suite.base.errors import UsageError
-from suite.instack.case_options import OptionError, RuleError, evaluate, load_case_toml, option_args, parse_options
+from suite.inputs.data_formats import format_problem
+from suite.instack.case_options import (
+    OptionError,
+    RuleError,
+    check_rules,
+    evaluate,
+    load_case_toml,
+    option_args,
+    parse_options,
+)
 
 
 @dataclass(frozen=True)
@@ -74,6 +83,17 @@ class Case:
             if start != signature:
                 raise UsageError(f"case {self.name}: {data_dir / rel} is not in the expected format (starts with "
                                  f"'{start}', expected '{signature}'); prepare it with 'make data CASE={self.name}'")
+        self.check_formats(options, data_dir)
+
+    def check_formats(self, options: dict, data_dir: Path) -> None:
+        """The [data] formats table (path -> format, suite/inputs/data_formats.py), each bound its check takes
+        (`format_limits`: keyword -> option, e.g. vocab = "vocab-size") read from the options."""
+        data = self.spec.get("data", {})
+        limits = {key: options.get(option) for key, option in data.get("format_limits", {}).items()}
+        for rel, kind in data.get("formats", {}).items():
+            if problem := format_problem(kind, data_dir / rel, **limits):
+                raise UsageError(f"case {self.name}: {data_dir / rel} {problem}; prepare it with "
+                                 f"'make data CASE={self.name}'")
 
     def check_requirements(self, stack_env, where: str) -> None:
         """The case's [requires] table (package -> version specifier, e.g. torch = ">=2.0") against the
@@ -99,6 +119,16 @@ class Case:
         options = {**self.spec.get("tiny", {}), **{k.replace("_", "-"): v for k, v in overrides.items()}}
         return option_args(options)
 
+    def check_world(self, options: dict, world) -> None:
+        """The case's rules that name the run point (nodes, devices, devices_per_node), for each host of `world`."""
+        for host in world.hosts:
+            facts = {"nodes": world.nodes, "devices": world.devices, "devices_per_node": host.slots}
+            try:
+                check_rules(self.spec, options, facts)
+            except RuleError as exc:
+                raise UsageError(f"case {self.name} at {world.nodes} node(s), {host.slots} device(s) on {host.name}: "
+                                 f"{exc}") from None
+
     def parse_options(self, argv: list[str]) -> dict:
         try:
             return parse_options(self.spec, argv)
@@ -113,8 +143,30 @@ def known_cases() -> list[str]:
     return sorted(p.parent.name for p in paths.CASES.glob("*/case.toml"))
 
 
+OPTION_KEYS = {"type", "default", "min", "max", "choices", "pattern", "pattern_text", "help"}
+OPTION_TYPES = {"int": (int,), "float": (int, float), "str": (str,), "flag": ()}
+
+
 def load_case(name: str) -> Case:
     if name not in known_cases():
         raise UsageError(f"unknown case '{name}' (known cases: {', '.join(known_cases())})")
     case_dir = paths.CASES / name
-    return Case(name, case_dir, load_case_toml(case_dir))
+    case = Case(name, case_dir, load_case_toml(case_dir))
+    for option, spec in case.spec.get("options", {}).items():
+        if problem := option_spec_problem(spec):
+            raise UsageError(f"case {name}: {case_dir / 'case.toml'}: [options.{option}] {problem}")
+    return case
+
+
+def option_spec_problem(spec: dict) -> str | None:
+    """What is wrong with an [options.NAME] table of a case.toml: a key or type it cannot have, a default of
+    another type."""
+    if unknown := sorted(set(spec) - OPTION_KEYS):
+        return f"has unknown key(s) {', '.join(unknown)} (known: {', '.join(sorted(OPTION_KEYS))})"
+    if spec.get("type") not in OPTION_TYPES:
+        return f"type must be one of {', '.join(OPTION_TYPES)}, got {spec.get('type')!r}"
+    default = spec.get("default")
+    allowed = OPTION_TYPES[spec["type"]]
+    if default is not None and allowed and (isinstance(default, bool) or not isinstance(default, allowed)):
+        return f"default {default!r} is not of its type {spec['type']}"
+    return None

@@ -91,21 +91,6 @@ def _slot_count(value: str, where: str) -> int:
     return int(value)
 
 
-def positive_int(value: str | int, what: str) -> int:
-    text = str(value).strip()
-    if not text.isdigit() or int(text) < 1:
-        raise UsageError(f"{what} must be a positive integer, got '{value}'")
-    return int(text)
-
-
-def positive_ints(value: str | int, what: str) -> list[int]:
-    """A comma-separated list of positive integers, e.g. NODES=1,2,4; each value once, in order."""
-    values = [positive_int(part, what) for part in str(value).split(",")]
-    if len(set(values)) != len(values):
-        raise UsageError(f"{what} lists a value twice: '{value}'")
-    return values
-
-
 def select_world(hosts: list[Host], nodes: int, gpus_per_node: int | None, source: str) -> World:
     """The first `nodes` hosts; `gpus_per_node` overrides their slot counts."""
     if nodes > len(hosts):

@@ -4,7 +4,9 @@ refuse bad input before launch) and by the case script inside its stack. Standar
 
 import argparse
 import ast
+import math
 import operator
+import re
 import sys
 
 try:
@@ -67,8 +69,14 @@ def _checked(name: str, spec: dict):
             value = convert(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"expected {spec['type']}, got '{text}'") from None
+        if isinstance(value, float) and not math.isfinite(value):
+            raise argparse.ArgumentTypeError(f"expected a finite number, got '{text}'")
         if "min" in spec and value < spec["min"]:
             raise argparse.ArgumentTypeError(f"must be at least {spec['min']}, got {value}")
+        if "max" in spec and value > spec["max"]:
+            raise argparse.ArgumentTypeError(f"must be at most {spec['max']}, got {value}")
+        if "pattern" in spec and not re.fullmatch(spec["pattern"], value):
+            raise argparse.ArgumentTypeError(f"expected {spec.get('pattern_text', spec['pattern'])}, got '{text}'")
         return value
 
     check.__name__ = spec["type"]
@@ -117,19 +125,33 @@ def with_same_work(case: dict, argv: list[str]) -> list[str]:
     return [*first, *argv]
 
 
-OPERATORS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Lt: operator.lt,
+OPERATORS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Mod: operator.mod,
+             ast.FloorDiv: operator.floordiv, ast.Lt: operator.lt,
              ast.LtE: operator.le, ast.Gt: operator.gt, ast.GtE: operator.ge, ast.Eq: operator.eq,
              ast.NotEq: operator.ne}
 
 
-def check_rules(case: dict, options: dict) -> None:
+# What a rule may name besides the options: the run point's world, known once the hosts are chosen.
+WORLD_NAMES = frozenset({"nodes", "devices", "devices_per_node"})
+
+
+def check_rules(case: dict, options: dict, world: dict | None = None) -> None:
     """A case's [[rules]]: `when` (optional) and `require` are expressions over its options (dashes
-    written as underscores, numbers, + - *, comparisons, and/or/not); where `when` holds and
-    `require` does not, the rule's message is the error."""
-    values = {name.replace("-", "_"): value for name, value in options.items()}
+    written as underscores, numbers, + - * % //, comparisons, and/or/not); where `when` holds and
+    `require` does not, the rule's message is the error. Rules that name the world (WORLD_NAMES) are
+    checked only where `world` gives their values (the runner, for each host of each run point); the
+    others only where it does not."""
+    values = {**{name.replace("-", "_"): value for name, value in options.items()}, **(world or {})}
     for rule in case.get("rules", []):
+        if bool(names_in(rule) & WORLD_NAMES) != (world is not None):
+            continue
         if evaluate(rule.get("when", "True"), values) and not evaluate(rule["require"], values):
             raise RuleError(f"{rule['message']} (rule: {rule['require']})")
+
+
+def names_in(rule: dict) -> set[str]:
+    texts = (rule.get("when", "True"), rule["require"])
+    return {node.id for text in texts for node in ast.walk(ast.parse(text, mode="eval")) if isinstance(node, ast.Name)}
 
 
 def evaluate(text: str, values: dict):

@@ -1,7 +1,8 @@
 """FLOPs of one training step per image for architectures the suite trains, for where a framework
 gives no count of its own (MXNet) and for published figures (whose runs were not counted here); and
 the cache of the counts the cases make (cases/_shared/flops.py, tf-cifar's profiler count), per case,
-model and sizes, in the user's cache folder. Standard library only.
+model and sizes (every option that changes the counted graph is in the key), in the user's cache
+folder or $SUITE_FLOPS_CACHE. Standard library only.
 
 The figures were counted with PyTorch's FlopCounterMode over one forward and backward pass of
 cases/_shared/torch_resnet.py's ResNet-50 at 224 px (cases/_shared/flops.py counts every PyTorch run
@@ -35,6 +36,10 @@ def training_flops_per_image(model: str, image_size: int) -> tuple[float, str] |
 
 
 def cache_path() -> Path:
+    """$SUITE_FLOPS_CACHE (a file: the tests point it into a folder of their own), else
+    flops-per-sample.json in the user's cache folder."""
+    if os.environ.get("SUITE_FLOPS_CACHE"):
+        return Path(os.environ["SUITE_FLOPS_CACHE"])
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return Path(base) / "hpc-dl-bench" / "flops-per-sample.json"
 

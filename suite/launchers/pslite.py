@@ -7,7 +7,7 @@ scheduler's root address and counts; local.py: DMLC_TASK_ID, workers first; ssh.
 The tracker itself is not used to start them: it is importable only inside the stack, it starts
 everything from one process (local) or over ssh itself, where the suite's schedulers must place each
 process (here, over ssh or under SLURM), and as shipped with mxnet 1.9.1 it fails on Python >= 3.9
-(Thread.isAlive). tests/test_mxnet_imagenet.py checks the environment against the tracker's.
+(Thread.isAlive). tests/integration/test_mxnet_imagenet.py checks the environment against the tracker's.
 Hosts are named as the world names them (SLURM node names included): ps-lite binds DMLC_NODE_HOST and
 the scheduler's DMLC_PS_ROOT_URI as addresses, so the case resolves them on its node first.
 

@@ -27,6 +27,7 @@ import sqlite3
 from concurrent.futures import ProcessPoolExecutor
 from contextlib import closing, contextmanager
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 
 from suite.base import paths
@@ -78,8 +79,8 @@ class Selection:
     def __post_init__(self):
         for name in ("since", "until"):
             value = getattr(self, name)
-            if value is not None and not DATE.fullmatch(value):
-                raise UsageError(f"{name} {value!r}: a UTC date YYYY-MM-DD or time YYYY-MM-DDTHH:MM:SS")
+            if value is not None and not (DATE.fullmatch(value) and real_date(value)):
+                raise UsageError(f"{name} {value!r}: a UTC date YYYY-MM-DD or time YYYY-MM-DDTHH:MM:SS that exists")
         if self.status not in STATUSES:
             raise UsageError(f"status {self.status!r}: one of {', '.join(STATUSES)}")
 
@@ -124,6 +125,15 @@ class Entry:
     status: str
     throughput: float | None
     summary: str | None = None
+
+
+def real_date(text: str) -> bool:
+    """Whether a date or time of the calendar's form is also one of the calendar (no 2026-02-30, no 25:00)."""
+    try:
+        datetime.fromisoformat(text.rstrip("Z"))
+    except ValueError:
+        return False
+    return True
 
 
 def devices_list(text: str) -> tuple[int, ...]:

@@ -134,3 +134,13 @@ def case_spec(case: str) -> dict:
 def case_references(case: str) -> list[dict]:
     """The published figures a case ships in its case.toml ([[reference]] tables)."""
     return case_spec(case).get("reference", [])
+
+
+def record_files(folder: Path) -> set[Path]:
+    """The record files of a results folder now: what `new_records` is told was there before."""
+    return set(Path(folder).glob("*.json"))
+
+
+def new_records(folder: Path, before: set[Path]) -> list[Path]:
+    """The record files written into `folder` since `before` (record_files' answer then), by name."""
+    return sorted(record_files(folder) - before)

@@ -256,13 +256,21 @@ def _rate(a: dict, b: dict, wraps: dict) -> float | None:
     return round(joules / (b["time"] - a["time"]), 1) if b["time"] > a["time"] else None
 
 
+UNMATCHED = ("the ranks named no UUID or PCI bus id of their GPUs: the sampled GPUs cannot be told from other "
+             "jobs' GPUs of the node")
+
+
 def mark_used(hosts: dict, starts: list[dict]) -> None:
     """Each sampled GPU says whether a rank of the run trained on it (`used`), where the ranks named
     their GPUs (suite.instack.probe.visible_gpu): by UUID, or by PCI bus id on the same host (for
-    where NVML or nvidia-smi gave no UUID); the diagnosis reads those only."""
+    where NVML or nvidia-smi gave no UUID); the diagnosis reads those only. Where the ranks named
+    neither, a host that sampled GPUs says so (`gpus_unmatched`), and none of its GPUs counts as the run's."""
     named = [(s.get("host"), g) for s in starts for g in s.get("gpus") or []]
     uuids = {g["uuid"] for _, g in named if g.get("uuid")}
     if not uuids and not any(g.get("bus_id") for _, g in named):
+        for summary in hosts.values():
+            if isinstance(summary, dict) and summary.get("gpus"):
+                summary["gpus_unmatched"] = UNMATCHED
         return
     for host, summary in hosts.items():
         buses = {bus_key(g["bus_id"]) for on, g in named if g.get("bus_id") and same_host(on, host, len(hosts))}

@@ -1,6 +1,6 @@
 """Runs a stack from its Docker image through the Docker SDK, and builds that image
 (containers/<stack>/<flavour>.Dockerfile, rendered here from container.toml and the locks; `make
-containers TOOL=docker`, on the pinned base or on a Debian base made here: suite/stacks/image_base.py).
+containers TOOL=docker`, on the pinned base or on a Debian base made here: suite/stacks/base_images.py).
 
 The suite's schedulers start argv lists, so every program of the stack becomes
 `python -m suite.runtimes.docker --image REF --bind DIRS [--gpus] -- PROGRAM ARGS`: this module, run
@@ -25,8 +25,8 @@ from suite.base.env_policy import forwarded_env
 from suite.base.errors import UsageError
 from suite.execution.plan import StackEnv, StackRequest
 from suite.inputs.host_gpus import host_gpus, pick_flavour
-from suite.stacks import image_base, images
-from suite.stacks.image_base import BASE_LABEL, parse_dpkg_list
+from suite.stacks import base_images, images
+from suite.stacks.base_images import BASE_LABEL, parse_dpkg_list
 from suite.stacks.images import Recipe, bind_list
 from suite.stacks.locks import Stack, load_stack
 
@@ -265,7 +265,7 @@ def build_problem() -> str | None:
 def check_build(fl, base: str) -> None:
     """A Debian base made here (BASE=debian) has no CUDA, and needs mmdebstrap or debootstrap."""
     if base == "debian":
-        image_base.check_debian(fl.name)
+        base_images.check_debian(fl.name)
 
 
 def build_image(fl, inputs, log=print) -> dict:
@@ -274,9 +274,9 @@ def build_image(fl, inputs, log=print) -> dict:
     base, with its metadata read back from the built image."""
     engine = client(timeout=600)
     if inputs.base == "debian":
-        base = image_base.debian_base(engine, log, inputs.refresh_base)
+        base = base_images.debian_base(engine, log, inputs.refresh_base)
     else:
-        base = image_base.pinned_base(fl.base)
+        base = base_images.pinned_base(fl.base)
         require_pinned_base(engine, base["ref"])
     image_tag = tag(fl, base["kind"])
     dockerfile = recipe(fl).path

@@ -68,7 +68,8 @@ class Setup:
 @dataclass(frozen=True)
 class Step:
     shell: str  # one shell command
-    refusal: str  # what its failure means before launch, in words ({host}: where)
+    refusal: str  # what its failure means before launch, in words ({host}: where; replaced, never str.format-ted,
+    # since the words hold the user's module names and paths)
     short: str = ""  # the same in a few words, for a process's log (default: the command failed)
     required: bool = True  # False: its failure is no failure (a module system for scripts alone)
 
@@ -230,7 +231,7 @@ def read_probe(output: str, setup: Setup, host: str) -> dict:
             step = probe_steps(setup, False)[int(line.split()[1])]
             begun = max((i for i in range(at) if lines[i] == "@@step"), default=-1) + 1
             said = detail(lines[begun:at])
-            raise UsageError(step.refusal.format(host=host) + (f": {said}" if said else ""))
+            raise UsageError(step.refusal.replace("{host}", host) + (f": {said}" if said else ""))
     raise RuntimeError(f"runtime modules: the probe on {host} reported nothing readable: {output.strip()[-300:]!r}")
 
 

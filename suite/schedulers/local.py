@@ -16,6 +16,7 @@ from pathlib import Path
 
 from suite.base.errors import UsageError
 from suite.execution.plan import Plan, Process, ProcessResult
+from suite.inputs.cases import known_cases
 from suite.inputs.hostfiles import profile_hostfile, read_hostfile
 
 GRACE_S = 10
@@ -23,6 +24,18 @@ DAEMON_GRACE_S = 3
 TAIL_LINES = 20
 # A Python exception line, also behind a launcher's rank prefix such as "[1]<stderr>:".
 ERROR_LINE = re.compile(r"(?:^|>:)\s*([A-Za-z_.]*(?:Error|Exception|Interrupt)\b:?.*)$")
+# A case script's own failure message (`raise SystemExit("pytorch-gpt: ...")`): the case's name first.
+CASE_LINE = re.compile(rf"(?:^|>:|\]:)\s*((?:{'|'.join(map(re.escape, known_cases()))}): .*)$")
+# A launcher's line that only reports that a child failed: the child's own line is the first error.
+WRAPPER_LINE = re.compile(r"ChildFailedError|Horovod detected that one or more processes exited")
+
+
+def failure_line(line: str) -> str | None:
+    """The part of an output line that says why a process failed, where it is such a line."""
+    if WRAPPER_LINE.search(line):
+        return None
+    match = ERROR_LINE.search(line) or CASE_LINE.search(line)
+    return match.group(1) if match else None
 
 
 class Placement:
@@ -64,8 +77,8 @@ class _Running:
                 log.write(line)
                 log.flush()
                 self.tail.append(line.rstrip("\n"))
-                if self.first_error is None and (match := ERROR_LINE.search(line.rstrip())):
-                    self.first_error = match.group(1)
+                if self.first_error is None:
+                    self.first_error = failure_line(line.rstrip())
                 sys.stdout.write(echo_prefix + line)
                 sys.stdout.flush()
 

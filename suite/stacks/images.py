@@ -23,7 +23,7 @@ from suite import __version__
 from suite.base import paths
 from suite.base.errors import UsageError
 from suite.base.jsonfile import write_json_atomic
-from suite.stacks import image_base, locks
+from suite.stacks import base_images, locks
 from suite.stacks.locks import DESCRIPTION, Flavour, Stack, load_flavour
 
 PREFIX = "/opt/stack"  # the stack's environment in the image: bin/python, bin/horovodrun ...
@@ -58,7 +58,7 @@ def build_steps(fl: Flavour) -> list[list[str]]:
                       "cd /tmp/stack-build", *locks.post_install_script(fl, RECIPE, PREFIX, FACTS).splitlines(),
                       "cd /", "rm -rf /tmp/stack-build"])
     steps.append([f"{PREFIX}/bin/python -m pip list --format=json > {PACKAGES}",
-                  f"{image_base.DPKG_LIST} > {SYSTEM_PACKAGES}",
+                  f"{base_images.DPKG_LIST} > {SYSTEM_PACKAGES}",
                   f"if [ ! -e {FACTS} ]; then echo '{{}}' > {FACTS}; fi"])
     return steps
 
@@ -118,11 +118,12 @@ def build_dir() -> Path:
 
 
 def write_image_meta(path: Path, fl: Flavour, image: str, image_sha256: str, tool: str, facts: dict,
-                     packages: dict, base: dict) -> dict:
+                     packages: dict, base: dict, extra: dict | None = None) -> dict:
+    """extra: what only one tool records (an image file's size, the tool's version ...)."""
     meta = {"stack": fl.stack.name, "flavour": fl.name, "image": image, "image_sha256": image_sha256,
             "tool": tool, "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "lock": fl.lock, "lock_sha256": fl.lock_sha256, "recipe_sha256": fl.recipe_sha256,
-            "base": base, "facts": facts, "packages": packages}
+            "base": base, "facts": facts, "packages": packages, **(extra or {})}
     write_json_atomic(path, meta)
     return meta
 

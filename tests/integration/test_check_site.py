@@ -3,7 +3,7 @@ launcher on the local stack, at its tiny sizes) and the same path on a stack who
 which must show as failed with the run's own error; the same case in a site's environment of modules
 (MODULES), with Lmod and with Environment Modules (the Tcl one), and with a module that does not load;
 and on the two-node SLURM cluster of the tests, each path a batch job on one node and across two
-(suite/commands/check.py)."""
+(suite/execution/site_runner.py)."""
 
 import json
 import os

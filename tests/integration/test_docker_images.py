@@ -241,7 +241,8 @@ def test_cleanup_removes_a_container_whose_client_was_killed(cpu_images):
 # run that its Dockerfile's RUN lines make for the image tested above.
 @pytest.mark.parametrize("stack, says", [("mxnet", "mxnet 1.9.1")])
 def test_definition_post_and_test_sections_run_in_the_base(cpu_images, tmp_path, stack, says):
-    """Apptainer is not installable here; its build runs the definition's %post in a root filesystem
+    """(tests/integration/test_apptainer.py builds the pytorch definition with Apptainer itself.) An Apptainer
+    build runs the definition's %post in a root filesystem
     of the base with %files copied in, then %test with %environment sourced. The same, in a container
     of the Debian base: the sections as the definition writes them, not the Dockerfile's copy."""
     fl = images.load_flavour(load_stack(stack), "cpu")

@@ -51,7 +51,8 @@ def tcl_site(tmp_path_factory):
 
 
 def profile(folder: Path, init: Path, load: str) -> None:
-    """hostfiles/tcl.toml: this machine, runtime modules, the Tcl system's init file and one module."""
+    """A profile tcl.toml in `folder` (the test's stand-in for hostfiles/): this machine, runtime modules, the
+    Tcl system's init file and one module."""
     (folder / "tcl.toml").write_text(f'hostfile = "{ROOT / "hostfiles" / "localhost"}"\nruntime = "modules"\n'
                                      f'[modules]\ninit = "{init}"\nload = ["{load}"]\n')
 

@@ -65,9 +65,10 @@ def results_of(record: dict) -> dict:
 def test_ddp_and_fsdp_start_from_the_same_loss_and_count_tokens(suite_cli, torch_stack, tmp_path):
     """Two micro-batches a step: the gradients kept local for the first (DDP's no_sync, FSDP2's
     set_requires_gradient_sync) must still be exchanged at the last, or the ranks drift apart and the
-    two no longer train alike; fsdp recomputes its blocks' activations, which changes no number."""
+    two no longer train alike; ddp recomputes its blocks' activations, which changes no number, and, the
+    first run on the tests' empty FLOP cache, counts its FLOPs without the recomputation."""
     losses = {}
-    for parallel, launcher, more in (("ddp", "ranks", ()), ("fsdp", "torchrun", ("--activation-checkpointing",))):
+    for parallel, launcher, more in (("ddp", "ranks", ("--activation-checkpointing",)), ("fsdp", "torchrun", ())):
         result = suite_cli("run", *CASE, "--gpus-per-node", "2", case_args=(
             *TINY, "--parallel", parallel, "--launcher", launcher, "--grad-accum", "2", *more))
         record = checked_record(result, suite_cli)
@@ -83,7 +84,12 @@ def test_ddp_and_fsdp_start_from_the_same_loss_and_count_tokens(suite_cli, torch
         assert all(m > 0 for m in results["peak_memory_bytes"])
         # the formula's FLOPs per token beside PyTorch's count (layer norms and biases: 2.4% at this size)
         assert results["formula_flops_per_token"] == pytest.approx(results["counted_flops_per_token"], rel=0.05)
-        assert record["metrics"]["utilisation"]["flops_per_sample"] == results["formula_flops_per_token"]
+        used = record["metrics"]["utilisation"]
+        assert used["flops_per_sample"] == results["formula_flops_per_token"] and used["valid"]
+        assert used["flops_per_step"] == pytest.approx(results["formula_flops_per_token"] * 16 * 32)  # per token
+        assert results["formula_parameters_convention"].startswith("nanoGPT's")
+        assert "reset after the matmul peak" in results["peak_memory_basis"]
+        assert "MFU " in result.stdout and "of the measured fp32 matmul peak" in result.stdout
         losses[parallel] = results["first_losses"]
     assert reported["fsdp"]["sharded_modules"] == 3 and reported["fsdp"]["reshard_after_forward"] is True
     assert losses["fsdp"][0] == pytest.approx(losses["ddp"][0], rel=1e-5)
@@ -152,3 +158,20 @@ def test_bad_input_is_refused_before_launch(suite_cli, tmp_path, case_args, mess
     result = suite_cli("run", *CASE, "--data-dir", str(tmp_path), case_args=case_args)
     assert result.returncode == 2 and message in result.stderr, result.stderr
     assert not suite_cli.runs.exists()
+
+
+def test_a_token_id_beyond_the_vocabulary_that_only_the_ranks_see_fails_the_run_with_their_own_line(
+        suite_cli, torch_stack, tmp_path, monkeypatch):
+    """A file too large to scan before launch (here: SUITE_DATA_SCAN_BYTES=0): the ranks check each batch,
+    and the failed record's first error is the rank's own line, not torchrun's ChildFailedError."""
+    (tmp_path / "tokens").mkdir()
+    np.full(2000, 300, np.uint16).tofile(tmp_path / "tokens" / "train.bin")
+    monkeypatch.setenv("SUITE_DATA_SCAN_BYTES", "0")
+    result = suite_cli("run", *CASE, "--gpus-per-node", "2", "--data-dir", str(tmp_path),
+                       case_args=(*TINY, "--data", "tokens"))
+    assert result.returncode == 1, result.stderr[-3000:]
+    [record] = records_in(suite_cli.results)
+    assert record["status"] == "failed" and "ChildFailedError" not in record["reason"], record["reason"]
+    said = record["reason"]
+    assert f"first error: 'pytorch-gpt: {tmp_path / 'tokens' / 'train.bin'} holds token id 300 (token " in said, said
+    assert "beyond the vocabulary of 256 (--vocab-size)'" in said, said

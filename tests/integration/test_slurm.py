@@ -314,7 +314,8 @@ def test_doctor_checks_the_slurm_commands(slurm_cluster):
     from suite.runtimes.apptainer import found_program
 
     have = found_program()
-    assert any(line == f"ok: apptainer ({have})" if have else line.startswith("missing: apptainer") for line in lines)
+    assert any(line.startswith("ok: apptainer ") and line.endswith(f" ({have})") if have
+               else line.startswith("missing: apptainer") for line in lines)
     assert all(line.startswith(("ok: ", "missing: ")) for line in lines[1:])
 
 

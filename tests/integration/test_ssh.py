@@ -226,6 +226,20 @@ def test_tf_cifar_multi_worker_on_two_hosts(suite_cli, loopback_sshd, cifar_data
     assert opened["127.0.0.2"] >= 1 and opened["127.0.0.3"] >= 1
 
 
+def test_jax_gpt_joins_its_processes_over_two_hosts(suite_cli, loopback_sshd):
+    """jaxdist over ssh: one process per host, the coordinator on the first; sharded over both (fsdp)."""
+    from suite.stacks.locks import ensure_installed, load_stack
+
+    ensure_installed(load_stack("jax"))
+    record, opened = checked_run(suite_cli, loopback_sshd, "--case", "jax-gpt", "--no-precheck",
+                                 case_args=(*tiny("jax-gpt"), "--parallel", "fsdp"))
+    placed = [(p["name"], p["host"]) for p in record["repetitions"][0]["processes"]]
+    assert placed == [("rank-0", "127.0.0.2"), ("rank-1", "127.0.0.3")]
+    assert record["execution"]["coordinator"].startswith("127.0.0.2:")
+    assert record["config"]["reported_by_case"]["processes"] == 2 and record["metrics"]["throughput"]["n"] == 3
+    assert opened["127.0.0.2"] >= 1 and opened["127.0.0.3"] >= 1
+
+
 @pytest.mark.parametrize("fault", ["a remote worker dies", "the runner is stopped"])
 def test_a_fault_ends_the_job_on_every_host(loopback_sshd, pytorch_stack, tmp_path, fault):
     from support.faults import failed_record_after, start_run, wait_for_ranks

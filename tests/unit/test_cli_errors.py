@@ -25,7 +25,7 @@ CASES = [
     (["--case", "../pytorch-synthetic"], (), "unknown case '../pytorch-synthetic'"),
     ([], ("--num-iters", "0"), "argument --num-iters: must be at least 1, got 0"),
     ([], ("--image-size", "1.5"), "argument --image-size: expected int, got '1.5'"),
-    (["--runtime", "podman"], (), "unknown runtime 'podman' (known: "),
+    (["--runtime", "shifter"], (), "unknown runtime 'shifter' (known: "),
     (["--scheduler", "pbs"], (), "unknown scheduler 'pbs' (known: "),
     (["--hostfile", "hostfiles/missing"], (), "hostfile not found: hostfiles/missing"),
     ([], ("--image-size", "0"), "case pytorch-synthetic: argument --image-size: must be at least 1, got 0"),

@@ -3,6 +3,7 @@ request, never the parser's Namespace."""
 
 import argparse
 import dataclasses
+import pkgutil
 import signal
 import subprocess
 import sys
@@ -11,6 +12,7 @@ import time
 import pytest
 from conftest import ROOT
 
+import suite.commands
 from suite import cli
 from suite.inputs.cases import load_case
 
@@ -26,14 +28,41 @@ def test_the_commands_a_user_knows_are_all_there():
             "install", "wheels", "cases", "containers", "validate"} <= set(COMMANDS)
 
 
+def test_every_module_of_the_commands_folder_is_a_command_but_the_named_helpers():
+    modules = {info.name for info in pkgutil.iter_modules(suite.commands.__path__)}
+    assert cli.NOT_COMMANDS <= modules
+    assert {m.__name__.rsplit(".", 1)[-1] for m in COMMANDS.values()} == modules - cli.NOT_COMMANDS
+
+
 @pytest.mark.parametrize("name", sorted(COMMANDS))
-def test_a_command_module_defines_its_arguments_request_and_run(name):
+def test_a_command_module_meets_the_command_contract(name):
     module = COMMANDS[name]
-    for part in ("HELP", "add_arguments", "make_request", "run"):
-        assert hasattr(module, part), f"suite/commands: {name} lacks {part}"
+    assert cli.contract_problems(module) == [], f"suite/commands: {name}"
+    assert module.NAME == name and isinstance(module.HELP, str)
     args = cli.build_cli().parse_args([name, *MINIMAL.get(name, [])])
     request = module.make_request(args, [], [name])
     assert dataclasses.is_dataclass(request) and not isinstance(request, argparse.Namespace)
+
+
+def test_a_module_that_does_not_meet_the_contract_stops_the_command_line(tmp_path, monkeypatch):
+    """A module in suite/commands/ without EPILOG and FORMATTER, and with a HELP that is not text, is named
+    with what it lacks, instead of vanishing from the commands (or failing later, in one command's --help)."""
+    (tmp_path / "half.py").write_text('NAME = "half"\nHELP = 3\n\ndef add_arguments(parser):\n    pass\n\n'
+                                      'def make_request(args, case_args, argv):\n    return None\n\nrun = None\n')
+    (tmp_path / "nameless.py").write_text('"""A command that forgot its NAME."""\n')
+    monkeypatch.setattr(suite.commands, "__path__", [*suite.commands.__path__, str(tmp_path)])
+    for name in ("half", "nameless"):
+        monkeypatch.delitem(sys.modules, f"suite.commands.{name}", raising=False)
+    with pytest.raises(RuntimeError) as refused:
+        cli.commands()
+    said = str(refused.value)
+    assert said.startswith("suite/commands/half.py is not a command: no EPILOG; no FORMATTER; "
+                           "HELP is not a non-empty string; run is not a function"), said
+    (tmp_path / "half.py").unlink()
+    with pytest.raises(RuntimeError, match="nameless.py is not a command: no NAME; no HELP; no EPILOG"):
+        cli.commands()
+    for name in ("half", "nameless"):
+        sys.modules.pop(f"suite.commands.{name}", None)
 
 
 def test_options_shared_by_run_and_compare_frameworks_are_defined_once():
@@ -83,7 +112,7 @@ def test_a_runner_started_with_sigint_ignored_still_stops_on_it(tmp_path):
             "from suite import cli\n"
             "cli.commands = lambda: {'wait': Wait}\n"
             "class Wait:\n"
-            "    NAME, HELP = 'wait', 'waits'\n"
+            "    NAME, HELP, EPILOG, FORMATTER = 'wait', 'waits', None, __import__('argparse').HelpFormatter\n"
             "    add_arguments = staticmethod(lambda parser: None)\n"
             "    make_request = staticmethod(lambda args, case_args, argv: None)\n"
             "    @staticmethod\n"

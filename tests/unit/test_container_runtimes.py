@@ -56,7 +56,7 @@ def want(**given) -> StackRequest:
 def built_image(folder: Path, flavour: str = "cpu") -> Path:
     """An image file and the metadata `make containers` writes beside it."""
     image = folder / "images" / f"tensorflow-{flavour}.sif"
-    image.write_bytes(b"not really an image")
+    image.write_bytes(b"#!/usr/bin/env run-singularity\n\0" + apptainer.SIF_MAGIC + b"\0" * 64)  # a SIF's header
     fl = images.load_flavour(STACK, flavour)
     images.write_image_meta(apptainer.meta_path(image), fl, str(image), SHA, "apptainer",
                                 {"built": True}, {"tensorflow": "2.21.0"}, {"kind": "pinned", "ref": fl.base})
@@ -200,3 +200,51 @@ def failed_record(provenance: dict) -> dict:
     ctx = RunContext(new_run_id(case.name, 1, 1), case, {}, world, provenance["runtime"], "local", ["suite"], utc_now(),
                      request=recorded(RunRequest()))
     return build_record(ctx, [], provenance, {}, "stopped for the test")
+
+
+def test_apptainer_refuses_a_sif_cut_short_or_not_a_sif_or_unreadable(host):
+    image = built_image(host)
+    meta = json.loads(apptainer.meta_path(image).read_text())
+    hint = "make containers STACK=tensorflow FLAVOUR=cpu"
+    apptainer.check_sif(image, {**meta, "image_bytes": image.stat().st_size}, hint)  # as built: fine
+    with pytest.raises(UsageError, match=rf"has {image.stat().st_size} bytes, not the 999999 it was built with"):
+        apptainer.check_sif(image, {**meta, "image_bytes": 999999}, hint)
+    image.write_bytes(b"\0" * 100)
+    with pytest.raises(UsageError, match=r"is not a SIF image \(no SIF header\): rebuild it with `make containers"):
+        apptainer.check_sif(image, meta, hint)
+    image.unlink()
+    image.mkdir()
+    with pytest.raises(UsageError, match=r"cannot read the image .* \(Is a directory\)"):
+        apptainer.check_sif(image, meta, hint)
+
+
+def test_apptainer_refuses_a_bind_of_a_missing_folder_but_not_the_default_data_folder(tmp_path, monkeypatch):
+    monkeypatch.setenv("DATA_DIR", str(tmp_path / "default-data"))
+    apptainer.check_binds([str(tmp_path), str(tmp_path / "default-data")])
+    with pytest.raises(UsageError, match=rf"cannot bind {tmp_path}/gone into the image: no such folder"):
+        apptainer.check_binds([str(tmp_path), str(tmp_path / "gone")])
+
+
+def test_apptainer_build_definition_fills_in_base_and_wheels_and_traces_the_test():
+    fl = images.load_flavour(load_stack("pytorch"), "cpu")
+    text = apptainer.recipe(fl).text
+    built = apptainer.build_definition(text, Path("/images/bases/debian.sif"), "http://127.0.0.1:1/")
+    lines = built.splitlines()
+    assert lines[:2] == ["Bootstrap: localimage", "From: /images/bases/debian.sif"]
+    assert lines[lines.index("%post") + 1] == '    export WHEELS="http://127.0.0.1:1/"'
+    assert lines[lines.index("%test") + 1] == "    set -x"
+    assert apptainer.build_definition(text, None, "").splitlines()[:2] == text.splitlines()[:2]
+
+
+def test_a_failed_apptainer_build_names_the_section_and_line_of_the_definition():
+    fl = images.load_flavour(load_stack("pytorch"), "cpu")
+    rendered = apptainer.recipe(fl)
+    number = next(i for i, line in enumerate(rendered.text.splitlines(), 1) if "pip install" in line)
+    pip = rendered.text.splitlines()[number - 1].strip()
+    output = ["INFO:    Running post scriptlet", "+ set -eu", f"+ {pip.replace(chr(39), '')}",
+              "ERROR: No matching distribution found for torch",
+              "FATAL:   While performing build: while running engine: while running %post section: exit status 1"]
+    said = apptainer.build_failure(rendered, output, 255, Path("/x/pytorch-cpu.sif.build.log"))
+    assert said.startswith(f"apptainer build failed in %post of containers/pytorch/cpu.def line {number}: `")
+    assert "(While performing build: while running engine: while running %post section: exit status 1)" in said
+    assert said.endswith("the build's output: /x/pytorch-cpu.sif.build.log")

@@ -110,7 +110,7 @@ def test_test_section_smoke_imports_the_framework(fl):
     text = definition(fl).read_text()
     tests = text.split("%test", 1)[1].split("%help", 1)[0]
     framework = {"pytorch-horovod": "import torch", "pytorch": "import torch", "tensorflow": "import tensorflow",
-                 "mxnet": "import mxnet"}
+                 "mxnet": "import mxnet", "jax": "import jax"}
     assert framework[fl.stack.name] in tests
     assert ("horovodrun --check-build" in tests) == (fl.stack.name == "pytorch-horovod")
     assert f"CASE={fl.example_case} RUNTIME=apptainer" in text.split("%help", 1)[1]
@@ -180,7 +180,8 @@ def test_make_containers_says_what_is_missing():
                              "--flavour", "cpu", "--tool", tool], cwd=paths.ROOT, capture_output=True, text=True)
     assert result.returncode == 2, result.stdout + result.stderr
     [line] = result.stderr.strip().splitlines()
-    asked = {"auto": "apptainer or a Docker engine", "apptainer": "apptainer", "docker": "a Docker engine"}[tool]
+    asked = {"auto": "apptainer or a Docker engine or Charliecloud's ch-convert with a Docker engine",
+             "apptainer": "apptainer", "docker": "a Docker engine"}[tool]
     assert f"needs {asked};" in line
     assert f"apptainer: {'not asked for' if tool == 'docker' else 'not on PATH'}" in line
     assert f"docker: {'not asked for' if tool == 'apptainer' else engine_problem.split(' (')[0]}" in line

@@ -148,8 +148,10 @@ def gpu_record(utils: dict[str, float], devices: int = 1) -> dict:
 
 def test_the_diagnosis_reads_the_gpus_the_ranks_trained_on_not_the_busiest():
     record = gpu_record({UUIDS[0]: 0.0, UUIDS[1]: 97.0})  # another job keeps GPU 1 busy
-    assert diagnosis.gpu_busy(record) == 0.97  # without the ranks' UUIDs: the busiest (older records)
+    assert diagnosis.gpu_busy(record) is None  # without the ranks' UUIDs (older records): not the busiest
+    assert diagnosis.unmatched_gpus(record).startswith("GPUs unmatched on gpu01: the record does not say")
     mark_used(record["metrics"]["telemetry"]["hosts"], [{"host": "gpu01", "gpus": [{"uuid": UUIDS[0]}]}])
+    assert diagnosis.unmatched_gpus(record) is None
     assert [g["uuid"] for g in diagnosis.run_gpus(record)] == [UUIDS[0]] and diagnosis.gpu_busy(record) == 0.0
 
 
@@ -167,6 +169,18 @@ def test_without_uuids_the_ranks_gpus_are_matched_by_bus_id_on_their_own_host():
     untouched = telemetry_hosts({UUIDS[0]: 50.0})
     mark_used(untouched, [{"host": "gpu01", "gpus": [{"device_index": 0, "visible_as": "0"}]}])  # nothing named
     assert "used" not in untouched["gpu01"]["gpus"][0]
+    assert untouched["gpu01"]["gpus_unmatched"].startswith("the ranks named no UUID or PCI bus id of their GPUs")
+
+
+def test_gpus_the_ranks_do_not_name_are_unmatched_never_the_busiest_in_gpu_check_and_the_diagnosis():
+    record = gpu_record({UUIDS[0]: 0.0, UUIDS[1]: 97.0})  # another job keeps GPU 1 busy; the run's is idle
+    mark_used(record["metrics"]["telemetry"]["hosts"], [{"host": "gpu01", "gpus": [{"device_index": 0}]}])
+    assert diagnosis.run_gpus(record) == [] and diagnosis.gpu_busy(record) is None
+    assert gpu_check().telemetry_problem(record).startswith("GPUs unmatched on gpu01: the ranks named no UUID")
+    record.update(config={"global_batch": 8}, repetitions=[])
+    record["metrics"]["timed_seconds"] = 10.0
+    found = diagnosis.diagnose(record)
+    assert found["figures"]["device_busy"] is None and "GPUs unmatched on gpu01" in found["why"], found
 
 
 # --- make gpu-check ----------------------------------------------------------------------------------
@@ -177,6 +191,7 @@ def checked_record(tmp_path: Path, device_type="cuda", host="gpu01", utils=None,
     if mllog:
         (ranks / "rank-00000.mllog").write_text(mllog)
     record = gpu_record(utils if utils is not None else {UUIDS[0]: 90.0})
+    mark_used(record["metrics"]["telemetry"]["hosts"], [{"host": host, "gpus": [{"uuid": UUIDS[0]}]}])
     record["world"]["device_type"] = device_type
     record["config"] = {"reported_by_case": {"device_name": "cpu" if device_type == "cpu" else "NVIDIA H100 80GB HBM3"}}
     record["provenance"] = {"host_info": {host: {}}, "versions": versions or {}}

@@ -1,7 +1,8 @@
 import pytest
 
 from suite.base.errors import UsageError
-from suite.inputs.hostfiles import Host, parse_hostfile, positive_int, read_hostfile, select_world
+from suite.inputs.counts import positive_int
+from suite.inputs.hostfiles import Host, parse_hostfile, read_hostfile, select_world
 
 
 def test_openmpi_mpich_plain_comments_and_blank_lines():

@@ -30,7 +30,7 @@ def lacking_files(lock, target: Target) -> list[str]:
 
 
 def test_every_lock_states_its_coverage_and_lists_its_files():
-    assert len(LOCKS) == 8  # 4 stacks x (cpu, cuda)
+    assert len(LOCKS) == 10  # 5 stacks x (cpu, cuda)
     for lock in LOCKS:
         coverage = read_coverage(lock)
         assert coverage and coverage.covered, f"{lock}: no '# covers:' header (make locks writes it)"
@@ -72,6 +72,8 @@ def test_what_the_frameworks_do_not_publish_is_named():
     assert tensorflow.not_covered["3.11-aarch64"] == "no file of tensorflow-cpu==2.21.0 for it"
     pytorch = read_coverage(ROOT / "containers" / "pytorch" / "requirements.lock")
     assert set(pytorch.covered) == set(TARGETS) and pytorch.glibc == "2.28"
+    for flavour in ("", "cuda/"):  # jax: each interpreter the newest jax that supports it, both flavours
+        assert set(read_coverage(ROOT / "containers" / "jax" / f"{flavour}requirements.lock").covered) == set(TARGETS)
 
 
 def test_wheel_tags_decide_what_a_file_covers():

@@ -1,6 +1,7 @@
 """The same training under each data-parallel strategy (suite/analysis/same_work.py, parallel_rows): only
 records of the same model, context, global batch, dtype and data on as many devices of one cluster are
-set side by side, the latest of each strategy, and only where more than one strategy ran."""
+set side by side, the latest of each case and strategy, and only where more than one ran: PyTorch's ddp and fsdp
+beside JAX's dp and fsdp."""
 
 from suite.analysis.same_work import PARALLEL_COLUMNS, format_parallel_table, parallel_rows, reported
 from suite.records.read import Point
@@ -9,10 +10,10 @@ MIB = 2**20
 
 
 def point(parallel: str, finished: str, devices: int = 2, global_batch: int = 16, tokens_s: float = 4000.0,
-          cluster: str = "jsc", peaks: tuple = (900 * MIB, 1000 * MIB)) -> Point:
+          cluster: str = "jsc", peaks: tuple = (900 * MIB, 1000 * MIB), case: str = "pytorch-gpt") -> Point:
     facts = {"parallel": parallel, "model_name": "gpt2-small", "context": 1024, "global_batch": global_batch,
              "dtype": "amp-bfloat16", "data": "synthetic"}
-    record = {"case": "pytorch-gpt", "run_id": f"{finished}-{parallel}", "finished_at": finished,
+    record = {"case": case, "run_id": f"{finished}-{case}-{parallel}", "finished_at": finished,
               "execution": {"stack": "pytorch"}, "world": {"cluster": cluster, "devices": devices, "nodes": 1},
               "config": {"reported_by_case": facts},
               "metrics": {"throughput": {"mean": tokens_s, "per_device": tokens_s / devices},
@@ -39,3 +40,15 @@ def test_each_strategy_s_latest_record_of_the_same_work_side_by_side():
 
 def test_a_strategy_alone_makes_no_rows():
     assert parallel_rows([point("ddp", "2026-11-01T10:00:00Z"), point("ddp", "2026-11-02T10:00:00Z")]) == []
+
+
+def test_the_frameworks_strategies_of_the_same_work_side_by_side():
+    jax = {"case": "jax-gpt"}
+    points = [point("ddp", "2026-11-01T10:00:00Z"), point("fsdp", "2026-11-01T11:00:00Z"),
+              point("dp", "2026-11-01T12:00:00Z", **jax), point("fsdp", "2026-11-01T13:00:00Z", **jax),
+              point("dp", "2026-11-01T14:00:00Z", global_batch=32, **jax)]  # other work: alone
+    rows = parallel_rows(points)
+    assert [(p.case, reported(p)["parallel"]) for p in rows] == [
+        ("jax-gpt", "dp"), ("jax-gpt", "fsdp"), ("pytorch-gpt", "ddp"), ("pytorch-gpt", "fsdp")]
+    one_each = parallel_rows([point("ddp", "2026-11-01T10:00:00Z"), point("dp", "2026-11-01T12:00:00Z", **jax)])
+    assert [p.case for p in one_each] == ["jax-gpt", "pytorch-gpt"]  # one strategy of each framework: a pair too

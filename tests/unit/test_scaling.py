@@ -7,7 +7,7 @@ from conftest import ROOT
 from support.fixture_records import make_record
 
 from suite.analysis.scaling import Exchange, Model, fit
-from suite.commands.predict import validate_on_published
+from suite.analysis.scaling_validation import validate_on_published
 
 sys.path.insert(0, str(ROOT / "tools"))
 from scaling_validation import DOC, VALIDATIONS, render

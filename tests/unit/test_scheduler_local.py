@@ -6,6 +6,8 @@ import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 
+import pytest
+
 from suite.execution.plan import Plan, Process
 from suite.schedulers import local
 
@@ -85,6 +87,29 @@ def test_first_error_line_is_kept_behind_rank_prefixes(tmp_path):
     [result] = local.execute(Plan(ranks=1, processes=(proc("launcher", code, tmp_path),)), tmp_path / "logs",
                              timeout_s=60)
     assert result.returncode == 1 and result.first_error == "ValueError: bad shape"
+
+
+TORCHRUN_FAILURE = [
+    "pytorch-gpt: data/tokens/train.bin holds token id 60000 (token 17), beyond the vocabulary of 50304",
+    "E1125 19:00:00.000000 123 torch/distributed/elastic/multiprocessing/api.py:869] failed (exitcode: 1)",
+    "Traceback (most recent call last):",
+    '  File "/stack/bin/torchrun", line 8, in <module>',
+    "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: ",
+    "train.py FAILED",
+]
+
+
+@pytest.mark.parametrize("lines, first", [
+    (TORCHRUN_FAILURE, TORCHRUN_FAILURE[0]),
+    (TORCHRUN_FAILURE[1:], None),
+    (["[1]<stderr>:mxnet-imagenet: --gpus 3 but this node has 2 GPU(s)", "RuntimeError: Horovod detected that "
+      "one or more processes exited with non-zero status"], "mxnet-imagenet: --gpus 3 but this node has 2 GPU(s)"),
+])
+def test_first_error_is_the_rank_s_own_line_not_the_launcher_s(tmp_path, lines, first):
+    code = f"print({chr(10).join(lines)!r}); raise SystemExit(1)"
+    [result] = local.execute(Plan(ranks=1, processes=(proc("launcher", code, tmp_path),)), tmp_path / "logs",
+                             timeout_s=60)
+    assert result.returncode == 1 and result.first_error == first
 
 
 def test_stall_limit_ends_a_silent_job(tmp_path):

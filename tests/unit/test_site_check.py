@@ -1,6 +1,6 @@
 """`suite check`'s logic without running a case: the table, its JSON and report page, the exit status,
-which paths a host offers, and why a path is not available (suite/analysis/site_check.py,
-suite/commands/check.py)."""
+which paths a host offers, why a path is not available, and how a path that ran is judged
+(suite/analysis/site_check.py, suite/execution/site_paths.py, suite/execution/site_runner.py)."""
 
 import json
 import os
@@ -13,8 +13,7 @@ from conftest import ROOT
 from suite.analysis import site_check
 from suite.analysis.site_check import FAILED, OK, UNAVAILABLE, PathResult, SiteCheck
 from suite.base.errors import UsageError
-from suite.commands import check
-from suite.execution import plugins
+from suite.execution import plugins, site_paths, site_runner
 from suite.execution.clusters import Cluster
 from suite.inputs.cases import load_case
 
@@ -27,9 +26,22 @@ def a_check(*outcomes: str, cluster: str = "localhost", only: str | None = None,
 
 
 @pytest.mark.parametrize("outcomes, status", [((OK, UNAVAILABLE), 0), ((OK, FAILED, UNAVAILABLE), 1),
-                                              ((UNAVAILABLE,), 0), ((FAILED,), 1)])
+                                              ((FAILED, UNAVAILABLE), 1), ((FAILED,), 1)])
 def test_exit_status_is_1_only_when_an_available_path_failed(outcomes, status):
     assert site_check.exit_status(a_check(*outcomes)) == status
+
+
+@pytest.mark.parametrize("outcomes", [(UNAVAILABLE,), (UNAVAILABLE, UNAVAILABLE), ()])
+def test_a_check_where_no_path_ran_exits_with_its_own_status_not_0(outcomes):
+    assert site_check.exit_status(a_check(*outcomes)) == site_check.EXIT_NOTHING_CHECKED == 3
+
+
+def test_an_interrupted_check_exits_130_whatever_its_rows_say():
+    for outcomes in ((OK,), (UNAVAILABLE,), (FAILED,)):
+        check = a_check(*outcomes)
+        check.interrupted = True
+        assert site_check.exit_status(check) == 130
+        assert "interrupted" in site_check.summary_line(check)
 
 
 def test_a_check_where_nothing_ran_says_that_nothing_was_checked():
@@ -97,35 +109,35 @@ def test_the_report_links_a_page_of_site_checks(tmp_path):
 # --- which paths --------------------------------------------------------------------------------------
 
 def test_each_launcher_of_a_case_is_a_path():
-    assert check.launchers_of(load_case("pytorch-ddp")) == [("torchrun", ("--launcher", "torchrun")),
+    assert site_paths.launchers_of(load_case("pytorch-ddp")) == [("torchrun", ("--launcher", "torchrun")),
                                                            ("ranks", ("--launcher", "ranks"))]
-    assert check.launchers_of(load_case("tf-cifar")) == [("tfdist", ())]
+    assert site_paths.launchers_of(load_case("tf-cifar")) == [("tfdist", ())]
 
 
 def test_the_paths_of_this_host_run_on_one_node_and_other_hosts_add_two():
     local, ssh = plugins.load("schedulers", "local"), plugins.load("schedulers", "ssh")
-    assert check.node_counts(local) == [1] and check.node_counts(ssh) == [1, 2]
+    assert site_paths.node_counts(local) == [1] and site_paths.node_counts(ssh) == [1, 2]
     cases = [load_case("pytorch-ddp"), load_case("tf-cifar")]
-    found = check.site_paths(None, cases, ["local", "docker"], [1, 2], gpus=0)
+    found = site_paths.site_paths(None, cases, ["local", "docker"], [1, 2], gpus=0)
     assert len(found) == (2 + 1) * 2 * 2
     assert {(p.nodes, p.per_node) for p in found} == {(1, 2), (2, 1)}  # CPU workers: two in all
-    assert {p.per_node for p in check.site_paths(None, cases, ["local"], [1, 2], gpus=4)} == {4}
-    assert check.runtimes_for(None)[0] == "local"
-    assert set(check.runtimes_for(None)) == set(plugins.available("runtimes"))
+    assert {p.per_node for p in site_paths.site_paths(None, cases, ["local"], [1, 2], gpus=4)} == {4}
+    assert site_paths.runtimes_for(None)[0] == "local"
+    assert set(site_paths.runtimes_for(None)) == set(plugins.available("runtimes"))
 
 
 def test_only_narrows_by_case_runtime_or_launcher_and_refuses_a_pattern_matching_nothing():
-    found = check.site_paths(None, [load_case("pytorch-ddp"), load_case("tf-cifar")], ["local", "docker"], [1], 0)
-    assert {p.named() for p in check.narrowed(found, ["ddp/local/ranks"])} == {"pytorch-ddp/local/ranks"}
-    assert {p.runtime for p in check.narrowed(found, ["/docker/"])} == {"docker"}
-    assert len(check.narrowed(found, None)) == len(found)
+    found = site_paths.site_paths(None, [load_case("pytorch-ddp"), load_case("tf-cifar")], ["local", "docker"], [1], 0)
+    assert {p.named() for p in site_paths.narrowed(found, ["ddp/local/ranks"])} == {"pytorch-ddp/local/ranks"}
+    assert {p.runtime for p in site_paths.narrowed(found, ["/docker/"])} == {"docker"}
+    assert len(site_paths.narrowed(found, None)) == len(found)
     with pytest.raises(UsageError, match="--only nosuch matches none of the 6 paths here"):
-        check.narrowed(found, ["nosuch"])
+        site_paths.narrowed(found, ["nosuch"])
 
 
 def test_the_runner_gets_the_case_at_its_tiny_sizes_with_the_launcher_chosen(tmp_path):
-    [path] = check.narrowed(check.site_paths(None, [load_case("pytorch-ddp")], ["local"], [1], 0), ["ranks"])
-    argv = check.runner_argv(path, None, tmp_path / "r", tmp_path / "w")
+    [path] = site_paths.narrowed(site_paths.site_paths(None, [load_case("pytorch-ddp")], ["local"], [1], 0), ["ranks"])
+    argv = site_runner.runner_argv(path, None, tmp_path / "r", tmp_path / "w")
     assert argv[1:4] == ["-m", "suite", "run"] and argv[argv.index("--gpus-per-node") + 1] == "2"
     assert argv[argv.index("--") + 1:] == [*load_case("pytorch-ddp").tiny_args(), "--launcher", "ranks"]
 
@@ -135,61 +147,112 @@ def test_the_runner_gets_the_case_at_its_tiny_sizes_with_the_launcher_chosen(tmp
 def test_a_container_runtime_without_its_tool_is_not_available_and_says_why(monkeypatch, tmp_path):
     monkeypatch.setenv("PATH", str(tmp_path))
     monkeypatch.delenv("SUITE_APPTAINER", raising=False)
-    assert check.runtime_problem("apptainer", None, "pytorch", "cpu").startswith("apptainer (or singularity) on PATH")
+    apptainer = site_paths.runtime_problem("apptainer", None, "pytorch", "cpu")
+    assert apptainer.startswith("apptainer (or singularity) on PATH")
     monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/no-engine.sock")
-    assert "Docker engine" in check.runtime_problem("docker", None, "pytorch", "cpu")
-    assert check.runtime_problem("local", None, "pytorch", "cpu") is None  # the run builds it
+    assert "Docker engine" in site_paths.runtime_problem("docker", None, "pytorch", "cpu")
+    assert site_paths.runtime_problem("local", None, "pytorch", "cpu") is None  # the run builds it
 
 
 def test_modules_without_an_environment_or_a_module_system_are_not_available(tmp_path):
-    assert "no environment of the site named" in check.runtime_problem("modules", None, "pytorch", "cpu")
+    assert "no environment of the site named" in site_paths.runtime_problem("modules", None, "pytorch", "cpu")
     no_system = Cluster("site", tmp_path / "site.toml", plugins={"modules": {
         "init": str(tmp_path / "no-init.sh"), "load": ["PyTorch"], "purge": True}})
-    assert check.runtime_problem("modules", no_system, "pytorch", "cpu").startswith("no module system")
+    assert site_paths.runtime_problem("modules", no_system, "pytorch", "cpu").startswith("no module system")
 
 
 def test_a_sites_environment_without_the_stacks_framework_is_not_available(tmp_path):
     plain = Cluster("site", tmp_path / "site.toml", plugins={"modules": {"python": sys.executable, "purge": True}})
-    assert check.stack_frameworks("pytorch-horovod") == {"torch", "horovod"}
-    assert check.stack_frameworks("tensorflow") == {"tensorflow"}
-    assert "has no mxnet" in check.runtime_problem("modules", plain, "mxnet", "cpu")
+    assert site_paths.stack_frameworks("pytorch-horovod") == {"torch", "horovod"}
+    assert site_paths.stack_frameworks("tensorflow") == {"tensorflow"}
+    assert "has no mxnet" in site_paths.runtime_problem("modules", plain, "mxnet", "cpu")
 
 
 def test_missing_data_and_too_few_hosts_are_not_available(tmp_path):
     data_less = Cluster("site", tmp_path / "site.toml", data_dir=tmp_path / "data")
     tf_cifar = load_case("tf-cifar")
-    assert "data missing under" in check.data_problem(tf_cifar, data_less, tf_cifar.tiny_args())
-    assert check.data_problem(load_case("pytorch-ddp"), data_less, load_case("pytorch-ddp").tiny_args()) is None
+    assert "data missing under" in site_paths.data_problem(tf_cifar, data_less, tf_cifar.tiny_args())
+    assert site_paths.data_problem(load_case("pytorch-ddp"), data_less, load_case("pytorch-ddp").tiny_args()) is None
     one_host = Cluster("one", tmp_path / "one.toml", hostfile=ROOT / "hostfiles" / "localhost", scheduler="ssh")
     ssh = plugins.load("schedulers", "ssh")
-    assert check.hosts_problem(ssh, one_host, 2).startswith("2 nodes, but")
-    assert check.hosts_problem(ssh, one_host, 1) is None
+    assert site_paths.hosts_problem(ssh, one_host, 2).startswith("2 nodes, but")
+    assert site_paths.hosts_problem(ssh, one_host, 1) is None
 
 
 # --- how a path went ----------------------------------------------------------------------------------
 
 def test_the_why_of_a_failure_is_the_records_reason_else_the_runners_error_line():
-    assert check.why_failed(1, "lots\n", {"reason": "repetition 0: rank 1 exited with 1"}).startswith("repetition 0")
-    assert check.why_failed(2, "x\nerror: no Docker image y\n", None) == "error: no Docker image y"
-    assert check.why_failed(1, "a\nlast words\n", None) == "exit 1: last words"
-    assert check.why_failed(-9, "", None) == "exit -9 with no output"
+    said = site_runner.why_failed(1, "lots\n", {"reason": "repetition 0: rank 1 exited with 1"})
+    assert said.startswith("repetition 0")
+    assert site_runner.why_failed(2, "x\nerror: no Docker image y\n", None) == "error: no Docker image y"
+    assert site_runner.why_failed(1, "a\nlast words\n", None) == "exit 1: last words"
+    assert site_runner.why_failed(-9, "", None) == "exit -9 with no output"
 
 
-def gpu_record(device="cuda", backend="nccl", gpus=({"index": 0},), run_dir=None):
-    return {"world": {"device_type": device}, "config": {"reported_by_case": {"backend": backend}},
+def gpu_record(device="cuda", backend="nccl", gpus=({"index": 0, "used": True, "util_pct": {"mean": 93.0}},),
+               run_dir=None, node_gpus=1):
+    """A record of a run on one node, node1, whose ranks reported `node_gpus` GPUs there."""
+    return {"world": {"device_type": device, "slots": {"node1": 1}},
+            "config": {"reported_by_case": {"backend": backend}},
             "metrics": {"telemetry": {"hosts": {"node1": {"gpus": list(gpus)}}}},
+            "provenance": {"host_info": {"node1": {"gpus": [{"name": "NVIDIA H100"}] * node_gpus}}},
             "repetitions": [{"run_dir": run_dir}]}
 
 
-def test_on_a_gpu_host_a_path_must_have_trained_on_its_gpus(tmp_path):
+def test_on_gpu_nodes_a_path_must_have_trained_on_their_gpus(tmp_path):
     (tmp_path / "ranks").mkdir()
     (tmp_path / "ranks" / "rank-00000.mllog").write_text(":::MLLOG {}\n")
-    assert check.gpu_problem(gpu_record("cpu"), 0) is None  # a CPU host asks nothing of the kind
-    assert check.gpu_problem(gpu_record(run_dir=str(tmp_path)), 4) is None
-    assert check.gpu_problem(gpu_record("cpu"), 4) == "trained on cpu although this host has 4 GPU(s)"
-    assert "backend gloo" in check.gpu_problem(gpu_record(backend="gloo"), 4)
-    assert "no GPU telemetry from node1" in check.gpu_problem(gpu_record(gpus=()), 4)
-    assert "no MLLOG lines" in check.gpu_problem(gpu_record(run_dir=str(tmp_path / "elsewhere")), 4)
+    assert site_runner.gpu_problem(gpu_record("cpu", node_gpus=0)) is None  # CPU nodes ask nothing of the kind
+    assert site_runner.gpu_problem(gpu_record(run_dir=str(tmp_path), node_gpus=4)) is None
+    assert site_runner.gpu_problem(gpu_record("cpu", node_gpus=4)) == "trained on cpu although node1 has 4 GPU(s)"
+    assert "backend gloo" in site_runner.gpu_problem(gpu_record(backend="gloo"))
+    assert "no GPU telemetry from node1" in site_runner.gpu_problem(gpu_record(gpus=()))
+    assert "no MLLOG lines" in site_runner.gpu_problem(gpu_record(run_dir=str(tmp_path / "elsewhere")))
+
+
+def test_the_gpu_expectations_come_from_the_nodes_that_ran_not_from_the_host_that_checks():
+    """The record alone decides: a check run on a login node without GPUs still holds a run on GPU nodes to
+    the GPU checks; the launch host's facts (a record whose ranks reported none) make no node of the run."""
+    assert site_runner.gpu_problem(gpu_record("cpu", node_gpus=2)) == "trained on cpu although node1 has 2 GPU(s)"
+    record = gpu_record("cpu", node_gpus=0)
+    record["provenance"]["host_info"]["launch-host"] = {"gpus": [{"name": "NVIDIA A100"}]}
+    assert site_runner.gpu_problem(record) is None
+    assert site_runner.node_gpus(record) == {"node1": 0}
+
+
+def test_a_gpu_path_whose_gpus_were_idle_is_failed(tmp_path):
+    idle = gpu_record(gpus=({"index": 0, "used": True, "util_pct": {"mean": 0.4}},
+                            {"index": 1, "used": False, "util_pct": {"mean": 97.0}}))  # another job's
+    assert site_runner.gpu_problem(idle) == "the run's GPUs were idle: 0.4% busy over the timed window (NVML)"
+    unsampled = gpu_record(gpus=({"index": 0, "used": True, "util_pct": None},))
+    assert site_runner.gpu_problem(unsampled) == ("no utilisation of the run's GPUs in its telemetry: whether the "
+                                                  "run's GPUs trained is unknown")
+    unmatched = gpu_record(gpus=({"index": 0, "util_pct": {"mean": 97.0}},))  # the ranks named no GPU
+    assert site_runner.gpu_problem(unmatched).startswith("GPUs unmatched on node1")
+    assert site_runner.gpu_problem(gpu_record()) is None  # 93% busy
+
+
+def test_ctrl_c_during_the_availability_checks_ends_the_check_with_130(tmp_path, monkeypatch, capsys):
+    def interrupted(self, path):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(site_paths.Availability, "problem", interrupted)
+    monkeypatch.setattr(site_runner, "host_gpus", lambda: 0)
+    status = site_runner.check_site(None, ["pytorch-ddp/local/ranks"], tmp_path / "results", tmp_path / "runs")
+    assert status == 130
+    [written] = (tmp_path / "site-checks").glob("*.json")
+    table = json.loads(written.read_text())
+    assert table["interrupted"] is True and table["paths"] == []
+    assert "interrupted" in capsys.readouterr().out
+
+
+def test_a_check_where_every_path_was_not_available_exits_3(tmp_path, monkeypatch):
+    monkeypatch.setattr(site_paths.Availability, "problem", lambda self, path: "no such thing here")
+    monkeypatch.setattr(site_runner, "host_gpus", lambda: 0)
+    status = site_runner.check_site(None, ["pytorch-ddp/local/"], tmp_path / "results", tmp_path / "runs")
+    assert status == 3
+    [written] = (tmp_path / "site-checks").glob("*.json")
+    assert {p["outcome"] for p in json.loads(written.read_text())["paths"]} == {UNAVAILABLE}
 
 
 def test_the_command_refuses_a_pattern_matching_nothing_in_one_line_before_anything_runs(tmp_path):
@@ -211,7 +274,7 @@ def test_on_a_gpu_host_the_paths_take_its_gpus(tmp_path):
     done = subprocess.run([sys.executable, "-m", "suite", "check", "--only", "pytorch-ddp/modules/ranks",
                            "--results-dir", str(tmp_path / "results"), "--runs-dir", str(tmp_path / "runs")],
                           cwd=ROOT, capture_output=True, text=True, timeout=120, env=env)
-    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.returncode == site_check.EXIT_NOTHING_CHECKED, done.stdout + done.stderr  # its one path: not available
     [written] = (tmp_path / "site-checks").glob("*.json")
     table = json.loads(written.read_text())
     assert table["gpus"] == 3 and [(p["nodes"], p["devices"]) for p in table["paths"]] == [(1, 3)]

@@ -59,8 +59,52 @@ def test_a_gpu_record_has_mfu_against_the_datasheet_and_the_measured_peak(tmp_pa
     assert used["mfu_datasheet"] == pytest.approx(per_device * 24.3e9 / 989.4e12, rel=1e-3)
     assert used["mfu_measured"] == pytest.approx(per_device * 24.3e9 / 700e12, rel=1e-3)
     assert used["datasheet_part"] == "H100 SXM" and used["measured_peak"]["ranks"] == 2
-    assert "MFU 9.8% of the H100 SXM datasheet's 989 TFLOP/s fp16" in utilisation_line(used)
+    assert "MFU 9.8% of the H100 SXM datasheet's fp16 peak 989 TFLOP/s" in utilisation_line(used)
+    assert "MFU 13.9% of the measured fp16 matmul peak 700 TFLOP/s" in utilisation_line(used)
+    assert used["valid"] is True and used["invalid_reason"] is None
     validate(record)
+
+
+def test_an_mfu_above_one_marks_the_utilisation_invalid_and_is_never_plotted(tmp_path):
+    results, runs = tmp_path / "results", tmp_path / "runs"
+    record = make_record(results, runs, devices=2, per_device=(4000.0,), device=(H100, "amp-float16"),
+                         work=(24.3e9, 50e12, "fp16"))  # 97 TFLOP/s per device against a peak of 50
+    used = record["metrics"]["utilisation"]
+    assert used["valid"] is False and used["mfu_measured"] > 1 and used["mfu_datasheet"] < 1
+    assert used["invalid_reason"].startswith("MFU 1.94 against the measured matmul peak: above 1")
+    assert utilisation_line(used).endswith(f"MFU invalid: {used['invalid_reason']}")
+    assert report.mfu_cell(used).startswith("invalid: MFU 1.94")
+    validate(record)
+    make_record(results, runs, devices=1, per_device=(4000.0,), device=(H100, "amp-float16"),
+                work=(24.3e9, 700e12, "fp16"))
+    [mfu] = [f for f in report.case_figures("pytorch-synthetic", report.build_series(load_points(results)))
+             if "MFU" in f.layout.title.text]
+    ours = [t for t in mfu.data if "cluster-a" in t.name]
+    assert ours and all(list(t.x) == [1] for t in ours)  # the valid record only: not the 2-device one
+
+
+def gpt_record(precision: str = "bf16", device_name: str = H100) -> dict:
+    """A pytorch-gpt record at GPT-2 small: 16 sequences of 1,024 tokens a step over 2 devices."""
+    return {"config": {"dtype": "amp-bfloat16", "global_batch": 16,
+                       "reported_by_case": {"device_name": device_name, "global_tokens_per_step": 16 * 1024}},
+            "world": {"device_type": "cuda"}, "provenance": {"host_info": {}},
+            "metrics": {"throughput": {"unit": "tokens/s", "mean": 200_000.0, "per_device": 100_000.0}},
+            "repetitions": [{"work": {"flops_per_sample": 855.38e6, "source": "6 N + 12 L H Q T",
+                                      "precision": precision},
+                             "peaks": [{"flops_per_s": 700e12, "precision": precision}]}]}
+
+
+def test_flops_per_step_are_in_the_unit_the_case_counts():
+    used = utilisation(gpt_record())
+    assert used["flops_per_step"] == pytest.approx(855.38e6 * 16 * 1024)  # per token x tokens, not x sequences
+    assert used["sample"] == "token" and "GFLOP per token per training step" in utilisation_line(used)
+    assert used["mfu_datasheet"] == pytest.approx(100_000 * 855.38e6 / 989.4e12, rel=1e-6)
+
+
+def test_tf32_on_a_gpu_without_tf32_is_set_against_its_fp32_peak():
+    used = utilisation(gpt_record("tf32", "Tesla V100-SXM2-16GB"))
+    assert used["precision"] == "fp32" and used["datasheet_peak_flops_per_s"] == pytest.approx(15.7e12)
+    assert utilisation(gpt_record("fp32"))["datasheet_peak_flops_per_s"] == pytest.approx(67e12)  # true FP32 on an H100
 
 
 def test_a_cpu_record_has_only_the_measured_mfu(tmp_path):
@@ -201,3 +245,42 @@ def test_a_gpu_the_case_does_not_name_is_found_in_what_nvidia_smi_listed():
     assert device_name_of(record) == "NVIDIA H200"
     record["world"]["device_type"] = "cpu"
     assert device_name_of(record) is None
+
+
+def test_one_timing_routine_measures_every_cases_matmul_peak():
+    """suite/instack/matmul_peak.py times the products a case passes in (here: sleeps that take 4 ms
+    per 512-side product and grow with the side), and no case times its own."""
+    import time
+    from pathlib import Path
+
+    from suite.instack.matmul_peak import measure
+
+    def multiply(side, times):
+        time.sleep(times * 0.004 * side / 512)
+
+    found = measure(lambda n: n, multiply, "fp32", largest=8192, shared_by=2, seconds=0.3)
+    assert found["matrix"] == 4096 and found["shared_by"] == 2 and found["precision"] == "fp32"
+    assert found["flops_per_s"] == pytest.approx(2 * 4096**3 / 0.032 / 2, rel=0.3)
+    cases = Path(__file__).resolve().parents[2] / "cases"
+    sources = {p.relative_to(cases).as_posix(): p.read_text() for p in cases.rglob("*.py")}
+    timing = [name for name, text in sources.items() if "n**3" in text]
+    measuring = {name for name, text in sources.items() if "matmul_peak import measure" in text}
+    assert timing == [] and measuring == {"_shared/flops.py", "tf-cifar/work.py", "mxnet-imagenet/train.py",
+                                          "jax-gpt/train.py"}
+
+
+@pytest.mark.parametrize("env, on_gpu, expected", [
+    ({}, True, "fp32"),  # MXNet's defaults: no float32 inputs on tensor cores, whatever the GPU's name
+    ({"MXNET_CUDA_TENSOR_OP_MATH_ALLOW_CONVERSION": "1"}, True, "tf32"),
+    ({"MXNET_CUDA_TENSOR_OP_MATH_ALLOW_CONVERSION": "true", "MXNET_CUDA_ALLOW_TENSOR_CORE": "0"}, True, "fp32"),
+    ({"MXNET_CUDA_TENSOR_OP_MATH_ALLOW_CONVERSION": "1", "NVIDIA_TF32_OVERRIDE": "0"}, True, "fp32"),
+    ({"MXNET_CUDA_TENSOR_OP_MATH_ALLOW_CONVERSION": "1"}, False, "fp32"),
+])
+def test_mxnet_precision_is_read_from_its_settings(monkeypatch, env, on_gpu, expected):
+    from cases._shared.mxnet_settings import precision
+
+    for name in ("MXNET_CUDA_TENSOR_OP_MATH_ALLOW_CONVERSION", "MXNET_CUDA_ALLOW_TENSOR_CORE", "NVIDIA_TF32_OVERRIDE"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    assert precision("float32", on_gpu) == expected and precision("float16", on_gpu) == "fp16"

@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 
 from suite.base.errors import UsageError
+from suite.instack.file_digest import file_digest
 
 DEBIAN_SUITE = "bookworm"
 # Python 3.11 with venv and its headers (Horovod's build and torch.compile need Python.h), as in
@@ -73,7 +74,7 @@ def debian_base(client, log=print, refresh: bool = False) -> dict:
         log(f"containers: making a Debian {DEBIAN_SUITE} base with {Path(bootstrap_tool()).name} "
             f"({', '.join(DEBIAN_PACKAGES)}) from {DEBIAN_MIRROR}")
         release_date = bootstrap(Path(tmp), tarball)
-        digest = sha256_file(tarball)
+        digest = file_digest(tarball)
         tag = f"{BASE_REPOSITORY}:debian-{DEBIAN_SUITE}-{digest[:12]}"
         labels = {f"{BASE_LABEL}.kind": "debian", f"{BASE_LABEL}.suite": DEBIAN_SUITE,
                   f"{BASE_LABEL}.mirror": DEBIAN_MIRROR, f"{BASE_LABEL}.release_date": release_date,
@@ -130,10 +131,3 @@ def base_provenance(client, image) -> dict:
 def pinned_base(base: str) -> dict:
     return {"kind": "pinned", "ref": base.removeprefix("docker://")}
 
-
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()

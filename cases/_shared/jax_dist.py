@@ -1,0 +1,85 @@
+"""Where a JAX process is and what it trains on, the same for every way it is started: the suite's
+`jaxdist` launcher sets JAX_COORDINATOR_ADDRESS, JAX_NUM_PROCESSES and JAX_PROCESS_ID (and RANK,
+LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE); under a bare `srun python train.py` they are taken from
+SLURM's variables; one process alone is a world of one and starts no coordination service.
+
+Call `place()` and `start(...)` before anything else of JAX runs: the CPU threads, the platform and
+the collectives must be set before JAX makes its backend."""
+
+import os
+import subprocess
+
+from suite.instack.cpu_binding import bind_cpus
+
+
+def place() -> dict:
+    """rank, local_rank, world, local_world and the coordinator address from the environment."""
+    env = os.environ
+    if "JAX_PROCESS_ID" not in env and "RANK" not in env and "SLURM_PROCID" in env:
+        env.update(RANK=env["SLURM_PROCID"], LOCAL_RANK=env["SLURM_LOCALID"], WORLD_SIZE=env["SLURM_NTASKS"],
+                   LOCAL_WORLD_SIZE=str(int(env["SLURM_NTASKS"]) // int(env.get("SLURM_NNODES", "1"))))
+        env.setdefault("JAX_COORDINATOR_ADDRESS", f"{first_slurm_node()}:{29400 + int(env['SLURM_JOB_ID']) % 1000}")
+    rank = int(env.get("JAX_PROCESS_ID", env.get("RANK", "0")))
+    world = int(env.get("JAX_NUM_PROCESSES", env.get("WORLD_SIZE", "1")))
+    return {"rank": rank, "world": world, "local_rank": int(env.get("LOCAL_RANK", "0")),
+            "local_world": int(env.get("LOCAL_WORLD_SIZE", str(world))),
+            "coordinator": env.get("JAX_COORDINATOR_ADDRESS", "127.0.0.1:29400")}
+
+
+def first_slurm_node() -> str:
+    nodes = subprocess.run(["scontrol", "show", "hostnames", os.environ["SLURM_JOB_NODELIST"]],
+                           capture_output=True, text=True, check=True).stdout.split()
+    return nodes[0]
+
+
+def gpus_visible() -> bool:
+    """Whether this process is meant to use GPUs: the stack has JAX's CUDA plugin (the cuda flavour), nvidia-smi
+    lists a GPU and CUDA_VISIBLE_DEVICES leaves one. (The cpu flavour on a GPU host trains on the CPU, and the
+    probe then refuses a run the runner asked on GPUs.)"""
+    from importlib.metadata import PackageNotFoundError, version
+
+    if os.environ.get("CUDA_VISIBLE_DEVICES", None) == "":
+        return False
+    try:
+        version("jax-cuda12-plugin")
+    except PackageNotFoundError:
+        return False
+    try:
+        listed = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return "GPU" in listed
+
+
+def start(where: dict, no_cuda: bool) -> str:
+    """Sets JAX up for this process and joins the others; the platform its devices are ("gpu" or "cpu").
+
+    On a CPU: this process bound to its share of the node's cores where --cpu-bind asks (the share's
+    size in where["threads"]), JAX's CPU platform alone, and Gloo for the collectives between processes.
+    On GPUs: one GPU per process, its local rank's."""
+    where["threads"] = bind_cpus(where["local_rank"], where["local_world"])
+    on_gpu = not no_cuda and gpus_visible()
+    if not on_gpu:
+        os.environ["JAX_PLATFORMS"] = "cpu"
+    import jax
+
+    if not on_gpu:
+        try:
+            jax.config.update("jax_cpu_collectives_implementation", "gloo")
+        except (AttributeError, KeyError, ValueError):  # a jax whose CPU collectives are Gloo without asking
+            pass
+    if where["world"] > 1:
+        jax.distributed.initialize(coordinator_address=where["coordinator"], num_processes=where["world"],
+                                   process_id=where["rank"],
+                                   local_device_ids=[where["local_rank"]] if on_gpu else None)
+    # what JAX found, not what was asked: a GPU build that finds no GPU falls back to the CPU, and the probe
+    # then refuses a run the runner asked on GPUs
+    return "gpu" if jax.devices()[0].platform in ("gpu", "cuda", "rocm") else "cpu"
+
+
+def agree(count: int) -> int:
+    """Process 0's count, on every process."""
+    import numpy as np
+    from jax.experimental import multihost_utils
+
+    return int(multihost_utils.broadcast_one_to_all(np.asarray(count, dtype=np.int32)))

@@ -1,0 +1,105 @@
+"""jax-gpt: real runs of the JAX/Flax GPT on this machine's CPUs through the suite's CLI. Two processes joined by
+jax.distributed (Gloo between them), one mesh of both devices: data-parallel and sharded (fsdp) start from the same
+weights and data, so from the same loss, and train alike; both count tokens/s, and XLA's FLOP count of the compiled
+step stands beside the formula. One process alone trains on pytorch-gpt's token file, written in the jax stack. A
+run asked on GPUs where JAX finds only the CPU fails."""
+
+import os
+import socket
+import subprocess
+import sys
+
+import pytest
+from conftest import ROOT, records_in, tiny
+from support.gpus import fake_nvidia_smi
+
+from suite.analysis.same_work import format_parallel_table, parallel_rows
+from suite.records.read import Point
+from suite.records.schema import validate
+
+CASE = ("--case", "jax-gpt")
+# Width and context 64, not the [tiny] 32: XLA counts every operation of the step, the formula only the
+# products; norms, softmax, GELU and AdamW's update add 6-10% at width 32, 2.7-3.2% at 64 (jax 0.10.2 and
+# 0.6.2), 0.4% at GPT-2 small.
+TINY = tiny("jax-gpt", width=64, context=64)
+XLA_OVER_FORMULA = 0.05
+
+
+@pytest.fixture(scope="module")
+def jax_stack():
+    """The real jax stack (jax[cpu], flax, optax), installed once."""
+    from suite.stacks.locks import ensure_installed, load_stack
+
+    return ensure_installed(load_stack("jax"))
+
+
+def test_dp_and_fsdp_over_two_processes_train_alike_and_count_tokens(suite_cli, jax_stack):
+    """Two micro-batches a step (unrolled in the jitted step, so XLA counts both); dp after the interconnect
+    check (--precheck: an all-reduce sweep in the jax stack)."""
+    losses = {}
+    for parallel, precheck in (("dp", ("--precheck",)), ("fsdp", ())):
+        result = suite_cli("run", *CASE, "--gpus-per-node", "2", *precheck,
+                           case_args=(*TINY, "--parallel", parallel, "--grad-accum", "2"))
+        assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+        record = records_in(suite_cli.results)[-1]
+        validate(record)
+        assert record["status"] == "ok" and record["reason"] is None
+        reported, [results] = record["config"]["reported_by_case"], record["metrics"]["results"]
+        assert record["execution"]["launcher"] == "jaxdist" and record["execution"]["processes"] == 2
+        assert (reported["processes"], reported["devices"], reported["parallel"]) == (2, 2, parallel)
+        assert reported["global_batch"] == 16 and reported["global_tokens_per_step"] == 16 * 64
+        shards = reported[parallel]
+        assert shards["sharded_parameters"] == (shards["parameter_arrays"] if parallel == "fsdp" else 0)
+        tp = record["metrics"]["throughput"]
+        assert tp["unit"] == "tokens/s" and tp["n"] == 3 and all(s > 0 for s in tp["samples"])
+        assert "tokens/s total" in result.stdout and "MFU " in result.stdout
+        assert results["steps"] == 7 and results["last_step_loss"] < results["first_step_loss"]
+        assert results["compile_seconds"] > 0 and len(results["peak_memory_bytes"]) == 2
+        assert "reset after the matmul peak" in results["peak_memory_basis"]
+        counted, formula = results["counted_flops_per_token"], results["formula_flops_per_token"]
+        assert formula < counted < formula * (1 + XLA_OVER_FORMULA)
+        assert record["metrics"]["utilisation"]["flops_per_sample"] == results["formula_flops_per_token"]
+        assert record["metrics"]["utilisation"]["precision"] == "fp32"
+        if precheck:  # the interconnect check a run over several nodes makes first, with JAX's own all-reduce
+            checked = record["metrics"]["interconnect"]
+            assert checked["ranks"] == 2 and checked["implementation"].startswith("jax ")
+            assert "Gloo" in checked["implementation"] and all(s["busbw_gb_s"] > 0 for s in checked["sizes"])
+        losses[parallel] = results["first_losses"]
+    assert losses["fsdp"][0] == pytest.approx(losses["dp"][0], rel=1e-5)
+    assert losses["fsdp"][-1] == pytest.approx(losses["dp"][-1], rel=1e-3)
+    # the two side by side, as pytorch-gpt's ddp and fsdp are (and beside them where they did the same work)
+    rows = parallel_rows([Point(r, r["run_id"]) for r in records_in(suite_cli.results)])
+    assert [(p.case, p.record["config"]["reported_by_case"]["parallel"]) for p in rows] == [
+        ("jax-gpt", "dp"), ("jax-gpt", "fsdp")]
+    assert all("16 x 64 tokens" in line for line in format_parallel_table(rows).splitlines()[1:])
+
+
+def test_one_process_trains_on_the_token_file_its_data_script_writes_in_the_jax_stack(suite_cli, jax_stack, tmp_path):
+    """pytorch-gpt's data script run in the jax stack (`make data CASE=jax-gpt SYNTHETIC=1`: no Pillow there), then
+    one process alone (no coordination service) on windows of the file: the loss falls."""
+    data = tmp_path / "data"
+    done = subprocess.run([sys.executable, "-m", "suite", "data", *CASE, "--synthetic", "--data-dir", str(data)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    result = suite_cli("run", *CASE, "--gpus-per-node", "1", "--data-dir", str(data),
+                       case_args=(*tiny("jax-gpt"), "--data", "tokens", "--parallel", "fsdp"))
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    [record] = records_in(suite_cli.results)
+    reported, [results] = record["config"]["reported_by_case"], record["metrics"]["results"]
+    assert record["status"] == "ok" and reported["data"] == "tokens-synthetic" and reported["processes"] == 1
+    assert reported["data_path"] == str((data / "tokens" / "train.bin").resolve()) and reported["tokenizer"] == "bytes"
+    assert results["last_step_loss"] < results["first_step_loss"]
+
+
+def test_a_run_asked_on_gpus_where_jax_finds_only_the_cpu_fails(suite_cli, jax_stack, tmp_path, monkeypatch):
+    """A GPU listed (a stand-in nvidia-smi) and the cpu flavour: JAX finds no GPU, the process says which device it
+    found, and the record fails."""
+    monkeypatch.setenv("PATH", f"{fake_nvidia_smi(tmp_path / 'fake', 1)}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    done = suite_cli("run", *CASE, "--gpus-per-node", "1", "--flavour", "cpu", "--telemetry-interval", "0",
+                     case_args=tiny("jax-gpt"))
+    assert done.returncode == 1, done.stdout + done.stderr
+    [record] = records_in(suite_cli.results)
+    assert record["status"] == "failed" and record["reason"] == (
+        f"asked to train on cuda (GPUs are present and were asked for) but rank 0 on {socket.gethostname()} "
+        "trained on cpu")

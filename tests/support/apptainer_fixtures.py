@@ -1,0 +1,131 @@
+"""Apptainer for the tests, run unprivileged as at HPC centres, and the pytorch stack's cpu SIF built
+once per session from its definition.
+
+Where this machine has `apptainer` on PATH, that one is used. Else tools/apptainer-tree.sh makes (once;
+cached under $XDG_CACHE_HOME/hpc-dl-bench/apptainer, remade only when its package list changes) a
+Debian root filesystem holding Apptainer and an `apptainer` command that runs it as an unprivileged
+user (hpcdl-apptainer, uid 2751) in a mount namespace of its own, with this host's folders at their
+own paths. That command is put on PATH only for the suite commands these tests run (`env`), not for
+the whole session: other tests check what a host without Apptainer says.
+
+Files a container writes belong to that user, so the tests' folders for images, runs and results are
+made writable for it (a folder under /tmp, mode 0777, and the suite run with umask 0): pytest's own
+tmp_path is root's alone. When the command cannot be made (no root, no mmdebstrap, no mirror) the
+fixture skips saying why, or fails under CI=true. SUITE_TEST_APPTAINER_IMAGES=<folder> takes the
+pytorch SIF and its metadata from a folder built before instead of building it (trying tests by hand)."""
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+from conftest import MEASURED, component_unavailable
+
+ROOT = Path(__file__).resolve().parents[2]
+TREE_SCRIPT = ROOT / "tools" / "apptainer-tree.sh"
+STACK = "pytorch"
+# The tests' builds squash with zstd at its fastest level: Apptainer's default (gzip) takes minutes for
+# a GB stack on two cores; squashfuse and the kernel read both.
+BUILD_OPTIONS = "--fakeroot --mksquashfs-args '-comp zstd -Xcompression-level 1'"
+
+
+class Apptainer:
+    """The apptainer command the tests use, and a world-writable folder for what its containers write."""
+
+    def __init__(self, bin_dir: Path, folder: Path):
+        self.bin_dir, self.folder = bin_dir, folder
+        self.program = str(bin_dir / "apptainer")
+        self.images = folder / "images"
+
+    def env(self, **extra: str) -> dict:
+        """The environment of a suite command run with this apptainer and image folder."""
+        return {**os.environ, "PATH": f"{self.bin_dir}{os.pathsep}{os.environ['PATH']}",
+                "SUITE_IMAGE_DIR": str(self.images), "SUITE_FLOPS_CACHE": str(self.folder / "flops.json"),
+                "SUITE_APPTAINER_BUILD_OPTIONS": BUILD_OPTIONS, **extra}
+
+    def suite(self, *args: str, env: dict | None = None, timeout: float = 900) -> subprocess.CompletedProcess:
+        """`python -m suite ARGS` with umask 0 (folders it makes are writable for the container's user)."""
+        return subprocess.run([sys.executable, "-m", "suite", *args], cwd=ROOT, capture_output=True, text=True,
+                              env=env or self.env(), timeout=timeout, preexec_fn=lambda: os.umask(0))
+
+    def writable_folder(self, name: str) -> Path:
+        path = Path(tempfile.mkdtemp(prefix=f"{name}-", dir=self.folder))
+        path.chmod(0o777)
+        return path
+
+
+def apptainer_bin() -> Path:
+    """The folder of the `apptainer` command: this machine's own, else the test tree's."""
+    own = shutil.which("apptainer")
+    if own:
+        return Path(own).parent
+    if os.geteuid() != 0:
+        component_unavailable("Apptainer", "not on PATH, and its test tree (tools/apptainer-tree.sh) needs root")
+    if not shutil.which("mmdebstrap"):
+        component_unavailable("Apptainer", "not on PATH, and its test tree needs mmdebstrap "
+                              "(tools/install-test-deps.sh)")
+    started = time.monotonic()
+    try:
+        done = subprocess.run([str(TREE_SCRIPT)], capture_output=True, text=True, timeout=900)
+    except subprocess.TimeoutExpired:
+        component_unavailable("Apptainer", "tools/apptainer-tree.sh ran for more than 900 s")
+    if done.returncode != 0:
+        component_unavailable("Apptainer", "tools/apptainer-tree.sh failed: "
+                              + " | ".join(done.stderr.strip().splitlines()[-3:]))
+    if "made in" in done.stderr:
+        MEASURED.append(f"apptainer: its test tree made in {time.monotonic() - started:.0f} s")
+    return Path(done.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture(scope="session")
+def apptainer_here():
+    """The session's Apptainer and its folder (removed at the end)."""
+    folder = Path(tempfile.mkdtemp(prefix="hpcdl-apptainer-", dir="/tmp"))
+    folder.chmod(0o777)
+    (folder / "images").mkdir(mode=0o777)
+    (folder / "images").chmod(0o777)
+    try:
+        yield Apptainer(apptainer_bin(), folder)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def pytorch_sif(apptainer_here):
+    """The pytorch stack's cpu SIF, built by the suite's own command from containers/pytorch/cpu.def on
+    a Debian base SIF made here (what `make containers TOOL=apptainer BASE=debian STACK=pytorch` runs);
+    the metadata the build wrote beside it."""
+    import json
+
+    reuse = os.environ.get("SUITE_TEST_APPTAINER_IMAGES")  # trying the tests by hand: a folder built before
+    if reuse:
+        for made in Path(reuse).glob(f"{STACK}-cpu.sif*"):
+            os.link(made, apptainer_here.images / made.name)
+        return json.loads((apptainer_here.images / f"{STACK}-cpu.sif.json").read_text())
+    # The Debian base SIF (made by the build when missing) is kept between sessions, as the Docker
+    # engine's layers are: under the cache, named by its spec; copied into the session's image folder.
+    kept = base_cache()
+    bases = apptainer_here.images / "bases"
+    if kept.is_dir():
+        shutil.copytree(kept, bases, dirs_exist_ok=True)
+    started = time.monotonic()
+    build = apptainer_here.suite("containers", "build", "--tool", "apptainer", "--base", "debian", "--stack", STACK,
+                                 "--flavour", "cpu", timeout=2400)
+    assert build.returncode == 0, build.stdout[-4000:] + build.stderr[-4000:]
+    MEASURED.append(f"apptainer: the {STACK} cpu SIF built from its definition in {time.monotonic() - started:.0f} s")
+    MEASURED.extend("apptainer: " + line.removeprefix("containers: ") for line in build.stdout.splitlines()
+                    if " built in " in line or "made in " in line)
+    kept.mkdir(parents=True, exist_ok=True)
+    for made in bases.glob("debian-*.sif*"):
+        if not (kept / made.name).exists():
+            shutil.copy2(made, kept / made.name)
+    return json.loads((apptainer_here.images / f"{STACK}-cpu.sif.json").read_text())
+
+
+def base_cache() -> Path:
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return cache / "hpc-dl-bench" / "apptainer" / "bases"

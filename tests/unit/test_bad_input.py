@@ -1,0 +1,266 @@
+"""Bad input of every kind is refused before launch in one line: case options and the relations between
+them, the format of a case's data files, module names, dates and folders of the commands that read records."""
+
+import os
+import pickle
+import re
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from conftest import ROOT, write
+
+from suite.base import paths
+from suite.base.errors import UsageError
+from suite.commands.doctor import data_lines
+from suite.execution.clusters import Cluster
+from suite.inputs.cases import load_case
+from suite.inputs.host_gpus import GpuProbeError, count_from_probe
+from suite.runtimes.modules import Setup, probe_steps, read_probe
+
+
+def test_a_module_name_with_braces_is_refused_in_one_line():
+    setup = Setup(init="/etc/profile.d/lmod.sh", load=("site{torch}/2.{x}",))
+    index = next(i for i, step in enumerate(probe_steps(setup, False)) if step.shell.startswith("module load"))
+    output = f"@@step\nLmod has detected the following error: The following module(s) are unknown\n@@fail {index}\n"
+    with pytest.raises(UsageError, match=r"^module site\{torch\}/2\.\{x\} does not load on gpu01: Lmod has"):
+        read_probe(output, setup, "gpu01")
+
+
+@pytest.mark.parametrize("case, case_args, message", [
+    ("pytorch-gpt", ("--width", "100", "--heads", "3"), "case pytorch-gpt: --width must be a multiple of --heads"),
+    ("mxnet-imagenet", ("--gpus", "0;1"), "argument --gpus: expected GPU ids like 0,1,2,3 (or nothing), got '0;1'"),
+    ("mxnet-imagenet", ("--lr-step-epochs", "thirty"), "argument --lr-step-epochs: expected epochs like 30,60"),
+    ("pytorch-gpt", ("--lr", "nan"), "argument --lr: expected a finite number, got 'nan'"),
+])
+def test_a_constraint_the_ranks_would_find_is_refused_before_launch(suite_cli, case, case_args, message):
+    result = suite_cli("run", "--case", case, case_args=case_args)
+    assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
+    assert result.stderr.startswith("error: ") and message in result.stderr, result.stderr
+    assert not suite_cli.runs.exists() and not suite_cli.results.exists()
+
+
+def test_a_rule_over_the_run_point_is_checked_for_each_point_before_launch(suite_cli):
+    result = suite_cli("run", "--case", "mxnet-imagenet", "--gpus-per-node", "1,2", "--dry-run",
+                       case_args=("--benchmark", "--batch-size", "5"))
+    assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
+    assert result.stderr.startswith("error: case mxnet-imagenet at 1 node(s), 2 device(s) on localhost: --batch-size "
+                                    "(per node) must split evenly over the node's devices"), result.stderr
+
+
+@pytest.mark.parametrize("spec, problem", [
+    ({"type": "int", "maximum": 3}, "has unknown key(s) maximum"),
+    ({"type": "int", "default": "8"}, "default '8' is not of its type int"),
+    ({"type": "float", "default": True}, "default True is not of its type float"),
+    ({"type": "bool"}, "type must be one of int, float, str, flag, got 'bool'"),
+])
+def test_a_case_toml_option_of_a_key_or_type_the_runner_cannot_check_is_named(spec, problem):
+    from suite.inputs.cases import known_cases, option_spec_problem
+
+    assert option_spec_problem(spec).startswith(problem)
+    assert all(load_case(name) for name in known_cases())  # every case's own tables pass
+
+
+def test_an_options_max_is_checked():
+    case = {"name": "c", "options": {"n": {"type": "int", "default": 1, "min": 1, "max": 4}}}
+    from suite.instack.case_options import OptionError, parse_options
+
+    assert parse_options(case, ["--n", "4"]) == {"n": 4}
+    with pytest.raises(OptionError, match="argument --n: must be at most 4, got 5"):
+        parse_options(case, ["--n", "5"])
+
+
+def cifar_batch(path, rows, labels):
+    with open(path, "wb") as f:
+        pickle.dump({b"data": rows, b"labels": labels}, f, protocol=2)
+
+
+def cifar_folder(root, rows=None, labels=None):
+    folder = root / "cifar-10-batches-py"
+    folder.mkdir(parents=True, exist_ok=True)
+    for name in [f"data_batch_{i}" for i in range(1, 6)] + ["test_batch", "batches.meta"]:
+        cifar_batch(folder / name, np.zeros((4, 3072), np.uint8) if rows is None else rows,
+                    [0, 1, 2, 9] if labels is None else labels)
+    return folder
+
+
+def image_tree(root, first: bytes):
+    for name in ("cat", "dog"):
+        (root / "imagefolder" / "train" / name).mkdir(parents=True)
+        (root / "imagefolder" / "train" / name / "0.jpg").write_bytes(first + b"\0" * 16)
+
+
+def recordio(root, rec: bytes, idx: str):
+    (root / "imagenet-rec").mkdir()
+    (root / "imagenet-rec" / "train.rec").write_bytes(rec)
+    write(root / "imagenet-rec" / "train.idx", idx)
+
+
+RECORD = (0xCED7230A).to_bytes(4, "little") + (8).to_bytes(4, "little") + b"\0" * 8
+
+
+@pytest.mark.parametrize("case, argv, make, message", [
+    ("pytorch-gpt", ["--data", "tokens"], lambda d: (d / "tokens/train.bin").write_bytes(b"\1\0\2"),
+     "train.bin holds 3 bytes, an odd number: not a file of uint16 token ids"),
+    ("pytorch-gpt", ["--data", "tokens"], lambda d: (d / "tokens/train.bin").write_bytes(b""), "train.bin is empty"),
+    ("pytorch-gpt", ["--data", "tokens", "--vocab-size", "256"],
+     lambda d: np.array([1, 2, 300, 4], np.uint16).tofile(d / "tokens/train.bin"),
+     "train.bin holds token id 300 (token 2), beyond --vocab-size 256"),
+    ("tf-cifar", [], lambda d: cifar_folder(d, labels=[0, 1, 2, 10]), "data_batch_1 holds labels outside 0..9"),
+    ("tf-cifar", [], lambda d: cifar_folder(d, rows=np.zeros((4, 100), np.uint8)),
+     "data_batch_1 is not a CIFAR-10 python batch: (4, 100) pixel rows"),
+    ("pytorch-ddp", ["--data", "imagefolder"], lambda d: image_tree(d, b"GIF89a"),
+     "train holds cat/0.jpg, which is neither a JPEG nor a PNG (starts with '47494638')"),
+    ("mxnet-imagenet", [], lambda d: recordio(d, RECORD[:12], "0\t0\n"), "its first record claims 8 bytes"),
+    ("mxnet-imagenet", [], lambda d: recordio(d, RECORD, "0,0\n"), "train.idx is not a RecordIO index"),
+])
+def test_a_data_file_of_the_wrong_format_is_refused_before_launch(tmp_path, case, argv, make, message):
+    (tmp_path / "tokens").mkdir()
+    make(tmp_path)
+    loaded = load_case(case)
+    with pytest.raises(UsageError, match=f"^case {case}: .*{message.replace('(', '.').replace(')', '.')}"):
+        loaded.check_data(loaded.parse_options(argv), tmp_path)
+
+
+@pytest.mark.parametrize("case, argv, make", [
+    ("pytorch-gpt", ["--data", "tokens", "--vocab-size", "256"],
+     lambda d: np.array([1, 2, 255, 4], np.uint16).tofile(d / "tokens/train.bin")),
+    ("tf-cifar", [], cifar_folder),
+    ("pytorch-ddp", ["--data", "imagefolder"], lambda d: image_tree(d, b"\xff\xd8\xff\xe0")),
+    ("mxnet-imagenet", [], lambda d: recordio(d, RECORD, "0\t0\n")),
+])
+def test_data_files_of_the_right_format_pass(tmp_path, case, argv, make):
+    (tmp_path / "tokens").mkdir()
+    make(tmp_path)
+    loaded = load_case(case)
+    loaded.check_data(loaded.parse_options(argv), tmp_path)
+
+
+def test_a_token_file_beyond_the_scan_is_left_to_the_ranks(tmp_path, monkeypatch):
+    (tmp_path / "tokens").mkdir()
+    np.array([1, 2, 300, 4], np.uint16).tofile(tmp_path / "tokens/train.bin")
+    monkeypatch.setenv("SUITE_DATA_SCAN_BYTES", "4")
+    gpt = load_case("pytorch-gpt")
+    gpt.check_data(gpt.parse_options(["--data", "tokens", "--vocab-size", "256"]), tmp_path)
+
+
+@pytest.mark.parametrize("args, message", [
+    (("query", "--since", "2026-02-30"), "since '2026-02-30': a UTC date YYYY-MM-DD or time"),
+    (("query", "--until", "2026-11-01T25:00"), "until '2026-11-01T25:00': a UTC date"),
+    (("query", "--results-dir", "README.md"), "--results-dir README.md is a file, not a folder"),
+    (("report", "--results-dir", "README.md"), "--results-dir README.md is a file, not a folder"),
+    (("report", "--out", "README.md"), "--out README.md is a file, not a folder"),
+])
+def test_commands_refuse_dates_that_do_not_exist_and_files_for_folders(suite_cli, args, message):
+    result = suite_cli(*args)
+    assert result.returncode == 2 and result.stderr == f"error: {message}" + result.stderr.split(message, 1)[1]
+    assert result.stderr.count("\n") == 1, result.stderr
+
+
+def failing_nvidia_smi(folder):
+    folder.mkdir(parents=True, exist_ok=True)
+    script = write(folder / "nvidia-smi", "#!/bin/sh\necho \"NVIDIA-SMI has failed because it couldn't communicate "
+                   "with the NVIDIA driver.\"\nexit 9\n")
+    script.chmod(0o755)
+    return folder
+
+
+def test_a_failed_gpu_probe_is_an_error_naming_the_host_never_no_gpu(tmp_path):
+    env = {**os.environ, "PATH": f"{failing_nvidia_smi(tmp_path / 'bin')}:{os.environ['PATH']}"}
+    result = subprocess.run([sys.executable, "-m", "suite", "run", "--case", "pytorch-synthetic", "--dry-run",
+                             "--results-dir", str(tmp_path / "results"), "--runs-dir", str(tmp_path / "runs")],
+                            cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
+    assert result.stderr.startswith("error: the GPU probe on localhost failed: nvidia-smi -L exited 9: NVIDIA-SMI "
+                                    "has failed because it couldn't communicate with the NVIDIA driver."), result.stderr
+
+
+@pytest.mark.parametrize("probe, count, message", [
+    ("GPU 0: NVIDIA H100\nnvidia-smi exit=0\nnvidia devices=1\nCUDA_VISIBLE_DEVICES=(unset)\n", 1, None),
+    ("No devices were found\nnvidia-smi exit=6\nnvidia devices=0\nCUDA_VISIBLE_DEVICES=(unset)\n", 0, None),
+    ("no nvidia-smi\nnvidia devices=0\nCUDA_VISIBLE_DEVICES=(unset)\n", 0, None),
+    ("no nvidia-smi\nnvidia devices=4\nCUDA_VISIBLE_DEVICES=(unset)\n", None,
+     "host gpu01 has 4 NVIDIA device(s) (/dev/nvidia*) but no nvidia-smi on its PATH"),
+    ("Failed to initialize NVML: Driver/library version mismatch\nnvidia-smi exit=18\nnvidia devices=4\n", None,
+     "the GPU probe on gpu01 failed: nvidia-smi -L exited 18: Failed to initialize NVML: Driver/library version"),
+])
+def test_gpu_probe_outputs(probe, count, message):
+    if message is None:
+        assert count_from_probe(probe, "gpu01") == count
+    else:
+        with pytest.raises(GpuProbeError, match=f"^{re.escape(message)}"):
+            count_from_probe(probe, "gpu01")
+
+
+def test_doctor_fails_only_on_the_data_a_default_run_needs(tmp_path, monkeypatch):
+    monkeypatch.setenv("DATA_DIR", str(tmp_path))
+    lines = data_lines(Cluster("localhost", paths.HOSTFILES / "localhost"),
+                       [load_case(name) for name in ("pytorch-gpt", "pytorch-ddp", "mxnet-imagenet")])
+    assert lines[0].startswith("optional: data of pytorch-gpt for --data tokens under "), lines
+    assert lines[1].startswith("optional: data of pytorch-ddp for --data imagefolder under "), lines
+    assert lines[2].startswith("missing: data of mxnet-imagenet under "), lines
+
+
+@pytest.mark.parametrize("setting", ["DRY_RUN=maybe", "TINY=1 2", "SYNTHETIC=Y", "NO_PRECHECK=enable",
+                                     "ALLOW_DRIFT=-1"])
+def test_make_refuses_a_switch_that_is_neither_on_nor_off(setting):
+    result = subprocess.run(["make", "-n", "run", setting], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    name, value = setting.split("=")
+    assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
+    assert f"*** {name}={value} is neither on nor off: use 1, yes, true or on; 0, no, false, off" in result.stderr
+
+
+@pytest.mark.parametrize("setting, flag", [("DRY_RUN=yes", "--dry-run"), ("TINY=on", "--tiny"), ("TINY=0", None),
+                                           ("PRECHECK=true", "--precheck"), ("NO_PRECHECK=", None)])
+def test_make_switches_on_and_off(setting, flag):
+    result = subprocess.run(["make", "-n", "run", setting], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert (flag in result.stdout) if flag else ("--tiny" not in result.stdout and "--no-precheck" not in result.stdout)
+
+
+def fake_python(path, version, prefix="/opt/python", implementation="cpython"):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write(path, f"#!/bin/sh\necho {version} {prefix} {implementation}\n").chmod(0o755)
+    return path
+
+
+@pytest.mark.parametrize("version, implementation", [("3.9.18", "cpython"), ("3.14.0", "cpython"),
+                                                     ("3.11.7", "pypy")])
+def test_an_unsupported_interpreter_is_refused_before_any_install(tmp_path, version, implementation):
+    python = fake_python(tmp_path / "python", version, implementation=implementation)
+    result = subprocess.run(["tools/check-python.sh", str(python)], cwd=ROOT, capture_output=True, text=True)
+    assert result.returncode == 2 and result.stderr == (
+        f"BOOTSTRAP_PYTHON={python} is {implementation} {version}; the suite supports CPython 3.10-3.13 "
+        "(e.g. BOOTSTRAP_PYTHON=python3.11)\n")
+    made = subprocess.run(["make", "-n", "run", f"BOOTSTRAP_PYTHON={python}"], cwd=ROOT, capture_output=True, text=True)
+    assert made.returncode == 2 and "the suite supports CPython 3.10-3.13" in made.stderr
+
+
+def test_a_venv_made_with_another_interpreter_is_named_with_how_to_remake_it(tmp_path):
+    asked = fake_python(tmp_path / "python3.12", "3.12.3", "/usr")
+    fake_python(tmp_path / "venv" / "bin" / "python", "3.11.7", "/opt/py311")
+    result = subprocess.run(["tools/check-python.sh", str(asked), str(tmp_path / "venv")], cwd=ROOT,
+                            capture_output=True, text=True)
+    venv = tmp_path / "venv"
+    assert result.returncode == 2 and result.stderr == (
+        f"BOOTSTRAP_PYTHON={asked} is 3.12.3 (/usr) but {venv} was made with 3.11.7 (/opt/py311): to use "
+        f"{asked}, rm -rf {venv} and make again; to keep {venv}, leave BOOTSTRAP_PYTHON out\n")
+    same = fake_python(tmp_path / "python3.11", "3.11.7", "/opt/py311")
+    assert subprocess.run(["tools/check-python.sh", str(same), str(tmp_path / "venv")], cwd=ROOT).returncode == 0
+
+
+def test_make_test_aarch64_names_every_piece_it_cannot_install_at_once(tmp_path):
+    """Without apt-get (or root) nothing can be installed: the packages and the binfmt handler, all in one line."""
+    (tmp_path / "bin").mkdir()
+    for tool in ("bash", "grep", "cat", "id", "env"):
+        (tmp_path / "bin" / tool).symlink_to(shutil.which(tool))
+    env = {"PATH": str(tmp_path / "bin"), "QEMU_AARCH64": str(tmp_path / "no-qemu"),
+           "BINFMT_DIR": str(tmp_path / "binfmt")}
+    result = subprocess.run([str(tmp_path / "bin" / "bash"), "tools/aarch64-deps.sh"], cwd=ROOT, env=env,
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 1 and result.stderr == (
+        "aarch64-check: cannot set up the packages mmdebstrap arch-test qemu-user-static (no apt-get); the aarch64 "
+        f"binfmt handler (it needs {tmp_path / 'no-qemu'}, from qemu-user-static)\n")
+    assert subprocess.run(["bash", "-n", "tools/aarch64-check.sh"], cwd=ROOT).returncode == 0

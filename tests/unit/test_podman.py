@@ -1,0 +1,103 @@
+"""RUNTIME=podman (rootless Podman, or NERSC's podman-hpc), rendered: the line each process gets in a
+dry run (the same Docker image, the folders at their own paths, GPUs through CDI or podman-hpc's --gpu),
+and its refusals before launch. Podman itself is not run by these tests."""
+
+import json
+import os
+import re
+import shlex
+
+import pytest
+
+from suite import cli
+from suite.base import paths
+from suite.base.errors import UsageError
+from suite.execution.clusters import Cluster
+from suite.execution.plan import StackEnv, StackRequest
+from suite.runtimes import podman
+from suite.stacks import images
+from suite.stacks.locks import load_stack
+
+STACK = load_stack("pytorch")
+PACKAGES = {"torch": "2.7.0", "numpy": "2.1.0", "pillow": "11.0.0"}
+
+
+def docker_meta(folder, flavour: str, **changed) -> None:
+    """The metadata the Docker build writes beside its images."""
+    fl = images.load_flavour(STACK, flavour)
+    path = folder / f"pytorch-{flavour}.docker.json"
+    meta = images.write_image_meta(path, fl, f"hpc-dl-bench-pytorch:{flavour}-x", "d0" * 32, "docker", {}, PACKAGES,
+                                   {"kind": "debian"})
+    path.write_text(json.dumps({**meta, **changed}))
+
+
+@pytest.fixture
+def site(tmp_path, monkeypatch):
+    """Profiles from tmp_path, the Docker build's metadata of pytorch's cpu and cuda images, no podman."""
+    monkeypatch.setattr(paths, "HOSTFILES", tmp_path)
+    monkeypatch.setenv("SUITE_IMAGE_DIR", str(tmp_path / "images"))
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")
+    monkeypatch.delenv("SUITE_IMAGE", raising=False)
+    (tmp_path / "images").mkdir()
+    (tmp_path / "localhost").write_text("localhost slots=2\n")
+    for flavour in ("cpu", "cuda"):
+        docker_meta(tmp_path / "images", flavour)
+    return tmp_path
+
+
+def processes(out: str) -> list[list[str]]:
+    return [shlex.split(line.split("argv: ", 1)[1]) for line in out.splitlines() if line.startswith("  argv: ")]
+
+
+@pytest.mark.parametrize("command, flavour, gpu", [
+    ("podman", "cpu", []), ("podman", "cuda", ["--device=nvidia.com/gpu=all"]),
+    ("podman-hpc", "cuda", ["--gpu", "--mpi"]),
+])
+def test_each_process_runs_in_the_docker_image(site, capsys, command, flavour, gpu):
+    (site / "site.toml").write_text(f'hostfile = "localhost"\nruntime = "podman"\n[podman]\ncommand = "{command}"\n'
+                                    'mpi = true\n')
+    code = cli.main(["run", "--cluster", "site", "--case", "pytorch-ddp", "--flavour", flavour, "--dry-run",
+                     "--runs-dir", str(site / "runs"), "--results-dir", str(site / "r"), "--", "--launcher", "ranks"])
+    out = capsys.readouterr().out
+    assert code == 0 and f"warning: on this machine: no {command} on PATH" in out, out[-2000:]
+    argvs = processes(out)
+    assert len(argvs) == 2, out[-2000:]
+    for argv in argvs:
+        assert argv[:3] == [command, "run", "--rm"] and "--network=host" in argv and "--ipc=host" in argv
+        assert ("--userns=keep-id" in argv) == (command == "podman")
+        assert f"--volume={paths.ROOT}:{paths.ROOT}" in argv and f"--workdir={site / 'runs'}" in argv
+        assert [a for a in argv if a in ("--device=nvidia.com/gpu=all", "--gpu", "--mpi")] == gpu
+        assert any(re.fullmatch(r"--label=org\.hpc-dl-bench\.session=[0-9a-f]{16}", a) for a in argv)
+        image = argv.index(f"hpc-dl-bench-pytorch:{flavour}-x")
+        assert argv[image + 1] == "/opt/stack/bin/python" and argv[image + 2].endswith("cases/pytorch-ddp/train.py")
+    assert not (site / "r").exists()
+
+
+def test_a_real_run_without_podman_is_refused_with_the_install_hint(site):
+    with pytest.raises(UsageError, match="RUNTIME=podman needs podman on PATH .*apt-get install podman"):
+        podman.prepare(StackRequest(STACK, "cpu", gpus=0), lambda m: None)
+    assert podman.doctor_lines(None, ["pytorch"], "cpu")[0].startswith("missing: podman on PATH (runtime podman; ")
+
+
+def test_a_missing_image_or_one_of_another_lock_is_refused(site):
+    want = StackRequest(STACK, "cpu", gpus=0, install=False)
+    (site / "images" / "pytorch-cpu.docker.json").unlink()
+    with pytest.raises(UsageError, match="no image metadata at .*pytorch-cpu.docker.json .*TOOL=docker, then podman"):
+        podman.prepare(want, lambda m: None)
+    docker_meta(site / "images", "cpu", lock_sha256="0" * 64)
+    with pytest.raises(UsageError, match="built from another lock than the checkout's"):
+        podman.prepare(want, lambda m: None)
+
+
+@pytest.mark.parametrize("table, said", [({"command": "docker"}, "command must be one of podman, podman-hpc"),
+                                         ({"options": ["-v /:/host"]}, "options must be `podman run` options")])
+def test_bad_podman_settings_are_refused(site, table, said):
+    with pytest.raises(UsageError, match=said):
+        podman.settings(Cluster("c", site / "c.toml", plugins={"podman": table}))
+
+
+def test_cleanup_without_podman_does_nothing(monkeypatch):
+    monkeypatch.setenv("PATH", "/nonexistent")
+    env = StackEnv("podman", "/opt/stack/bin", prefix=("podman", "run", "--label=org.hpc-dl-bench.session=ab"))
+    podman.cleanup(env, lambda m: pytest.fail(m))
+    assert os.environ["PATH"] == "/nonexistent"
