@@ -30,12 +30,28 @@ CASE_LINE = re.compile(rf"(?:^|>:|\]:)\s*((?:{'|'.join(map(re.escape, known_case
 WRAPPER_LINE = re.compile(r"ChildFailedError|Horovod detected that one or more processes exited")
 
 
+# torchrun's report of a child that died without a word of its own (a signal): its "Root Cause" block
+ROOT_CAUSE = "Root Cause (first observed failure)"
+ROOT_CAUSE_FIELD = re.compile(r"^\s*(rank|exitcode|traceback)\s*:\s*(.*)$")
+
+
 def failure_line(line: str) -> str | None:
     """The part of an output line that says why a process failed, where it is such a line."""
     if WRAPPER_LINE.search(line):
         return None
     match = ERROR_LINE.search(line) or CASE_LINE.search(line)
     return match.group(1) if match else None
+
+
+def root_cause(lines: list[str]) -> str | None:
+    """What torchrun's "Root Cause" block says of the child that failed first (`rank 1 (local_rank: 1):
+    Signal 9 (SIGKILL) received by PID 14`), where the output holds one; else None."""
+    if ROOT_CAUSE not in "\n".join(lines):
+        return None
+    block = lines[next(i for i, line in enumerate(lines) if ROOT_CAUSE in line):]
+    fields = dict(m.groups() for line in block if (m := ROOT_CAUSE_FIELD.match(line)))
+    said = fields.get("traceback") if fields.get("traceback", "<N/A>") != "<N/A>" else fields.get("exitcode")
+    return f"rank {fields['rank']}: {said}" if "rank" in fields and said else None
 
 
 class Placement:
@@ -84,8 +100,9 @@ class _Running:
 
     def result(self) -> ProcessResult:
         self.reader.join(timeout=5)
+        first_error = self.first_error or root_cause(list(self.tail))
         return ProcessResult(self.spec.name, self.spec.host, self.popen.returncode, str(self.log),
-                             list(self.tail), self.reason, self.first_error)
+                             list(self.tail), self.reason, first_error)
 
 
 def _signal_group(pid: int, sig: int) -> None:

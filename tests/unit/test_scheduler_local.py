@@ -97,11 +97,21 @@ TORCHRUN_FAILURE = [
     "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: ",
     "train.py FAILED",
 ]
+# torchrun's report when a rank died of a signal and wrote nothing itself: the first to fail is its root cause
+TORCHRUN_ROOT_CAUSE = [
+    "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: ", "Failures:", "[1]:",
+    "  rank      : 0 (local_rank: 0)", "  exitcode  : -15 (pid: 13)  (SIGTERM)",
+    "  traceback : Signal 15 (SIGTERM) received by PID 13", "Root Cause (first observed failure):", "[0]:",
+    "  rank      : 1 (local_rank: 1)", "  exitcode  : -9 (pid: 14)  (SIGKILL)", "  error_file: <N/A>",
+    "  traceback : Signal 9 (SIGKILL) received by PID 14",
+]
 
 
 @pytest.mark.parametrize("lines, first", [
     (TORCHRUN_FAILURE, TORCHRUN_FAILURE[0]),
     (TORCHRUN_FAILURE[1:], None),
+    (TORCHRUN_ROOT_CAUSE, "rank 1 (local_rank: 1): Signal 9 (SIGKILL) received by PID 14"),
+    ([TORCHRUN_FAILURE[0], *TORCHRUN_ROOT_CAUSE], TORCHRUN_FAILURE[0]),
     (["[1]<stderr>:mxnet-imagenet: --gpus 3 but this node has 2 GPU(s)", "RuntimeError: Horovod detected that "
       "one or more processes exited with non-zero status"], "mxnet-imagenet: --gpus 3 but this node has 2 GPU(s)"),
 ])
