@@ -156,3 +156,10 @@ def test_tools_and_benchmarks_use_the_layers_not_the_commands():
     assert wrong == []
     old_tool = ast.parse("from suite.commands.predict import validation_table\n")  # what tools/ once did
     assert "suite.commands.predict" in suite_imports_from(old_tool)
+
+
+def test_test_files_have_names_of_their_own():
+    """pytest imports test modules by their file name (tests/ has no packages): two test files of one name in
+    unit/ and integration/ stop the whole run at collection."""
+    names = [p.name for p in sorted((SUITE.parent / "tests").rglob("test_*.py"))]
+    assert sorted({n for n in names if names.count(n) > 1}) == []
