@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 from cases._shared.jax_dist import agree, place, start
+from cases._shared.resident_memory import peak_resident, reset_peak_resident
 from suite.instack.case_options import parse_case_args
 from suite.instack.matmul_peak import measure
 from suite.instack.probe import Probe, announce
@@ -37,160 +38,241 @@ def main() -> None:
     where = place()
     platform = start(where, args.no_cuda)
 
-    import flax
     import jax
-    import jax.numpy as jnp
     import numpy as np
-    import optax
-    from gpt import GPT, N_CONVENTION, GPTConfig, next_token_loss, parameters_counted, training_flops_per_token
-    from jax.sharding import Mesh, NamedSharding
-    from jax.sharding import PartitionSpec as P
+    from jax.sharding import Mesh
 
-    try:
-        config = GPTConfig(args.layers, args.heads, args.width, args.context, args.vocab_size)
-    except ValueError as exc:
-        raise SystemExit(f"{CASE}: {exc}") from None
+    config = model_config(args)
     devices = jax.devices()
-    local = jax.local_devices()
     mesh = Mesh(np.array(devices), ("data",))
     wanted = args.precision if args.precision != "auto" else ("bf16" if platform == "gpu" else "fp32")
-    dtype = jnp.bfloat16 if wanted == "bf16" else jnp.float32
-    model = GPT(config, dtype)
-    optimizer = optax.adamw(args.lr, b1=0.9, b2=0.95, eps=1e-8, weight_decay=0.1)
+    state = TrainState(args, config, mesh, wanted)
+    probe = Probe(where["rank"], where["world"], where["local_rank"], where["local_world"], samples="tokens")
+    next_batch, data = batches(args, where, config, state, probe)
+    # the start line before compiling: a process on another device than the runner asked for stops here
+    probe.start(config=start_config(args, config, state, platform, where, data), versions=versions())
+    compiled = compile_step(probe, state, next_batch, config, wanted, platform)
+    losses = train(probe, compiled, state, next_batch, args, platform)
+    report_end(probe, losses, jax.local_devices()[0])
+    if where["world"] > 1:
+        jax.distributed.shutdown()
 
-    def spec(shape) -> P:
+
+def model_config(args):
+    from gpt import GPTConfig
+
+    try:
+        return GPTConfig(args.layers, args.heads, args.width, args.context, args.vocab_size)
+    except ValueError as exc:
+        raise SystemExit(f"{CASE}: {exc}") from None
+
+
+class TrainState:
+    """The model, its optimizer, their shardings over the mesh's data axis, their state on the devices, and
+    the jitted train step over them."""
+
+    def __init__(self, args, config, mesh, wanted: str):
+        import jax
+        import jax.numpy as jnp
+        import optax
+        from gpt import GPT
+        from jax.sharding import NamedSharding
+        from jax.sharding import PartitionSpec as P
+
+        self.config, self.mesh, self.parallel, self.devices = config, mesh, args.parallel, mesh.devices.size
+        self.dtype = jnp.bfloat16 if wanted == "bf16" else jnp.float32
+        self.model = GPT(config, self.dtype)
+        self.optimizer = optax.adamw(args.lr, b1=0.9, b2=0.95, eps=1e-8, weight_decay=0.1)
+        sample = jnp.zeros((1, config.context), dtype=jnp.int32)
+        init = lambda key: self.model.init(key, sample)["params"]  # noqa: E731
+        self.param_shapes = jax.eval_shape(init, jax.random.PRNGKey(args.seed))
+        self.param_sh = self.shardings(self.param_shapes)
+        self.opt_sh = self.shardings(jax.eval_shape(self.optimizer.init, self.param_shapes))
+        # the same weights on every process and under dp and fsdp alike: one key, each device makes its share
+        self.params = jax.jit(init, out_shardings=self.param_sh)(jax.random.PRNGKey(args.seed))
+        self.opt_state = jax.jit(self.optimizer.init, out_shardings=self.opt_sh)(self.params)
+        self.accum = args.grad_accum
+        self.batch = args.global_batch // self.devices if args.global_batch else args.batch_size
+        self.batch_sh = NamedSharding(mesh, P(None, "data", None))  # (micro-batch, sequence, token)
+        self.step = jax.jit(self.train_step, donate_argnums=(0, 1),
+                            in_shardings=(self.param_sh, self.opt_sh, self.batch_sh, self.batch_sh),
+                            out_shardings=(self.param_sh, self.opt_sh, NamedSharding(mesh, P())))
+
+    def spec(self, shape):
         """fsdp: the largest dimension that divides over the devices, sharded; dp (or none divides): replicated."""
-        if args.parallel == "dp":
-            return P()
-        fits = [i for i, n in enumerate(shape) if n % len(devices) == 0]
+        from jax.sharding import PartitionSpec as P
+
+        fits = [i for i, n in enumerate(shape) if n % self.devices == 0] if self.parallel == "fsdp" else []
         if not fits:
             return P()
         axis = max(fits, key=lambda i: shape[i])
         return P(*[("data" if i == axis else None) for i in range(len(shape))])
 
-    def shardings(tree):
-        return jax.tree_util.tree_map(lambda leaf: NamedSharding(mesh, spec(leaf.shape)), tree)
+    def shardings(self, tree):
+        import jax
+        from jax.sharding import NamedSharding
 
-    sample = jnp.zeros((1, config.context), dtype=jnp.int32)
-    init = lambda key: model.init(key, sample)["params"]  # noqa: E731
-    param_shapes = jax.eval_shape(init, jax.random.PRNGKey(args.seed))
-    param_sh = shardings(param_shapes)
-    opt_sh = shardings(jax.eval_shape(optimizer.init, param_shapes))
-    # the same weights on every process and under dp and fsdp alike: one key, each device makes its share
-    params = jax.jit(init, out_shardings=param_sh)(jax.random.PRNGKey(args.seed))
-    opt_state = jax.jit(optimizer.init, out_shardings=opt_sh)(params)
-    sharded = sum(1 for s in jax.tree_util.tree_leaves(param_sh, is_leaf=lambda x: isinstance(x, NamedSharding))
-                  if any(s.spec))
+        return jax.tree_util.tree_map(lambda leaf: NamedSharding(self.mesh, self.spec(leaf.shape)), tree)
 
-    accum = args.grad_accum
-    batch = args.global_batch // len(devices) if args.global_batch else args.batch_size
-    batch_sh = NamedSharding(mesh, P(None, "data", None))  # (micro-batch, sequence, token)
+    def sharded_arrays(self) -> int:
+        import jax
+        from jax.sharding import NamedSharding
 
-    def loss_of(p, inputs, targets):
-        return next_token_loss(model.apply({"params": p}, inputs), targets)
+        leaves = jax.tree_util.tree_leaves(self.param_sh, is_leaf=lambda x: isinstance(x, NamedSharding))
+        return sum(1 for s in leaves if any(s.spec))
 
-    def train_step(p, state, inputs, targets):
+    def loss_of(self, params, inputs, targets):
+        from gpt import next_token_loss
+
+        return next_token_loss(self.model.apply({"params": params}, inputs), targets)
+
+    def train_step(self, params, state, inputs, targets):
+        import jax
+        import jax.numpy as jnp
+        import optax
+
         # The micro-batches unrolled, not a scan: XLA's cost analysis counts a loop's body once.
-        loss, grads = jax.value_and_grad(loss_of)(p, inputs[0], targets[0])
-        for micro in range(1, accum):
-            more_loss, more = jax.value_and_grad(loss_of)(p, inputs[micro], targets[micro])
+        loss, grads = jax.value_and_grad(self.loss_of)(params, inputs[0], targets[0])
+        for micro in range(1, self.accum):
+            more_loss, more = jax.value_and_grad(self.loss_of)(params, inputs[micro], targets[micro])
             loss, grads = loss + more_loss, jax.tree_util.tree_map(jnp.add, grads, more)
-        if accum > 1:
-            loss, grads = loss / accum, jax.tree_util.tree_map(lambda g: g / accum, grads)
-        updates, state = optimizer.update(grads, state, p)
-        return optax.apply_updates(p, updates), state, loss
+        if self.accum > 1:
+            loss, grads = loss / self.accum, jax.tree_util.tree_map(lambda g: g / self.accum, grads)
+        updates, state = self.optimizer.update(grads, state, params)
+        return optax.apply_updates(params, updates), state, loss
 
-    replicated = NamedSharding(mesh, P())
-    step = jax.jit(train_step, in_shardings=(param_sh, opt_sh, batch_sh, batch_sh),
-                   out_shardings=(param_sh, opt_sh, replicated), donate_argnums=(0, 1))
-
-    per_process = batch * len(local)
-
-    def to_global(rows: np.ndarray):
+    def to_global(self, rows):
         """(accum, per_process, context + 1) tokens of this process -> global (inputs, targets)."""
+        import jax
+        import numpy as np
+
         rows = rows.astype(np.int32)
-        make = lambda a: jax.make_array_from_process_local_data(batch_sh, a)  # noqa: E731
+        make = lambda a: jax.make_array_from_process_local_data(self.batch_sh, a)  # noqa: E731
         return make(np.ascontiguousarray(rows[..., :-1])), make(np.ascontiguousarray(rows[..., 1:]))
 
-    probe = Probe(where["rank"], where["world"], where["local_rank"], where["local_world"], samples="tokens")
+    def tokens_per_device(self) -> int:
+        """The tokens one device trains on in one step."""
+        return self.batch * self.accum * self.config.context
+
+    def parameters(self) -> int:
+        import jax
+
+        return sum(int(leaf.size) for leaf in jax.tree_util.tree_leaves(self.param_shapes))
+
+
+def batches(args, where, config, state: TrainState, probe):
+    """next_batch() of this process's global batch, and the data's facts."""
+    import jax
+    import numpy as np
+
+    per_process = state.batch * len(jax.local_devices())
     if args.data == "synthetic":
         rng = np.random.default_rng(args.seed + 1 + where["rank"])
-        fixed = to_global(rng.integers(0, config.vocab, (accum, per_process, config.context + 1)))
-        next_batch, data = (lambda: fixed), {"data": "synthetic"}
-    else:
-        next_batch, data = token_batches(args, where, config, per_process, accum, to_global, probe)
-    # the start line before compiling: a process on another device than the runner asked for stops here
-    tokens_per_device = batch * accum * config.context
-    parameters = sum(int(leaf.size) for leaf in jax.tree_util.tree_leaves(param_shapes))
-    device_kind = devices[0].device_kind if platform == "gpu" else "cpu"
-    probe.start(
-        config={
-            "model": "gpt", "model_name": model_name(config), "parameters": parameters,
-            "layers": config.layers, "heads": config.heads, "width": config.width, "context": config.context,
-            "vocab_size": config.vocab, "device_type": "cuda" if platform == "gpu" else "cpu",
-            "device_name": device_kind, "dtype": "amp-bfloat16" if dtype == jnp.bfloat16 else "float32", **data,
-            "batch_per_device": batch * accum, "global_batch": batch * accum * len(devices),
-            "micro_batch": batch, "grad_accum": accum, "tokens_per_device_per_step": tokens_per_device,
-            "global_tokens_per_step": tokens_per_device * len(devices), "lr": args.lr,
-            "threads_per_worker": where.get("threads"), "backend": "gloo" if platform == "cpu" else "nccl",
-            "launcher": "jaxdist", "parallel": args.parallel, "processes": jax.process_count(),
-            "devices": len(devices), "local_devices": len(local), "mesh": {"data": len(devices)},
-            args.parallel: {"param_sharding": "replicated" if args.parallel == "dp" else "data axis, largest dim",
-                            "sharded_parameters": sharded,
-                            "parameter_arrays": len(jax.tree_util.tree_leaves(param_shapes))},
-            "seed": args.seed,
-        },
-        versions={"jax": jax.__version__, "jaxlib": _version("jaxlib"), "flax": flax.__version__,
-                  "optax": optax.__version__, "numpy": np.__version__},
-    )
+        fixed = state.to_global(rng.integers(0, config.vocab, (state.accum, per_process, config.context + 1)))
+        return (lambda: fixed), {"data": "synthetic"}
+    return token_batches(args, where, config, per_process, state.accum, state.to_global, probe)
+
+
+def start_config(args, config, state: TrainState, platform: str, where: dict, data: dict) -> dict:
+    """The probe's start line: the model, its batch and sharding, and where it runs."""
+    import jax
+    import jax.numpy as jnp
+
+    devices, tokens = state.devices, state.tokens_per_device()
+    return {
+        "model": "gpt", "model_name": model_name(config), "parameters": state.parameters(),
+        "layers": config.layers, "heads": config.heads, "width": config.width, "context": config.context,
+        "vocab_size": config.vocab, "device_type": "cuda" if platform == "gpu" else "cpu",
+        "device_name": jax.devices()[0].device_kind if platform == "gpu" else "cpu",
+        "dtype": "amp-bfloat16" if state.dtype == jnp.bfloat16 else "float32", **data,
+        "batch_per_device": state.batch * state.accum, "global_batch": state.batch * state.accum * devices,
+        "micro_batch": state.batch, "grad_accum": state.accum, "tokens_per_device_per_step": tokens,
+        "global_tokens_per_step": tokens * devices, "lr": args.lr,
+        "threads_per_worker": where.get("threads"), "backend": "gloo" if platform == "cpu" else "nccl",
+        "launcher": "jaxdist", "parallel": args.parallel, "processes": jax.process_count(),
+        "devices": devices, "local_devices": len(jax.local_devices()), "mesh": {"data": devices},
+        args.parallel: {"param_sharding": "replicated" if args.parallel == "dp" else "data axis, largest dim",
+                        "sharded_parameters": state.sharded_arrays(),
+                        "parameter_arrays": len(jax.tree_util.tree_leaves(state.param_shapes))},
+        "seed": args.seed,
+    }
+
+
+def versions() -> dict:
+    import flax
+    import jax
+    import numpy as np
+    import optax
+
+    return {"jax": jax.__version__, "jaxlib": _version("jaxlib"), "flax": flax.__version__,
+            "optax": optax.__version__, "numpy": np.__version__}
+
+
+def compile_step(probe, state: TrainState, next_batch, config, wanted: str, platform: str):
+    """The train step compiled (its time recorded, not timed), its work as XLA counts it beside the formula,
+    and the device's measured matmul peak, after which the peak memory is reset."""
+    import jax
+    import jax.numpy as jnp
+    from gpt import N_CONVENTION, parameters_counted, training_flops_per_token
 
     started = time.perf_counter()
     inputs, targets = next_batch()
-    compiled = step.lower(params, opt_state, inputs, targets).compile()
+    compiled = state.step.lower(state.params, state.opt_state, inputs, targets).compile()
     compile_seconds = time.perf_counter() - started
-    counted = xla_flops(compiled) / tokens_per_device  # the per-device program, over the device's tokens
-    counted_parameters = parameters_counted(params, config)
+    counted = xla_flops(compiled) / state.tokens_per_device()  # the per-device program, over its tokens
+    counted_parameters = parameters_counted(state.params, config)
     formula = training_flops_per_token(config, counted_parameters, config.context)
-    precision = precision_of(wanted, platform, devices[0], jax)
-    probe.work(flops_per_sample=formula, precision=precision,
+    device = jax.local_devices()[0]
+    probe.work(flops_per_sample=formula, precision=precision_of(wanted, platform, device, jax),
                source=f"6 N + 12 L H Q T per token (PaLM appendix B, nanoGPT), N = {counted_parameters:,} "
                       f"({N_CONVENTION}); {XLA_COUNTED}: {counted:,.0f}")
     probe.result(counted_flops_per_token=counted, counted_flops_source=XLA_COUNTED, formula_flops_per_token=formula,
                  formula_parameters=counted_parameters, formula_parameters_convention=N_CONVENTION,
                  compile_seconds=compile_seconds)
-    probe.measured_peak(**matmul_peak(jax, jnp, local[0], wanted, platform))
-    was_reset = platform == "cpu" and reset_peak_rss()
+    probe.measured_peak(**matmul_peak(jax, jnp, device, wanted, platform))
+    if platform == "cpu":
+        reset_peak_resident()
+    return compiled
+
+
+def train(probe, compiled, state: TrainState, next_batch, args, platform: str) -> list:
+    """The warmup and the timed iterations; every step's loss (on the devices)."""
+    import jax
+
+    from cases._shared.timed import min_seconds, timed_iterations
 
     losses = []
+    tokens = state.tokens_per_device()
 
     def run_step():
-        nonlocal params, opt_state
-        params, opt_state, loss = compiled(params, opt_state, *next_batch())
+        state.params, state.opt_state, loss = compiled(state.params, state.opt_state, *next_batch())
         losses.append(loss)
-
-    sync = lambda: jax.block_until_ready((params, opt_state))  # noqa: E731
-    with probe.warmup(images=tokens_per_device * args.num_warmup_batches, sync=sync):
-        for _ in range(args.num_warmup_batches):
-            run_step()
 
     def one_iteration():
         for _ in range(args.num_batches_per_iter):
             run_step()
 
-    from cases._shared.timed import min_seconds, timed_iterations
-
+    sync = lambda: jax.block_until_ready((state.params, state.opt_state))  # noqa: E731
+    with probe.warmup(images=tokens * args.num_warmup_batches, sync=sync):
+        for _ in range(args.num_warmup_batches):
+            run_step()
     timed_iterations(probe, args.num_iters, min_seconds(args.min_seconds, platform == "gpu"),
-                     tokens_per_device * args.num_batches_per_iter, one_iteration, sync, agree)
-    means = [round(float(v), 6) for v in jax.device_get(losses)]  # the step's loss: the mean over all devices
-    memory, basis = peak_memory(local[0], was_reset)
+                     tokens * args.num_batches_per_iter, one_iteration, sync, agree)
+    return losses
+
+
+def report_end(probe, losses: list, device) -> None:
+    """Every step's loss (the mean over all devices) and each process's peak memory, then the end line."""
+    import jax
+    import numpy as np
     from jax.experimental import multihost_utils
 
+    means = [round(float(v), 6) for v in jax.device_get(losses)]
+    memory, basis = peak_memory(device)
     everyone = multihost_utils.process_allgather(np.asarray([memory], dtype=np.int64)).reshape(-1)
     probe.result(first_step_loss=means[0], last_step_loss=means[-1], first_losses=means[:FIRST_LOSSES],
                  steps=len(means), peak_memory_bytes=[int(m) for m in everyone], peak_memory_basis=basis)
     probe.end()
-    if where["world"] > 1:
-        jax.distributed.shutdown()
 
 
 def token_batches(args, where, config, per_process, accum, to_global, probe):
@@ -270,33 +352,13 @@ def matmul_peak(jax, jnp, device, wanted: str, platform: str) -> dict:
     return measure(square, multiply, wanted, 8192 if platform == "gpu" else 4096)
 
 
-def reset_peak_rss() -> bool:
-    """Forgets the process's peak resident set so far (Linux: 5 into /proc/self/clear_refs), so that the
-    record's CPU memory is the training's, not the matmul peak's matrices; False where that is not allowed."""
-    try:
-        Path("/proc/self/clear_refs").write_text("5")
-        return True
-    except OSError:
-        return False
-
-
-def peak_memory(device, reset: bool) -> tuple[int, str]:
+def peak_memory(device) -> tuple[int, str]:
     """The device's peak bytes in use (GPU: XLA's allocator, over the whole process: it has no reset), or the
-    process's peak resident set on a CPU (VmHWM, since `reset_peak_rss` where it worked)."""
+    process's peak resident set on a CPU (cases/_shared/resident_memory.py)."""
     stats = device.memory_stats() if hasattr(device, "memory_stats") else None
     if stats and "peak_bytes_in_use" in stats:
         return int(stats["peak_bytes_in_use"]), "XLA's allocator: peak_bytes_in_use of the device since the start"
-    try:
-        status = Path("/proc/self/status").read_text().splitlines()
-        kib = next(int(line.split()[1]) for line in status if line.startswith("VmHWM:"))
-    except (OSError, StopIteration):
-        kib = None
-    if kib is not None and reset:
-        return kib * 1024, "peak resident set of the process (VmHWM), reset after the matmul peak was measured"
-    import resource
-
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, \
-        "peak resident set of the process since it began (getrusage)"
+    return peak_resident()
 
 
 def _version(name: str) -> str | None:
