@@ -8,24 +8,12 @@ Attention is written out (QK^T, a causal mask, softmax, AV) so that XLA counts i
 the formula does."""
 
 import math
-from dataclasses import dataclass
 
 import flax.linen as nn
 import jax.numpy as jnp
 import optax
 
-
-@dataclass(frozen=True)
-class GPTConfig:
-    layers: int = 12
-    heads: int = 12
-    width: int = 768
-    context: int = 1024
-    vocab: int = 50304
-
-    def __post_init__(self):
-        if self.width % self.heads:
-            raise ValueError(f"the width ({self.width}) must be a multiple of the heads ({self.heads})")
+from cases._shared.gpt_config import GPTConfig
 
 
 def normal(std: float):

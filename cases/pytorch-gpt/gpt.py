@@ -7,25 +7,13 @@ GPT-2 small is 12 layers, 12 heads, width 768, context 1,024; its vocabulary of 
 50,304 (a multiple of 64) as nanoGPT does."""
 
 import math
-from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-
-@dataclass(frozen=True)
-class GPTConfig:
-    layers: int = 12
-    heads: int = 12
-    width: int = 768
-    context: int = 1024
-    vocab: int = 50304
-
-    def __post_init__(self):
-        if self.width % self.heads:
-            raise ValueError(f"the width ({self.width}) must be a multiple of the heads ({self.heads})")
+from cases._shared.gpt_config import GPTConfig
 
 
 class SelfAttention(nn.Module):

@@ -125,20 +125,7 @@ def stack_env(tool: str, image: Path, meta: dict, gpus: bool, binds: list[str],
         prefix=prefix,
         env={"PYTHONPATH": str(paths.ROOT)},
         facts=meta.get("facts", {}),
-        provenance={
-            "stack": meta["stack"],
-            "stack_lock_sha256": meta["lock_sha256"],
-            "stack_recipe_sha256": meta.get("recipe_sha256"),
-            "stack_location": f"{image}:{images.PREFIX}",
-            "stack_packages": meta.get("packages", {}),
-            "runtime": "apptainer",
-            "runtime_version": version,
-            "image": str(image),
-            "image_sha256": meta["image_sha256"],
-            "image_flavour": meta.get("flavour"),
-            "stack_flavour": meta.get("flavour"),
-            "image_base": {k: v for k, v in (meta.get("base") or {}).items() if k != "packages"},
-        },
+        provenance={**images.image_provenance(meta, "apptainer", str(image)), "runtime_version": version},
     )
 
 

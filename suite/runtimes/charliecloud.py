@@ -76,23 +76,11 @@ def prepare(want: StackRequest, log=print) -> StackEnv:
         prefix=run_prefix(tool, str(image), [f"{src}:{dst}" for src, dst in binds], workdir),
         env=env,
         facts=meta.get("facts", {}),
-        provenance={
-            "stack": meta["stack"],
-            "stack_lock_sha256": meta["lock_sha256"],
-            "stack_recipe_sha256": meta.get("recipe_sha256"),
-            "stack_location": f"{image}:{images.PREFIX}",
-            "stack_packages": meta.get("packages", {}),
-            "runtime": "charliecloud",
-            "image": str(image),
-            "image_sha256": meta["image_sha256"],
-            "image_flavour": meta.get("flavour"),
-            "stack_flavour": meta.get("flavour"),
-            "image_base": meta.get("base"),
-            # what it was unpacked from: the Docker image of the same Dockerfile and lock (its ID); image_sha256
-            # above is the digest of the exported filesystem tarball, which differs between two exports
-            "image_source": {"docker_image": meta.get("docker_image"),
-                             "docker_image_sha256": meta.get("docker_image_sha256")},
-        },
+        # image_source: what it was unpacked from, the Docker image of the same Dockerfile and lock (its ID);
+        # image_sha256 is the digest of the exported filesystem tarball, which differs between two exports
+        provenance={**images.image_provenance(meta, "charliecloud", str(image)),
+                    "image_source": {"docker_image": meta.get("docker_image"),
+                                     "docker_image_sha256": meta.get("docker_image_sha256")}},
     )
 
 

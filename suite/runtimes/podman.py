@@ -87,19 +87,7 @@ def prepare(want: StackRequest, log=print) -> StackEnv:
         prefix=run_prefix(tool, spec, ref, binds, workdir, gpus, session),
         env={"PYTHONPATH": str(paths.ROOT)},
         facts=meta.get("facts", {}),
-        provenance={
-            "stack": meta["stack"],
-            "stack_lock_sha256": meta["lock_sha256"],
-            "stack_recipe_sha256": meta.get("recipe_sha256"),
-            "stack_location": f"{ref}:{images.PREFIX}",
-            "stack_packages": meta.get("packages", {}),
-            "runtime": "podman",
-            "image": ref,
-            "image_sha256": meta.get("image_sha256"),
-            "image_flavour": meta.get("flavour"),
-            "stack_flavour": meta.get("flavour"),
-            "image_base": meta.get("base"),
-        },
+        provenance={**images.image_provenance(meta, "podman", ref)},
     )
 
 

@@ -149,6 +149,29 @@ def read_image_meta(path: Path, how_to_build: str) -> dict:
         raise UsageError(f"no image metadata at {path} (written by `{how_to_build}`)") from None
 
 
+def image_provenance(meta: dict, runtime: str, image: str) -> dict:
+    """The record's provenance of a stack run from an image with metadata beside it (IMAGE.json): the stack,
+    its lock and packages, the runtime, and the image with its digest, flavour and base."""
+    return {
+        "stack": meta["stack"],
+        "stack_lock_sha256": meta["lock_sha256"],
+        "stack_recipe_sha256": meta.get("recipe_sha256"),
+        "stack_location": f"{image}:{PREFIX}",
+        "stack_packages": meta.get("packages", {}),
+        "runtime": runtime,
+        "image": image,
+        "image_sha256": meta.get("image_sha256"),
+        "image_flavour": meta.get("flavour"),
+        "stack_flavour": meta.get("flavour"),
+        "image_base": without_packages(meta.get("base")),
+    }
+
+
+def without_packages(base):
+    """An image's base as the record keeps it: its package list stays in the image's metadata."""
+    return {k: v for k, v in base.items() if k != "packages"} if isinstance(base, dict) else base
+
+
 def packages_from_pip_list(text: str) -> dict[str, str]:
     return {p["name"].lower(): p["version"] for p in json.loads(text or "[]")}
 
