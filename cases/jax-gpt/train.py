@@ -12,13 +12,11 @@ and windows), each process its own. A step is --grad-accum micro-batches (unroll
 The step is compiled before the warmup (its time recorded, not timed); XLA's own FLOP count of the
 compiled step is the work, the formula beside it. Options come from case.toml."""
 
-import json
-import os
 import time
-from pathlib import Path
 
 from cases._shared.jax_dist import agree, place, start
 from cases._shared.resident_memory import peak_resident, reset_peak_resident
+from cases._shared.token_windows import TokenError, data_facts, open_windows
 from suite.instack.case_options import parse_case_args
 from suite.instack.matmul_peak import measure
 from suite.instack.probe import Probe, announce
@@ -26,10 +24,6 @@ from suite.instack.probe import Probe, announce
 CASE = "jax-gpt"
 FIRST_LOSSES = 20  # steps whose loss the record lists one by one
 XLA_COUNTED = "XLA's cost analysis of the compiled train step (compiled.cost_analysis()['flops']), per token"
-
-
-def data_folder() -> Path:
-    return Path(os.environ.get("SUITE_DATA_DIR", "data")) / "tokens"
 
 
 def main() -> None:
@@ -276,22 +270,12 @@ def report_end(probe, losses: list, device) -> None:
 
 
 def token_batches(args, where, config, per_process, accum, to_global, probe):
-    """Windows of the token file, each process its own (pytorch-gpt's windows.py), and the data's facts."""
+    """Windows of the token file, each process its own (cases/_shared/token_windows.py, pytorch-gpt's), and the
+    data's facts."""
     import numpy as np
-    from token_windows import TokenError, TokenWindows
 
-    path = data_folder() / "train.bin"
-    try:
-        manifest = json.loads((data_folder() / "manifest.json").read_text())
-    except (OSError, ValueError):
-        manifest = {}
-    if manifest.get("vocab_size", 0) > config.vocab:
-        raise SystemExit(f"{CASE}: {path} holds token ids up to {manifest['vocab_size'] - 1}, "
-                         f"beyond --vocab-size {config.vocab}")
-    windows = TokenWindows(path, config.context, where["rank"], where["world"], seed=args.seed, vocab=config.vocab)
-    if windows.per_rank() < per_process * accum:
-        raise SystemExit(f"{CASE}: {len(windows.tokens)} tokens in {path} give {windows.per_rank()} windows of "
-                         f"{config.context} per process: less than one step of {per_process * accum}")
+    windows, manifest = open_windows(CASE, config.context, config.vocab, where["rank"], where["world"], args.seed,
+                                     needed=per_process * accum, per="process")
     rows = windows.rows(per_process * accum)
 
     def next_batch():
@@ -302,10 +286,7 @@ def token_batches(args, where, config, per_process, accum, to_global, probe):
                 raise SystemExit(f"{CASE}: {exc}") from None
             return to_global(np.asarray(step).reshape(accum, per_process, config.context + 1))
 
-    facts = {"data": "tokens-synthetic" if manifest.get("synthetic") else "tokens", "data_path": str(path.resolve()),
-             "data_source": manifest.get("source"), "tokenizer": manifest.get("tokenizer"),
-             "data_tokens": len(windows.tokens), "windows_per_rank": windows.per_rank()}
-    return next_batch, facts
+    return next_batch, data_facts(windows, manifest)
 
 
 def model_name(config) -> str:

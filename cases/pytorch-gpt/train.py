@@ -3,15 +3,12 @@ FSDP2 (--parallel fsdp: fully_shard on every block, then on the whole model), me
 
 One process per device, started by torchrun, by the suite (--launcher ranks) or by a bare srun (see
 cases/_shared/torch_dist.py). --data synthetic trains on a fixed batch of random tokens on the device;
---data tokens on windows of $SUITE_DATA_DIR/tokens/train.bin (windows.py), each rank its own. A step
-is --grad-accum micro-batches, the gradients exchanged once; steps are timed in iterations of
+--data tokens on windows of $SUITE_DATA_DIR/tokens/train.bin (cases/_shared/token_windows.py), each rank its
+own. A step is --grad-accum micro-batches, the gradients exchanged once; steps are timed in iterations of
 --num-batches-per-iter, after --num-warmup-batches untimed ones. Options come from case.toml."""
 
 import contextlib
-import json
-import os
 import time
-from pathlib import Path
 
 import numpy
 import torch
@@ -20,11 +17,11 @@ from gpt import GPT, N_CONVENTION, GPTConfig, next_token_loss, parameters_counte
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 from torch.nn.parallel import DistributedDataParallel
-from windows import TokenError, TokenWindows
 
 from cases._shared.flops import precision, report_peak, training_flops_per_sample
 from cases._shared.memory import peak_memory
 from cases._shared.timed import min_seconds, timed_iterations
+from cases._shared.token_windows import TokenError, data_facts, open_windows
 from cases._shared.torch_dist import agree, leave_process_group, pick_backend, pick_device, place
 from suite.instack.case_options import parse_case_args
 from suite.instack.probe import Probe, announce
@@ -32,10 +29,6 @@ from suite.instack.probe import Probe, announce
 CASE = "pytorch-gpt"
 FIRST_LOSSES = 20  # steps whose loss the record lists one by one
 GPT2_SMALL = GPTConfig()
-
-
-def data_folder() -> Path:
-    return Path(os.environ.get("SUITE_DATA_DIR", "data")) / "tokens"
 
 
 def model_config(args) -> GPTConfig:
@@ -110,8 +103,9 @@ def batch_source(args, where, device, config, probe):
         rows = torch.randint(0, config.vocab, (args.batch_size, config.context + 1), generator=generator).to(device)
         fixed = (rows[:, :-1], rows[:, 1:])
         return (lambda: fixed), {"data": "synthetic"}
-    windows, manifest = open_windows(args, where, config)
-    batches = windows.batches(args.batch_size)
+    windows, manifest = open_windows(CASE, config.context, config.vocab, where["rank"], where["world"], args.seed,
+                                     needed=args.batch_size, per="rank")
+    batches = torch_batches(windows, args.batch_size)
     pin = device.type == "cuda"
 
     def next_batch():
@@ -124,31 +118,14 @@ def batch_source(args, where, device, config, probe):
                 inputs, targets = inputs.pin_memory(), targets.pin_memory()
             return inputs.to(device, non_blocking=pin), targets.to(device, non_blocking=pin)
 
-    facts = {"data": "tokens-synthetic" if manifest.get("synthetic") else "tokens",
-             "data_path": str(windows_path().resolve()), "data_source": manifest.get("source"),
-             "tokenizer": manifest.get("tokenizer"), "data_tokens": len(windows.tokens),
-             "windows_per_rank": windows.per_rank()}
-    return next_batch, facts
+    return next_batch, data_facts(windows, manifest)
 
 
-def windows_path() -> Path:
-    return data_folder() / "train.bin"
-
-
-def open_windows(args, where, config) -> tuple[TokenWindows, dict]:
-    try:
-        manifest = json.loads((data_folder() / "manifest.json").read_text())
-    except (OSError, ValueError):
-        manifest = {}
-    if manifest.get("vocab_size", 0) > config.vocab:
-        raise SystemExit(f"{CASE}: {windows_path()} holds token ids up to {manifest['vocab_size'] - 1}, "
-                         f"beyond --vocab-size {config.vocab}")
-    windows = TokenWindows(windows_path(), config.context, where["rank"], where["world"], seed=args.seed,
-                           vocab=config.vocab)
-    if windows.per_rank() < args.batch_size:
-        raise SystemExit(f"{CASE}: {len(windows.tokens)} tokens in {windows_path()} give {windows.per_rank()} "
-                         f"windows of {config.context} per rank: less than one batch of {args.batch_size}")
-    return windows, manifest
+def torch_batches(windows, batch: int):
+    """(inputs, targets), each a (batch, context) int64 tensor on the CPU, of the windows' rows, pass after pass."""
+    for rows in windows.rows(batch):
+        rows = torch.from_numpy(rows)
+        yield rows[:, :-1], rows[:, 1:]
 
 
 def report_work(probe, bare: GPT, config: GPTConfig, device, amp, counted: float) -> None:

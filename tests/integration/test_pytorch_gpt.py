@@ -119,9 +119,10 @@ def test_the_data_script_tokenizes_the_text_files_by_bytes(text_data):
 WINDOWS_CHECK = """
 import json, sys
 sys.path[:0] = [".", "cases/pytorch-gpt"]
-from windows import TokenWindows
+from cases._shared.token_windows import TokenWindows
+from train import torch_batches
 shares = [TokenWindows(sys.argv[1], 32, rank, 2, seed=1).share(0).tolist() for rank in range(2)]
-inputs, targets = next(TokenWindows(sys.argv[1], 32, 0, 2, seed=1).batches(4))
+inputs, targets = next(torch_batches(TokenWindows(sys.argv[1], 32, 0, 2, seed=1), 4))
 json.dump({"shares": shares, "shape": list(inputs.shape), "shifted": bool((inputs[:, 1:] == targets[:, :-1]).all())},
           sys.stdout)
 """

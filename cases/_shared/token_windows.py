@@ -2,9 +2,12 @@
 i is tokens [i x context, (i + 1) x context + 1), its inputs the first `context` tokens and its
 targets the same shifted by one. Every pass over the file shuffles the windows with the same seed on
 every rank, and rank r of w reads windows r, r + w, r + 2w ... of that order: the ranks' windows
-are disjoint and together cover the file. NumPy alone (torch only for `batches`): cases/jax-gpt reads the
-same windows through `rows`."""
+are disjoint and together cover the file. NumPy alone: pytorch-gpt and jax-gpt read the same windows of
+the same file in the same order (`rows`). `open_windows` opens $SUITE_DATA_DIR/tokens/train.bin as both
+cases do, with the checks a rank can make before it trains."""
 
+import json
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -48,10 +51,33 @@ class TokenWindows:
                 yield np.stack([self.window(i) for i in share[first:first + batch]])
             epoch += 1
 
-    def batches(self, batch: int):
-        """(inputs, targets), each a (batch, context) int64 torch tensor, pass after pass, on the CPU."""
-        import torch
 
-        for rows in self.rows(batch):
-            rows = torch.from_numpy(rows)
-            yield rows[:, :-1], rows[:, 1:]
+def data_folder() -> Path:
+    return Path(os.environ.get("SUITE_DATA_DIR", "data")) / "tokens"
+
+
+def open_windows(case: str, context: int, vocab: int, rank: int, world: int, seed: int, needed: int,
+                 per: str) -> tuple[TokenWindows, dict]:
+    """This rank's windows of the token file and the file's manifest; a one-line SystemExit where the manifest
+    says its ids go beyond the vocabulary, or the file holds less than one step (`needed` windows) per `per`."""
+    path = data_folder() / "train.bin"
+    try:
+        manifest = json.loads((data_folder() / "manifest.json").read_text())
+    except (OSError, ValueError):
+        manifest = {}
+    if manifest.get("vocab_size", 0) > vocab:
+        raise SystemExit(f"{case}: {path} holds token ids up to {manifest['vocab_size'] - 1}, "
+                         f"beyond --vocab-size {vocab}")
+    windows = TokenWindows(path, context, rank, world, seed=seed, vocab=vocab)
+    if windows.per_rank() < needed:
+        raise SystemExit(f"{case}: {len(windows.tokens)} tokens in {path} give {windows.per_rank()} windows of "
+                         f"{context} per {per}: less than one step of {needed}")
+    return windows, manifest
+
+
+def data_facts(windows: TokenWindows, manifest: dict) -> dict:
+    """What the record says of the token file that trained."""
+    return {"data": "tokens-synthetic" if manifest.get("synthetic") else "tokens",
+            "data_path": str(windows.path.resolve()), "data_source": manifest.get("source"),
+            "tokenizer": manifest.get("tokenizer"), "data_tokens": len(windows.tokens),
+            "windows_per_rank": windows.per_rank()}
