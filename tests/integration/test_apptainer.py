@@ -53,7 +53,7 @@ def test_apptainer_runs_unprivileged_with_the_host_folders_at_their_paths(apptai
         tree = Path(apptainer_here.program).read_text().split('"')[3]
         enter = subprocess.run([str(apptainer_here.bin_dir / "apptainer-tree-enter.sh"), tree, "2751", "/",
                                 "/bin/sh", "-c", f"id -u > {marker}/uid; test -d {ROOT}/suite && touch {marker}/seen"],
-                               cwd=marker, capture_output=True, text=True, timeout=60)
+                               cwd=marker, env=apptainer_here.env(), capture_output=True, text=True, timeout=60)
         assert enter.returncode == 0, enter.stderr
         assert (marker / "uid").read_text().strip() == "2751" and (marker / "seen").exists()
         # the tree is made once: a second call finds it complete and only writes the command again

@@ -27,6 +27,7 @@ from conftest import MEASURED, component_unavailable
 
 ROOT = Path(__file__).resolve().parents[2]
 TREE_SCRIPT = ROOT / "tools" / "apptainer-tree.sh"
+TREE_UID = "2751"  # tools/apptainer-tree.sh's user
 STACK = "pytorch"
 # The tests' builds squash with zstd at its fastest level: Apptainer's default (gzip) takes minutes for
 # a GB stack on two cores; squashfuse and the kernel read both.
@@ -43,7 +44,10 @@ class Apptainer:
 
     def env(self, **extra: str) -> dict:
         """The environment of a suite command run with this apptainer and image folder."""
+        # the test tree binds this checkout even where it lies under a folder of its own system (/root)
+        binds = f"{os.environ.get('APPTAINER_TREE_BINDS', '')} {ROOT}".strip()
         return {**os.environ, "PATH": f"{self.bin_dir}{os.pathsep}{os.environ['PATH']}",
+                "APPTAINER_TREE_BINDS": binds,
                 "SUITE_IMAGE_DIR": str(self.images), "SUITE_FLOPS_CACHE": str(self.folder / "flops.json"),
                 "SUITE_APPTAINER_BUILD_OPTIONS": BUILD_OPTIONS, **extra}
 
@@ -81,6 +85,18 @@ def apptainer_bin() -> Path:
     return Path(done.stdout.strip().splitlines()[-1])
 
 
+def refuse_a_private_checkout(here: Apptainer) -> None:
+    """The test tree runs Apptainer as an unprivileged user, who must read this checkout (bound at its
+    path); a checkout below a private folder (root's home) is named, not failed on inside every test."""
+    tree = Path(here.program).read_text().split('"')[3]
+    seen = subprocess.run([str(here.bin_dir / "apptainer-tree-enter.sh"), tree, TREE_UID, "/", "/bin/sh", "-c",
+                           f"test -r {ROOT}/suite/__init__.py"], env=here.env(), capture_output=True, timeout=60)
+    if seen.returncode != 0:
+        component_unavailable("Apptainer", f"the checkout {ROOT} cannot be read by the test tree's "
+                              f"unprivileged user (uid {TREE_UID}): a folder above it is private; "
+                              "clone it below a readable folder (/tmp, /srv, /work)")
+
+
 @pytest.fixture(scope="session")
 def apptainer_here():
     """The session's Apptainer and its folder (removed at the end)."""
@@ -89,7 +105,10 @@ def apptainer_here():
     (folder / "images").mkdir(mode=0o777)
     (folder / "images").chmod(0o777)
     try:
-        yield Apptainer(apptainer_bin(), folder)
+        here = Apptainer(apptainer_bin(), folder)
+        if here.program != shutil.which("apptainer"):
+            refuse_a_private_checkout(here)
+        yield here
     finally:
         shutil.rmtree(folder, ignore_errors=True)
 
