@@ -31,20 +31,23 @@ from suite.instack.cpu_binding import parse_cpu_list
 INPUT_BOUND = 0.2  # waiting for data this share of the step: the input pipeline bounds the run
 COMMUNICATION_BOUND = 0.3  # one gradient all-reduce takes this share of a step
 BUSY = {"cuda": 0.8, "cpu": 0.75}  # the device works this share of the window: compute-bound
+# What to try, per verdict, in words that hold for every framework; a case's [hints] table (case.toml)
+# replaces any of them with its own options.
 HINTS = {
-    "input": "more loader processes (--workers), data on faster storage, or decoding on the GPU (DALI)",
-    "communication": "a larger batch per device, fp16 gradients (--fp16-allreduce), or fewer, larger "
-                     "all-reduce buckets (--bucket-cap-mb)",
-    "host": "a larger batch per GPU, or --compile (torch.compile; CUDA graphs cut the launch cost)",
-    "compute-cuda": "mixed precision and channels-last (--amp --channels-last, or --preset dle) if not on; "
-                    "else the GPU is the limit: compare with the published figure",
+    "input": "more loader processes or threads, data on faster storage, or decoding on the GPU (DALI)",
+    "communication": "a larger batch per device, gradients exchanged in 16 bits, or fewer, larger all-reduce "
+                     "messages",
+    "host": "a larger batch per GPU, or a compiled step (fewer, fused kernel launches; CUDA graphs)",
+    "compute-cuda": "mixed precision (bf16/fp16) if not on; else the GPU is the limit: compare with the "
+                    "published figure",
     "compute-cpu": "more cores per worker, or the memory allocator settings of docs/telemetry.md (CPU nodes)",
     "unknown": "--precheck measures the all-reduce, telemetry (on by default) the GPUs' utilisation",
 }
 
 
-def diagnose(record: dict) -> dict:
-    """metrics.diagnosis of a record (its repetitions, telemetry, interconnect check, world)."""
+def diagnose(record: dict, case_hints: dict | None = None) -> dict:
+    """metrics.diagnosis of a record (its repetitions, telemetry, interconnect check, world); case_hints:
+    the case's [hints] table (verdict -> what to try with its options)."""
     device = record["world"].get("device_type") or "cpu"
     figures = {
         "device_busy": device_busy(record, device),
@@ -58,7 +61,8 @@ def diagnose(record: dict) -> dict:
     verdict, why = classify(figures, device, record["world"].get("devices") or 1)
     if device == "cuda" and (unmatched := unmatched_gpus(record)):
         why += f"; no NVML utilisation of the run's GPUs: {unmatched}"
-    hint = HINTS.get(f"{verdict}-{device}" if verdict == "compute" else verdict, HINTS["unknown"])
+    key = f"{verdict}-{device}" if verdict == "compute" else verdict
+    hint = (case_hints or {}).get(key) or HINTS.get(key, HINTS["unknown"])
     return {"verdict": verdict, "device": device, "figures": figures, "why": why, "hint": hint}
 
 

@@ -271,7 +271,7 @@ def run_point(req: RunRequest, checked: Checked, world: World, stack_env, failur
         record["execution"][checked.scheduler.name] = facts
     record["metrics"].update(hardware_metrics(reps, world, req.telemetry_interval, interconnect))
     if record["status"] == "ok":
-        record["metrics"]["diagnosis"] = diagnose(record)
+        record["metrics"]["diagnosis"] = diagnose(record, checked.case.spec.get("hints"))
         if used := utilisation(record):
             record["metrics"]["utilisation"] = used
         if published := comparison(record):
