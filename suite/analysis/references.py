@@ -10,16 +10,14 @@ Reads records and case.toml only."""
 import re
 
 from suite.analysis.utilisation import reference_mfu_at
-from suite.records.read import case_references
+from suite.records.read import case_references, record_frameworks
 
 PRECISIONS = {"amp": ("amp-",), "tf32": ("float32",), "fp32": ("float32",)}
-FRAMEWORKS = {"torch": "PyTorch", "mxnet": "MXNet", "tensorflow": "TensorFlow"}  # a record's versions -> name
 
 
 def record_framework(record: dict) -> str | None:
     """The framework that trained, from the versions the case reported."""
-    versions = record.get("provenance", {}).get("versions") or {}
-    return next((name for package, name in FRAMEWORKS.items() if versions.get(package)), None)
+    return next((name for name, _ in record_frameworks(record)), None)
 
 
 def names_gpu(device_name: str, gpu: str) -> bool:

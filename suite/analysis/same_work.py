@@ -13,11 +13,10 @@ from dataclasses import dataclass
 
 from suite.analysis.utilisation import mfu_cell
 from suite.base.stats import speedup_efficiency
-from suite.records.read import Point, latest
+from suite.records.read import Point, latest, record_frameworks
 
 CONFIG = {"model": "model", "image size": "image_size", "batch": "batch_per_device", "dtype": "dtype",
           "data": "data", "parameters": "parameters"}
-FRAMEWORKS = {"torch": "PyTorch", "horovod": "Horovod", "mxnet": "MXNet", "tensorflow": "TensorFlow"}
 
 
 @dataclass
@@ -28,8 +27,7 @@ class Row:
 
     @property
     def framework(self) -> str:
-        versions = self.point.record["provenance"].get("versions", {})
-        names = [f"{label} {versions[key]}" for key, label in FRAMEWORKS.items() if versions.get(key)]
+        names = [f"{name} {version}" for name, version in record_frameworks(self.point.record)]
         launcher = self.point.record["execution"].get("launcher")
         return " + ".join(names or [self.point.stack]) + (f" ({launcher})" if launcher else "")
 

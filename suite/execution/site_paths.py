@@ -16,7 +16,7 @@ from suite.inputs.hostfiles import read_hostfile
 from suite.stacks.locks import load_stack, lock_entries
 
 FRAMEWORKS = {"torch": "torch", "horovod": "horovod", "tensorflow": "tensorflow", "tensorflow-cpu": "tensorflow",
-              "mxnet": "mxnet"}  # lock package -> the framework a site's environment must have
+              "mxnet": "mxnet", "jax": "jax"}  # lock package -> the framework a site's environment must have
 
 
 @dataclass(frozen=True)
@@ -153,7 +153,7 @@ def data_problem(case: Case, cluster: Cluster | None, case_args: list[str]) -> s
 
 
 def stack_frameworks(stack: str) -> set[str]:
-    """The frameworks a stack's locks pin (torch, horovod, tensorflow, mxnet)."""
+    """The frameworks a stack's locks pin (torch, horovod, tensorflow, mxnet, jax)."""
     names = {pin.name.lower() for lock in load_stack(stack).dir.rglob("*.lock") for pin in lock_entries(lock)}
     return {FRAMEWORKS[name] for name in names if name in FRAMEWORKS}
 

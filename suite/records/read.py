@@ -122,6 +122,17 @@ def load_points(source: Path, warn=print, *selections: index.Selection,
     return [Point(json.loads(e.summary), str(e.path), complete=False) for e in entries]
 
 
+# The frameworks a case names in provenance.versions (its package -> the name tables show), in the order
+# a record's frameworks are named (the framework before the library that exchanges its gradients).
+FRAMEWORKS = {"torch": "PyTorch", "jax": "JAX", "mxnet": "MXNet", "tensorflow": "TensorFlow", "horovod": "Horovod"}
+
+
+def record_frameworks(record: dict) -> list[tuple[str, str]]:
+    """(name, version) of each framework the record's case reported, in FRAMEWORKS' order."""
+    versions = record.get("provenance", {}).get("versions") or {}
+    return [(name, versions[package]) for package, name in FRAMEWORKS.items() if versions.get(package)]
+
+
 def case_spec(case: str) -> dict:
     """The case.toml of a case, or {} for a case this checkout does not have (records from elsewhere)."""
     try:

@@ -52,3 +52,18 @@ def test_the_frameworks_strategies_of_the_same_work_side_by_side():
         ("jax-gpt", "dp"), ("jax-gpt", "fsdp"), ("pytorch-gpt", "ddp"), ("pytorch-gpt", "fsdp")]
     one_each = parallel_rows([point("ddp", "2026-11-01T10:00:00Z"), point("dp", "2026-11-01T12:00:00Z", **jax)])
     assert [p.case for p in one_each] == ["jax-gpt", "pytorch-gpt"]  # one strategy of each framework: a pair too
+
+
+def test_a_records_frameworks_are_named_with_their_versions_in_one_order():
+    from suite.analysis.references import record_framework
+    from suite.analysis.same_work import Row
+    from suite.records.read import record_frameworks
+
+    horovod = {"provenance": {"versions": {"horovod": "0.28.1", "torch": "2.13.0", "numpy": "2.1"}},
+               "execution": {"launcher": "horovod"}}
+    jax = {"provenance": {"versions": {"jax": "0.10.2", "jaxlib": "0.10.2", "flax": "0.12.8"}},
+           "execution": {"launcher": "jaxdist"}}
+    assert record_frameworks(horovod) == [("PyTorch", "2.13.0"), ("Horovod", "0.28.1")]
+    assert record_framework(jax) == "JAX" and record_framework({"provenance": {}}) is None
+    assert Row(Point(jax, "a.json"), None, "").framework == "JAX 0.10.2 (jaxdist)"
+    assert Row(Point(horovod, "b.json"), None, "").framework == "PyTorch 2.13.0 + Horovod 0.28.1 (horovod)"

@@ -165,6 +165,7 @@ def test_a_sites_environment_without_the_stacks_framework_is_not_available(tmp_p
     plain = Cluster("site", tmp_path / "site.toml", plugins={"modules": {"python": sys.executable, "purge": True}})
     assert site_paths.stack_frameworks("pytorch-horovod") == {"torch", "horovod"}
     assert site_paths.stack_frameworks("tensorflow") == {"tensorflow"}
+    assert site_paths.stack_frameworks("jax") == {"jax"}  # a site's environment without jax is said before jax-gpt runs
     assert "has no mxnet" in site_paths.runtime_problem("modules", plain, "mxnet", "cpu")
 
 
