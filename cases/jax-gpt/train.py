@@ -15,10 +15,10 @@ compiled step is the work, the formula beside it. Options come from case.toml.""
 import time
 
 from cases._shared.jax_dist import agree, place, start
-from cases._shared.resident_memory import peak_resident, reset_peak_resident
+from cases._shared.jax_work import all_peak_memory, matmul_peak, precision_of, versions, xla_flops
+from cases._shared.resident_memory import reset_peak_resident
 from cases._shared.token_windows import TokenError, data_facts, open_windows
 from suite.instack.case_options import parse_case_args
-from suite.instack.matmul_peak import measure
 from suite.instack.probe import Probe, announce
 
 CASE = "jax-gpt"
@@ -192,21 +192,10 @@ def start_config(args, config, state: TrainState, platform: str, where: dict, da
     }
 
 
-def versions() -> dict:
-    import flax
-    import jax
-    import numpy as np
-    import optax
-
-    return {"jax": jax.__version__, "jaxlib": _version("jaxlib"), "flax": flax.__version__,
-            "optax": optax.__version__, "numpy": np.__version__}
-
-
 def compile_step(probe, state: TrainState, next_batch, config, wanted: str, platform: str):
     """The train step compiled (its time recorded, not timed), its work as XLA counts it beside the formula,
     and the device's measured matmul peak, after which the peak memory is reset."""
     import jax
-    import jax.numpy as jnp
     from gpt import N_CONVENTION, parameters_counted, training_flops_per_token
 
     started = time.perf_counter()
@@ -217,13 +206,13 @@ def compile_step(probe, state: TrainState, next_batch, config, wanted: str, plat
     counted_parameters = parameters_counted(state.params, config)
     formula = training_flops_per_token(config, counted_parameters, config.context)
     device = jax.local_devices()[0]
-    probe.work(flops_per_sample=formula, precision=precision_of(wanted, platform, device, jax),
+    probe.work(flops_per_sample=formula, precision=precision_of(wanted, platform, device),
                source=f"6 N + 12 L H Q T per token (PaLM appendix B, nanoGPT), N = {counted_parameters:,} "
                       f"({N_CONVENTION}); {XLA_COUNTED}: {counted:,.0f}")
     probe.result(counted_flops_per_token=counted, counted_flops_source=XLA_COUNTED, formula_flops_per_token=formula,
                  formula_parameters=counted_parameters, formula_parameters_convention=N_CONVENTION,
                  compile_seconds=compile_seconds)
-    probe.measured_peak(**matmul_peak(jax, jnp, device, wanted, platform))
+    probe.measured_peak(**matmul_peak(device, wanted, platform))
     if platform == "cpu":
         reset_peak_resident()
     return compiled
@@ -258,14 +247,11 @@ def train(probe, compiled, state: TrainState, next_batch, args, platform: str) -
 def report_end(probe, losses: list, device) -> None:
     """Every step's loss (the mean over all devices) and each process's peak memory, then the end line."""
     import jax
-    import numpy as np
-    from jax.experimental import multihost_utils
 
     means = [round(float(v), 6) for v in jax.device_get(losses)]
-    memory, basis = peak_memory(device)
-    everyone = multihost_utils.process_allgather(np.asarray([memory], dtype=np.int64)).reshape(-1)
+    memory, basis = all_peak_memory(device)
     probe.result(first_step_loss=means[0], last_step_loss=means[-1], first_losses=means[:FIRST_LOSSES],
-                 steps=len(means), peak_memory_bytes=[int(m) for m in everyone], peak_memory_basis=basis)
+                 steps=len(means), peak_memory_bytes=memory, peak_memory_basis=basis)
     probe.end()
 
 
@@ -293,62 +279,6 @@ def model_name(config) -> str:
     from gpt import GPTConfig
 
     return "gpt2-small" if config == GPTConfig() else f"gpt-{config.layers}l-{config.heads}h-{config.width}w"
-
-
-def xla_flops(compiled) -> float:
-    """FLOPs of one run of the compiled (per-device) program, as XLA's cost analysis counts them."""
-    cost = compiled.cost_analysis()
-    if isinstance(cost, (list, tuple)):  # older jax: one dict per program
-        cost = cost[0]
-    return float(cost["flops"])
-
-
-def precision_of(wanted: str, platform: str, device, jax) -> str:
-    """The arithmetic of the step's products as the run set it: bf16; float32 is tf32 on an NVIDIA GPU of
-    compute capability 8 or later where jax_default_matmul_precision lets XLA use TF32 (its default), else fp32."""
-    if wanted == "bf16":
-        return "bf16"
-    if platform != "gpu":
-        return "fp32"
-    setting = str(jax.config.jax_default_matmul_precision or "default").lower()
-    capability = float(getattr(device, "compute_capability", "0") or 0)
-    return "tf32" if capability >= 8 and setting in ("default", "tensorfloat32", "bfloat16_3x", "fastest") else "fp32"
-
-
-def matmul_peak(jax, jnp, device, wanted: str, platform: str) -> dict:
-    """The measured matmul peak of this process's device (suite/instack/matmul_peak.py) in jnp.matmul at the
-    step's arithmetic."""
-    dtype = jnp.bfloat16 if wanted == "bf16" else jnp.float32
-    mm = jax.jit(lambda a: a @ a)
-
-    def square(n: int):
-        return jax.device_put(jax.random.normal(jax.random.PRNGKey(n), (n, n), dtype=jnp.float32).astype(dtype), device)
-
-    def multiply(a, times: int) -> None:
-        out = None
-        for _ in range(times):
-            out = mm(a)
-        out.block_until_ready()
-
-    return measure(square, multiply, wanted, 8192 if platform == "gpu" else 4096)
-
-
-def peak_memory(device) -> tuple[int, str]:
-    """The device's peak bytes in use (GPU: XLA's allocator, over the whole process: it has no reset), or the
-    process's peak resident set on a CPU (cases/_shared/resident_memory.py)."""
-    stats = device.memory_stats() if hasattr(device, "memory_stats") else None
-    if stats and "peak_bytes_in_use" in stats:
-        return int(stats["peak_bytes_in_use"]), "XLA's allocator: peak_bytes_in_use of the device since the start"
-    return peak_resident()
-
-
-def _version(name: str) -> str | None:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version(name)
-    except PackageNotFoundError:
-        return None
 
 
 if __name__ == "__main__":

@@ -1,5 +1,5 @@
 """The same work in every framework: `--same-work` and each case's [same_work] table, the
-Keras and Gluon ResNet-50 v1.5 against the PyTorch cases' model (parameters, every weight's name and
+Keras, Gluon and Flax ResNet-50 v1.5 against the PyTorch cases' model (parameters, every weight's name and
 shape, the same logits for the same weights), `compare-frameworks` at tiny sizes, and its table on
 the report's frameworks page."""
 
@@ -18,7 +18,7 @@ from suite.inputs.cases import load_case
 from suite.instack.case_options import parse_case_args
 from suite.records.read import Point
 
-CASES = {"mxnet-imagenet", "pytorch-ddp", "pytorch-synthetic", "tf-cifar"}
+CASES = {"jax-resnet", "mxnet-imagenet", "pytorch-ddp", "pytorch-synthetic", "tf-cifar"}
 RESNET50_V15 = 25_557_032
 # Each case's options that make "batch 32 per device, 224 px, 1000 classes, float32, synthetic data".
 EXPECTED = {
@@ -30,6 +30,8 @@ EXPECTED = {
                        "image-size": 224, "num-classes": 1000, "dtype": "float32"},
     "tf-cifar": {"model": "resnet50-v1.5", "synthetic-input": True, "batch-size": 32, "image-size": 224,
                  "num-classes": 1000},
+    "jax-resnet": {"model": "resnet50", "data": "synthetic", "batch-size": 32, "image-size": 224,
+                   "num-classes": 1000, "precision": "fp32"},
 }
 
 
@@ -141,6 +143,30 @@ print(json.dumps({"parameters": r.parameter_count(net), "shapes": r.torch_shapes
 """
 
 
+FLAX = """
+import json, sys, numpy
+sys.path[:0] = ["cases/jax-resnet"]
+import jax
+import resnet as r
+from flax.core import unfreeze
+state = numpy.load(sys.argv[1])
+images = state["images"].transpose(0, 2, 3, 1)
+model = r.ResNet("resnet50", 1000)
+variables = jax.tree_util.tree_map(numpy.asarray, unfreeze(model.init(jax.random.PRNGKey(0), images, train=False)))
+shapes = {}
+for name, collection, path, axes in r.torch_weights("resnet50"):
+    *parents, leaf = path
+    holder = variables[collection]
+    for key in parents:
+        holder = holder[key]
+    holder[leaf] = state[name].transpose(numpy.argsort(axes)) if axes else state[name]
+    shapes[name] = list(holder[leaf].transpose(axes).shape) if axes else list(holder[leaf].shape)
+parameters = sum(int(x.size) for x in jax.tree_util.tree_leaves(variables["params"]))
+logits = model.apply(variables, images, train=False)
+print(json.dumps({"parameters": parameters, "shapes": shapes, "logits": numpy.asarray(logits).tolist()}))
+"""
+
+
 @pytest.fixture(scope="module")
 def torch_weights(pytorch_stack, tmp_path_factory) -> Path:
     """The PyTorch cases' ResNet-50 v1.5 with deterministic weights, its input and its logits."""
@@ -156,7 +182,8 @@ def stack_python(name: str) -> Path:
     return ensure_installed(load_stack(name)).python
 
 
-@pytest.mark.parametrize("stack, code", [("tensorflow", KERAS), ("mxnet", GLUON)], ids=["keras", "gluon"])
+@pytest.mark.parametrize("stack, code", [("tensorflow", KERAS), ("mxnet", GLUON), ("jax", FLAX)],
+                         ids=["keras", "gluon", "flax"])
 def test_resnet50_v15_equals_the_pytorch_model(stack, code, torch_weights):
     out = subprocess.run([str(stack_python(stack)), "-c", code, str(torch_weights)], cwd=ROOT, capture_output=True,
                          text=True, timeout=600)
@@ -179,7 +206,7 @@ def test_compare_frameworks_at_tiny_sizes_runs_every_case(suite_cli, tmp_path):
                     "--runs-dir", str(tmp_path / "runs"), timeout=2400)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     records = records_in(results)
-    assert {r["case"] for r in records} == CASES and len(records) == 4
+    assert {r["case"] for r in records} == CASES and len(records) == len(CASES)
     for record in records:
         cfg = record["config"]
         assert record["status"] == "ok" and cfg["options"]["same-work"] is True
@@ -188,5 +215,5 @@ def test_compare_frameworks_at_tiny_sizes_runs_every_case(suite_cli, tmp_path):
         assert "--same-work" in record["provenance"]["argv"]  # a `suite run` line: rerun can repeat it
     table = out.stdout[out.stdout.index("case  "):].splitlines()
     rows = [line for line in table[1:] if line.split()[0] in CASES]
-    assert len(rows) == 4 and all("25,557,032" in row and "DIFFERS" not in row for row in rows)
-    assert "4 row(s), all the same configuration" in out.stdout
+    assert len(rows) == len(CASES) and all("25,557,032" in row and "DIFFERS" not in row for row in rows)
+    assert f"{len(CASES)} row(s), all the same configuration" in out.stdout

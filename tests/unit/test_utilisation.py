@@ -266,7 +266,7 @@ def test_one_timing_routine_measures_every_cases_matmul_peak():
     timing = [name for name, text in sources.items() if "n**3" in text]
     measuring = {name for name, text in sources.items() if "matmul_peak import measure" in text}
     assert timing == [] and measuring == {"_shared/flops.py", "tf-cifar/work.py", "mxnet-imagenet/train.py",
-                                          "jax-gpt/train.py"}
+                                          "_shared/jax_work.py"}
 
 
 @pytest.mark.parametrize("env, on_gpu, expected", [
