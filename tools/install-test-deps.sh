@@ -23,6 +23,9 @@ command -v ip >/dev/null 2>&1 || optional+=(iproute2)  # network namespaces: the
 command -v mmdebstrap >/dev/null 2>&1 || optional+=(mmdebstrap)  # their Debian base (BASE=debian)
 [ -r /usr/share/lmod/lmod/init/bash ] || optional+=(lmod)  # environment modules: runtime modules
 command -v ch-convert >/dev/null 2>&1 || optional+=(charliecloud-runtime charliecloud-builders)  # RUNTIME=charliecloud
+command -v podman >/dev/null 2>&1 || optional+=(podman)  # RUNTIME=podman
+command -v catatonit >/dev/null 2>&1 || optional+=(catatonit)  # podman run --init
+command -v newuidmap >/dev/null 2>&1 || optional+=(uidmap)  # rootless podman's subordinate ids
 daemons=${#optional[@]}
 if [ "${CI:-}" = true ]; then
     required+=("${optional[@]}")

@@ -18,10 +18,14 @@ NAMES |= {"LD_PRELOAD", "GLIBC_TUNABLES"}
 # Where each host's container engine listens: the docker runtime's client program reads it on every
 # host, so it goes with the processes (set it only where every host's engine is at that address).
 NAMES |= {"DOCKER_HOST"}
+# JAX and XLA read JAX_* (the jaxdist launcher's JAX_COORDINATOR_ADDRESS ..., JAX_PLATFORMS) and XLA_*
+# (XLA_FLAGS, XLA_PYTHON_CLIENT_MEM_FRACTION).
+PREFIXES += ("JAX_", "XLA_")
 # TensorFlow reads these TF_ names; a bare TF_ prefix would also catch other tools' (TF_CLI_CONFIG_FILE).
-TENSORFLOW = re.compile(r"^TF_(CONFIG|CPP_\w+|ENABLE_\w+|GPU_\w+|FORCE_GPU_ALLOW_GROWTH|XLA_FLAGS|DETERMINISTIC_OPS|"
-                        r"CUDNN_\w+|USE_LEGACY_KERAS|NUM_INTEROP_THREADS|NUM_INTRAOP_THREADS|"
-                        r"INTER_OP_PARALLELISM_THREADS|INTRA_OP_PARALLELISM_THREADS)$")
+TF_PREFIXES = ("TF_CPP_", "TF_ENABLE_", "TF_GPU_", "TF_CUDNN_")
+TF_NAMES = {"TF_CONFIG", "TF_FORCE_GPU_ALLOW_GROWTH", "TF_XLA_FLAGS", "TF_DETERMINISTIC_OPS", "TF_USE_LEGACY_KERAS",
+            "TF_NUM_INTEROP_THREADS", "TF_NUM_INTRAOP_THREADS", "TF_INTER_OP_PARALLELISM_THREADS",
+            "TF_INTRA_OP_PARALLELISM_THREADS"}
 SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSW|KEY|CREDENTIAL|AUTH|COOKIE|SESSION", re.I)
 MASK = "***"
 # Variables that describe the launch host, not another one.
@@ -29,7 +33,13 @@ HOST_ONLY = ("SLURM_", "CUDA_VISIBLE_DEVICES")
 
 
 def steers_frameworks(name: str) -> bool:
-    return name.startswith(PREFIXES) or name in NAMES or bool(TENSORFLOW.match(name))
+    return name.startswith(PREFIXES + TF_PREFIXES) or name in NAMES | TF_NAMES
+
+
+def forwarded_patterns() -> list[str]:
+    """The policy as a container engine's `--env` arguments (`NAME*` for a prefix, NAME alone for one name:
+    the engine copies the value from its own environment), for engines that start the process themselves."""
+    return [f"{prefix}*" for prefix in PREFIXES + TF_PREFIXES] + sorted(NAMES | TF_NAMES)
 
 
 def masked_env(env: Mapping) -> dict:

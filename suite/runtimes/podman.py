@@ -2,7 +2,7 @@
 profile names it: every program of the stack becomes
 
     podman run --rm --init --network=host --ipc=host --userns=keep-id --label=...session=ID
-        --volume=SRC:SRC ... --workdir=<runs folder> --env-host --env=PATH=... --env=HOME=/tmp
+        --volume=SRC:SRC ... --workdir=<runs folder> --env=OMP_* ... --env=PATH=... --env=HOME=/tmp
         [--device=nvidia.com/gpu=all] IMAGE PROGRAM ARGS
 
 started on each host by whatever the launcher and scheduler use there, as Apptainer's are. GPUs come
@@ -11,9 +11,10 @@ podman-hpc's `--gpu` module (and `--mpi` where `[podman] mpi = true`); podman-hp
 
 The image is the stack's Docker image (the same Dockerfile and lock): $SUITE_IMAGE, else the tag the
 Docker build recorded in <image dir>/<stack>-<flavour>.docker.json, whose metadata (stack, lock,
-packages, image ID) the record carries. Bring it into the user's Podman storage with `podman pull
-docker-daemon:TAG` (or `podman load -i` of a `docker save` tarball; podman-hpc: then `podman-hpc
-migrate TAG`). Debian: apt-get install podman (4.3: rootless runs need --network=host or none, as here).
+packages) the record carries with the image ID in Podman's storage. Bring it into the user's storage with
+`docker save TAG | podman load` (any user; `podman pull docker-daemon:TAG` needs the engine's default
+socket; podman-hpc: then `podman-hpc migrate TAG`). Debian: apt-get install podman catatonit uidmap
+(4.3: rootless runs need --network=host or none, as here, and subuid/subgid ranges for the user).
 A dry run renders every process's line without Podman; a real run checks the image is in its storage."""
 
 import os
@@ -23,6 +24,7 @@ import uuid
 from pathlib import Path
 
 from suite.base import paths
+from suite.base.env_policy import forwarded_patterns
 from suite.base.errors import UsageError
 from suite.execution.plan import StackEnv, StackRequest
 from suite.execution.plugins import Setting
@@ -37,7 +39,7 @@ PROFILE = {
 }
 SESSION_LABEL = f"{images.LABEL}.session"
 PATH_IN_IMAGE = f"{images.PREFIX}/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-INSTALL_HINT = "Debian: apt-get install podman catatonit (--init); NERSC: podman-hpc is there already"
+INSTALL_HINT = "Debian: apt-get install podman catatonit uidmap; NERSC: podman-hpc is there already"
 COMMANDS = ("podman", "podman-hpc")
 
 
@@ -70,10 +72,7 @@ def prepare(want: StackRequest, log=print) -> StackEnv:
     images.refuse_stale_image(stack, flavour, meta.get("lock_sha256"), log)
     ref = os.environ.get("SUITE_IMAGE") or meta["image"]
     if want.install and found:
-        present = subprocess.run([found, "image", "exists", ref], capture_output=True, check=False, timeout=120)
-        if present.returncode != 0:
-            raise UsageError(f"{spec['command']} has no image {ref} in this user's storage: podman pull "
-                             f"docker-daemon:{ref} (or podman load -i a `docker save` of it)")
+        meta = {**meta, "image_sha256": stored_image_id(found, spec["command"], ref, meta)}
     gpus = flavour == "cuda"  # the cuda image is run with the host's GPUs, the cpu image without
     binds = bind_list(want.binds)
     workdir = str(Path(want.binds[0]).resolve()) if want.binds else str(paths.RUNS)
@@ -91,13 +90,31 @@ def prepare(want: StackRequest, log=print) -> StackEnv:
     )
 
 
+def stored_image_id(tool: str, command: str, ref: str, meta: dict) -> str:
+    """The ID of `ref` in this user's storage; refused where it is not there, or where the tag is the
+    Docker build's but holds another image (loaded before a rebuild): the record would name the wrong one."""
+    load = f"docker save {ref} | {command} load" + (f", then podman-hpc migrate {ref}" if command == "podman-hpc" else
+                                                    f" (or podman pull docker-daemon:{ref})")
+    found = subprocess.run([tool, "image", "inspect", "--format={{.Id}}", ref], capture_output=True, text=True,
+                           check=False, timeout=120)
+    if found.returncode != 0:
+        raise UsageError(f"{command} has no image {ref} in this user's storage: {load}")
+    image_id = found.stdout.strip().removeprefix("sha256:")
+    if ref == meta["image"] and meta.get("image_sha256") and image_id != meta["image_sha256"]:
+        raise UsageError(f"{command}'s image {ref} is {image_id[:12]}, not the Docker build's "
+                         f"{meta['image_sha256'][:12]}: load it again, {load}")
+    return image_id
+
+
 def run_prefix(tool: str, spec: dict, ref: str, binds: list[str], workdir: str, gpus: bool,
                session: str) -> tuple[str, ...]:
     hpc = spec["command"] == "podman-hpc"
     return (tool, "run", "--rm", "--init", "--network=host", "--ipc=host",
-            *([] if hpc else ["--userns=keep-id"]),  # podman-hpc maps the user itself
+            # podman-hpc maps the user itself; root's podman refuses keep-id (root is root in the container)
+            *([] if hpc or os.geteuid() == 0 else ["--userns=keep-id"]),
             f"--label={SESSION_LABEL}={session}", *(f"--volume={b}:{b}" for b in binds), f"--workdir={workdir}",
-            "--env-host", f"--env=PATH={PATH_IN_IMAGE}", "--env=HOME=/tmp",
+            # what launchers and cases set (suite.base.env_policy), not the host's whole environment
+            *(f"--env={pattern}" for pattern in forwarded_patterns()), f"--env=PATH={PATH_IN_IMAGE}", "--env=HOME=/tmp",
             *((["--gpu"] if hpc else ["--device=nvidia.com/gpu=all"]) if gpus else []),
             *(["--mpi"] if hpc and spec["mpi"] else []), *spec["options"], ref)
 
@@ -112,7 +129,9 @@ def cleanup(env: StackEnv, log=print) -> None:
                                 capture_output=True, text=True, check=False, timeout=60)
         left = listed.stdout.split()
         if left:
-            subprocess.run([env.prefix[0], "rm", "--force", *left], capture_output=True, check=False, timeout=120)
+            # killed at once, as Docker's force removal does: their client, which would have stopped them, is gone
+            subprocess.run([env.prefix[0], "rm", "--force", "--time=0", *left], capture_output=True, check=False,
+                           timeout=120)
             log(f"podman: removed {len(left)} container(s) that outlived their process")
     except (OSError, subprocess.TimeoutExpired) as exc:
         log(f"warning: podman: could not remove this run's containers: {exc}")

@@ -36,7 +36,7 @@ def site(tmp_path, monkeypatch):
     """Profiles from tmp_path, the Docker build's metadata of pytorch's cpu and cuda images, no podman."""
     monkeypatch.setattr(paths, "HOSTFILES", tmp_path)
     monkeypatch.setenv("SUITE_IMAGE_DIR", str(tmp_path / "images"))
-    monkeypatch.setenv("PATH", "/usr/bin:/bin")
+    monkeypatch.setenv("PATH", str(tmp_path / "bin"))  # no podman, even where the tests installed it
     monkeypatch.delenv("SUITE_IMAGE", raising=False)
     (tmp_path / "images").mkdir()
     (tmp_path / "localhost").write_text("localhost slots=2\n")
@@ -64,7 +64,7 @@ def test_each_process_runs_in_the_docker_image(site, capsys, command, flavour, g
     assert len(argvs) == 2, out[-2000:]
     for argv in argvs:
         assert argv[:3] == [command, "run", "--rm"] and "--network=host" in argv and "--ipc=host" in argv
-        assert ("--userns=keep-id" in argv) == (command == "podman")
+        assert ("--userns=keep-id" in argv) == (command == "podman" and os.geteuid() != 0)
         assert f"--volume={paths.ROOT}:{paths.ROOT}" in argv and f"--workdir={site / 'runs'}" in argv
         assert [a for a in argv if a in ("--device=nvidia.com/gpu=all", "--gpu", "--mpi")] == gpu
         assert any(re.fullmatch(r"--label=org\.hpc-dl-bench\.session=[0-9a-f]{16}", a) for a in argv)
@@ -77,6 +77,26 @@ def test_a_real_run_without_podman_is_refused_with_the_install_hint(site):
     with pytest.raises(UsageError, match="RUNTIME=podman needs podman on PATH .*apt-get install podman"):
         podman.prepare(StackRequest(STACK, "cpu", gpus=0), lambda m: None)
     assert podman.doctor_lines(None, ["pytorch"], "cpu")[0].startswith("missing: podman on PATH (runtime podman; ")
+
+
+@pytest.mark.parametrize("stored", ["", "sha256:" + "d0" * 32, "sha256:" + "e1" * 32])
+def test_the_image_in_podmans_storage_must_be_the_docker_builds(site, stored):
+    """A fake podman whose `image inspect` prints `stored` (nothing: no such image, exit 1)."""
+    (site / "bin").mkdir()
+    fake = site / "bin" / "podman"
+    fake.write_text(f"#!/bin/sh\n[ -n '{stored}' ] || exit 1\necho '{stored}'\n")
+    fake.chmod(0o755)
+    want = StackRequest(STACK, "cpu", gpus=0, binds=[str(site / "runs")])
+    if not stored:
+        with pytest.raises(UsageError, match="no image hpc-dl-bench-pytorch:cpu-x in this user's storage: docker save "
+                                             r"hpc-dl-bench-pytorch:cpu-x \| podman load"):
+            podman.prepare(want, lambda m: None)
+    elif stored.endswith("d0"):
+        assert podman.prepare(want, lambda m: None).provenance["image_sha256"] == "d0" * 32
+    else:
+        with pytest.raises(UsageError, match="image hpc-dl-bench-pytorch:cpu-x is e1e1e1e1e1e1, not the Docker build's "
+                                             "d0d0d0d0d0d0: load it again"):
+            podman.prepare(want, lambda m: None)
 
 
 def test_a_missing_image_or_one_of_another_lock_is_refused(site):
@@ -101,3 +121,21 @@ def test_cleanup_without_podman_does_nothing(monkeypatch):
     env = StackEnv("podman", "/opt/stack/bin", prefix=("podman", "run", "--label=org.hpc-dl-bench.session=ab"))
     podman.cleanup(env, lambda m: pytest.fail(m))
     assert os.environ["PATH"] == "/nonexistent"
+
+
+@pytest.mark.parametrize("uid, command, keep_id", [(1000, "podman", True), (0, "podman", False),
+                                                   (1000, "podman-hpc", False)])
+def test_only_rootless_podman_maps_the_user_into_the_container(monkeypatch, uid, command, keep_id):
+    monkeypatch.setattr(podman.os, "geteuid", lambda: uid)  # root's podman refuses keep-id
+    prefix = podman.run_prefix(command, {"command": command, "mpi": False, "options": []}, "img", [], "/r", False, "s")
+    assert ("--userns=keep-id" in prefix) == keep_id
+
+
+def test_the_container_gets_the_variables_that_steer_frameworks_not_the_hosts_environment():
+    spec = {"command": "podman", "mpi": False, "options": []}
+    prefix = podman.run_prefix("podman", spec, "img", [], "/r", False, "s")
+    assert "--env-host" not in prefix
+    envs = {a.removeprefix("--env=") for a in prefix if a.startswith("--env=")}
+    # the launchers' rendezvous (torchrun's, jaxdist's), thread and allocator settings; nothing else by name
+    assert {"RANK", "MASTER_ADDR", "JAX_*", "XLA_*", "OMP_*", "TF_CONFIG", "LD_PRELOAD", "HOME=/tmp"} <= envs
+    assert not any(e in envs for e in ("*", "TF_*", "HOME", "USER", "AWS_*"))

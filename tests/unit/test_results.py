@@ -197,6 +197,15 @@ def test_the_memory_allocator_settings_are_recorded_and_go_with_the_processes():
     assert forwarded_env(environ, remote=True) == allocator
 
 
+def test_jax_xla_and_tensorflows_own_settings_go_with_the_processes_and_other_tools_do_not():
+    from suite.base.env_policy import forwarded_env
+
+    environ = {"JAX_COORDINATOR_ADDRESS": "n1:29400", "JAX_PLATFORMS": "cpu", "XLA_FLAGS": "--xla_cpu_enable_fast_math",
+               "TF_CONFIG": "{}", "TF_CPP_MIN_LOG_LEVEL": "2", "TF_CLI_CONFIG_FILE": "/x", "JAXX": "1", "XLA": "1"}
+    assert set(forwarded_env(environ)) == {"JAX_COORDINATOR_ADDRESS", "JAX_PLATFORMS", "XLA_FLAGS", "TF_CONFIG",
+                                           "TF_CPP_MIN_LOG_LEVEL"}
+
+
 # Runs one write with every step the writer takes to the disk (each write call, fsync, replace, link)
 # patched to stop at the Nth of them: it prints the step's name and sleeps until the test kills it.
 # "naive" writes the destination in place, as a non-atomic writer would (the negative control).
