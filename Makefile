@@ -189,7 +189,7 @@ gpu-check: $(VENV)/.installed
 		$(call opt,--flavour,$(FLAVOUR)) $(call opt,--cluster,$(CLUSTER)) $(call opt,--wheels,$(WHEELS)) \
 		$(call opt,--modules,$(MODULES)) $(call opt,--source,$(SOURCE)) $(site_python)
 
-# make containers [STACK=tensorflow] [FLAVOUR=cpu|cuda] [TOOL=apptainer|docker] [BASE=pinned|debian] [BASE_REFRESH=1]
+# make containers [STACK=tensorflow] [FLAVOUR=cpu|cuda] [TOOL=apptainer|docker|charliecloud] [BASE=pinned|debian|docker (apptainer: from the Docker image)] [BASE_REFRESH=1]
 # (docs/containers.md): images into containers/build/ or the Docker engine
 .PHONY: containers
 containers: $(VENV)/.installed

@@ -33,7 +33,8 @@ def add_arguments(parser) -> None:
     add("--flavour", help="only cpu or cuda (Make: FLAVOUR)")
     add("--tool", default="auto", help="auto, apptainer, docker or charliecloud (Make: TOOL)")
     add("--base", default="pinned", help="pinned: the upstream base pinned by digest in container.toml; debian: a "
-        "Debian base made here from Debian's packages (Make: BASE)")
+        "Debian base made here from Debian's packages; docker (apptainer): the SIF made from the stack's Docker "
+        "image of the same lock (Make: BASE)")
     add("--refresh-base", action="store_true",
         help="make the Debian base again rather than reuse the one made before (Make: BASE_REFRESH=1)")
     add("--wheels", type=Path, default=None,

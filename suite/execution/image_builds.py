@@ -92,6 +92,8 @@ def build(stack: str | None, flavour: str | None, tool: str, base: str = "pinned
     for fl in flavours:
         check_buildable(fl)
     chosen = builder(tool, base, flavours)
+    if base == "docker":  # a SIF made from the Docker image, which installed the packages: no wheel folder
+        return [chosen.build_image(fl, BuildInputs(base), log) for fl in flavours]
     if wheels is None:
         wheels = build_dir() / "wheels"
         for fl in flavours:

@@ -8,8 +8,10 @@ $SUITE_IMAGE_DIR, else containers/build/; $SUITE_IMAGE names one file), with its
 (FLAVOUR overrides). `make containers TOOL=apptainer` builds it from
 containers/<stack>/<flavour>.def, rendered here from container.toml and the locks, on its pinned base
 (a registry) or, with BASE=debian, on a base SIF made here from Debian's packages (`Bootstrap:
-localimage`; no registry needed). Before a run the image is checked: present, a SIF (readable, of the
-size it was built with), of this stack and of the checkout's lock; every folder to bind exists."""
+localimage`; no registry needed); with BASE=docker, from the stack's Docker image of the same lock
+(`docker save`, then `apptainer build IMAGE.sif docker-archive:TAR`). Before a run the image is
+checked: present, a SIF (readable, of the size it was built with), of this stack and of the checkout's
+lock; every folder to bind exists."""
 
 import functools
 import json
@@ -33,7 +35,7 @@ from suite.stacks.locks import load_stack
 
 IMAGES = "apptainer"  # what it builds images with (make containers TOOL=apptainer)
 BUILD_PREFERENCE = 0  # TOOL=auto tries it first: it is what HPC sites run
-BASES = ("pinned", "debian")
+BASES = ("pinned", "debian", "docker")  # docker: the SIF made from the Docker image of the lock
 SIF_MAGIC = b"SIF_MAGIC"  # at byte 32 of every SIF file, after its launch line
 
 
@@ -125,7 +127,8 @@ def stack_env(tool: str, image: Path, meta: dict, gpus: bool, binds: list[str],
         prefix=prefix,
         env={"PYTHONPATH": str(paths.ROOT)},
         facts=meta.get("facts", {}),
-        provenance={**images.image_provenance(meta, "apptainer", str(image)), "runtime_version": version},
+        provenance={**images.image_provenance(meta, "apptainer", str(image)), "runtime_version": version,
+                    **({"image_source": meta["built_from"]} if meta.get("built_from") else {})},
     )
 
 
@@ -178,9 +181,12 @@ def build_problem() -> str | None:
 
 
 def check_build(fl, base: str) -> None:
-    """A Debian base made here (BASE=debian) has no CUDA, and needs mmdebstrap or debootstrap."""
+    """A Debian base made here (BASE=debian) has no CUDA, and needs mmdebstrap or debootstrap; BASE=docker
+    needs the Docker image of the flavour's lock in the engine."""
     if base == "debian":
         base_images.check_debian(fl.name)
+    elif base == "docker":
+        docker_source(fl)
 
 
 def build_options() -> list[str]:
@@ -193,7 +199,10 @@ def build_image(fl, inputs, log=print) -> dict:
     """`apptainer build` of a flavour's definition into the image folder, on its pinned base or on a
     Debian base SIF made here (BASE=debian), with its %test run, its sha256 and metadata beside it.
     What is built is the definition as rendered, with the base and the wheel folder's URL filled in:
-    written beside the image as IMAGE.sif.def. The builder writes into the image folder."""
+    written beside the image as IMAGE.sif.def. The builder writes into the image folder.
+    BASE=docker makes the SIF from the Docker image instead (build_from_docker)."""
+    if inputs.base == "docker":
+        return build_from_docker(fl, log)
     tool = found_program()
     image = images.build_dir() / f"{fl.stack.name}-{fl.name}.sif"
     image.parent.mkdir(parents=True, exist_ok=True)
@@ -209,20 +218,25 @@ def build_image(fl, inputs, log=print) -> dict:
     started = time.monotonic()
     run_build(tool, partial, definition, rendered, log)
     os.replace(partial, image)
-    digest = file_digest(image)
-    Path(f"{image}.sha256").write_text(f"{digest}  {image.name}\n")
-
-    def cat(path):
-        return subprocess.run([tool, "exec", str(image), "cat", path], capture_output=True, text=True).stdout
-
-    meta = images.write_image_meta(meta_path(image), fl, str(image), digest, "apptainer",
-                                   json.loads(cat(images.FACTS) or "{}"),
-                                   images.packages_from_pip_list(cat(images.PACKAGES)), base,
-                                   {"image_bytes": image.stat().st_size, "tool_version": runtime_version(tool),
-                                    "system_packages": base_images.parse_dpkg_list(cat(images.SYSTEM_PACKAGES))})
-    log(f"containers: {image} sha256:{digest} ({image.stat().st_size / 1e6:.0f} MB, built in "
+    meta = describe(tool, image, fl, base)
+    log(f"containers: {image} sha256:{meta['image_sha256']} ({image.stat().st_size / 1e6:.0f} MB, built in "
         f"{time.monotonic() - started:.0f} s)")
     return meta
+
+
+def describe(tool: str, image: Path, fl, base: dict, extra: dict | None = None) -> dict:
+    """Writes IMAGE.sif.sha256 and IMAGE.sif.json: the stack's facts and packages as the image holds them
+    (read in one container), its sha256, size and the Apptainer that built it."""
+    digest = file_digest(image)
+    Path(f"{image}.sha256").write_text(f"{digest}  {image.name}\n")
+    files = (images.FACTS, images.PACKAGES, images.SYSTEM_PACKAGES)
+    script = "; ".join(f"cat {path} 2>/dev/null; printf '\\036'" for path in files)
+    said = subprocess.run([tool, "exec", str(image), "sh", "-c", script], capture_output=True, text=True).stdout
+    facts, packages, system = (said.split("\x1e") + ["", "", ""])[:3]
+    return images.write_image_meta(meta_path(image), fl, str(image), digest, "apptainer",
+                                   json.loads(facts.strip() or "{}"), images.packages_from_pip_list(packages.strip()),
+                                   base, {"image_bytes": image.stat().st_size, "tool_version": runtime_version(tool),
+                                          "system_packages": base_images.parse_dpkg_list(system), **(extra or {})})
 
 
 def build_definition(text: str, base_sif: Path | None, wheels: str) -> str:
@@ -338,3 +352,114 @@ def debian_base(tool: str, log, refresh: bool = False) -> tuple[Path, dict]:
     log(f"containers: Debian base {sif} ({sif.stat().st_size / 1e6:.0f} MB), Release of {release_date}, "
         f"made in {time.monotonic() - started:.0f} s")
     return sif, base
+
+
+# ---- BASE=docker: the SIF made from the stack's Docker image -----------------------------------------
+
+def docker_source(fl):
+    """The newest tagged Docker image of the flavour's lock in the engine (`make containers TOOL=docker` built
+    it, on either base; untagged ones are earlier builds whose tag has moved on); UsageError naming that make
+    line where there is none."""
+    import docker
+
+    labels = {"stack": fl.stack.name, "flavour": fl.name, "lock_sha256": fl.lock_sha256}
+    try:
+        found = docker.from_env(timeout=60).images.list(
+            filters={"label": [f"{images.LABEL}.{k}={v}" for k, v in labels.items()], "dangling": False})
+    except Exception as exc:  # the SDK raises several kinds; all mean "no engine to ask"
+        raise UsageError(f"BASE=docker makes the SIF from the Docker image, but no Docker engine answers: "
+                         f"{str(exc).splitlines()[0][:160]}") from None
+    found = [image for image in found if image.tags]
+    if not found:
+        raise UsageError(f"no Docker image of {fl.id} (lock {fl.lock_sha256[:12]}) in the engine to make the SIF "
+                         f"from: build it with `make containers STACK={fl.stack.name} FLAVOUR={fl.name} TOOL=docker`"
+                         + (" (BASE=debian where no registry answers)" if fl.name == "cpu" else ""))
+    return max(found, key=lambda image: image.attrs["Created"])
+
+
+def build_from_docker(fl, log=print) -> dict:
+    """`apptainer build IMAGE.sif docker-archive:TAR` of the flavour's Docker image, saved into the image
+    folder (the builder, perhaps an unprivileged user, reads it there); the image's test commands run in
+    the SIF; its sha256 and metadata beside it as a definition's build writes them, with the Docker
+    image it came from as built_from."""
+    tool = found_program()
+    source = docker_source(fl)
+    ref = source.tags[0] if source.tags else source.id
+    image = images.build_dir() / f"{fl.stack.name}-{fl.name}.sif"
+    if (kept := made_before(image, source)) is not None:
+        log(f"containers: {image} was made from the Docker image {ref} ({source.short_id}) before: kept")
+        return kept
+    image.parent.mkdir(parents=True, exist_ok=True)
+    partial = image.with_suffix(".sif.partial")
+    build_log = Path(f"{image}.build.log")
+    log(f"containers: apptainer build {image} from the Docker image {ref} ({source.short_id})")
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="docker-archive-", dir=image.parent) as tmp:
+        os.chmod(tmp, 0o755)
+        archive = Path(tmp) / "image.tar"
+        save_image(source, archive)
+        saved = time.monotonic()
+        with open(build_log, "w") as keep:
+            argv = [tool, "build", *build_options(), "--force", str(partial), f"docker-archive:{archive}"]
+            code = subprocess.run(argv, stdout=keep, stderr=subprocess.STDOUT).returncode
+    if code != 0:
+        partial.unlink(missing_ok=True)
+        raise UsageError(f"apptainer build of {image.name} from {ref} failed (exit {code}): "
+                         f"{log_tail(build_log)}; the build's output: {build_log}")
+    run_image_test(tool, partial, fl, build_log)
+    os.replace(partial, image)
+    Path(f"{image}.def").unlink(missing_ok=True)  # a definition's build wrote it: not this image's
+    meta = describe(tool, image, fl, docker_base(source.labels),
+                    {"built_from": {"docker_image": ref, "docker_image_sha256": source.id.removeprefix("sha256:")}})
+    log(f"containers: {image} sha256:{meta['image_sha256']} ({image.stat().st_size / 1e6:.0f} MB, docker save "
+        f"{saved - started:.0f} s, built in {time.monotonic() - started:.0f} s)")
+    return meta
+
+
+def made_before(image: Path, source) -> dict | None:
+    """The metadata of the SIF at image where it is whole and was made from this very Docker image (the
+    SIF is a function of it: nothing to make again), else None."""
+    try:
+        meta = json.loads(meta_path(image).read_text())
+        check_sif(image, meta, "")
+    except (OSError, ValueError, UsageError):
+        return None
+    made_from = (meta.get("built_from") or {}).get("docker_image_sha256")
+    return meta if made_from == source.id.removeprefix("sha256:") else None
+
+
+def save_image(source, archive: Path) -> None:
+    """`docker save` of one image (named by its tag, so the archive holds one) into archive, readable by all."""
+    with open(archive, "wb") as out:
+        for chunk in source.save(chunk_size=1 << 20, named=bool(source.tags)):
+            out.write(chunk)
+    archive.chmod(0o644)
+
+
+def run_image_test(tool: str, image: Path, fl, build_log: Path) -> None:
+    """The image's test (a definition's %test, the Dockerfile's last RUN) run in the SIF, its output added
+    to the build's; a failure removes the image and names the command."""
+    script = "\n".join(["set -eux", *images.test_commands(fl)])
+    with open(build_log, "a") as keep:
+        keep.write("INFO:    Running the image's test\n")
+        keep.flush()
+        code = subprocess.run([tool, "exec", str(image), "sh", "-c", script], stdout=keep,
+                              stderr=subprocess.STDOUT).returncode
+    if code != 0:
+        image.unlink(missing_ok=True)
+        said = build_log.read_text().splitlines()
+        failed = next((line[2:] for line in reversed(said) if line.startswith("+ ")), "?")
+        raise UsageError(f"the test of {fl.id} failed in the SIF made from its Docker image: `{failed[:160]}` "
+                         f"(exit {code}); the output: {build_log}")
+
+
+def log_tail(build_log: Path) -> str:
+    return " | ".join(build_log.read_text(errors="replace").strip().splitlines()[-3:])[:400]
+
+
+def docker_base(labels: dict) -> dict:
+    """The base the Docker image was built on, from its labels (a Debian base made here labels itself)."""
+    prefix = f"{base_images.BASE_LABEL}."
+    base = {k.removeprefix(prefix): v for k, v in (labels or {}).items()
+            if k.startswith(prefix) and k != f"{prefix}spec"}
+    return {"kind": base.pop("kind", "pinned"), "ref": (labels or {}).get(f"{images.LABEL}.base_ref"), **base}

@@ -1,5 +1,6 @@
-"""Apptainer for the tests, run unprivileged as at HPC centres, and the pytorch stack's cpu SIF built
-once per session from its definition.
+"""Apptainer for the tests, run unprivileged as at HPC centres, the pytorch stack's cpu SIF built
+once per session from its definition, and the other stacks' cpu SIFs made from the Docker images the
+session's engine built (BASE=docker; kept between sessions while those images are the same).
 
 Where this machine has `apptainer` on PATH, that one is used. Else tools/apptainer-tree.sh makes (once;
 cached under $XDG_CACHE_HOME/hpc-dl-bench/apptainer, remade only when its package list changes) a
@@ -29,6 +30,8 @@ ROOT = Path(__file__).resolve().parents[2]
 TREE_SCRIPT = ROOT / "tools" / "apptainer-tree.sh"
 TREE_UID = "2751"  # tools/apptainer-tree.sh's user
 STACK = "pytorch"
+DOCKER_SIF_STACKS = ("tensorflow", "mxnet", "pytorch-horovod", "jax")  # pytorch's SIF is built from its .def
+FRESH_SIF = "mxnet"  # the smallest: made from its Docker image every session, the others kept between sessions
 # The tests' builds squash with zstd at its fastest level: Apptainer's default (gzip) takes minutes for
 # a GB stack on two cores; squashfuse and the kernel read both.
 BUILD_OPTIONS = "--fakeroot --mksquashfs-args '-comp zstd -Xcompression-level 1'"
@@ -143,6 +146,46 @@ def pytorch_sif(apptainer_here):
         if not (kept / made.name).exists():
             shutil.copy2(made, kept / made.name)
     return json.loads((apptainer_here.images / f"{STACK}-cpu.sif.json").read_text())
+
+
+@pytest.fixture(scope="session")
+def docker_sifs(apptainer_here, cpu_images):
+    """The cpu SIFs of DOCKER_SIF_STACKS, made by the suite's own command from the Docker images of the
+    session's engine (what `make containers TOOL=apptainer BASE=docker STACK=...` runs), in an image folder
+    of their own (the pytorch SIF's folder must lack them: test_apptainer.py's doctor test); the folder
+    and stack -> the metadata each build wrote. The SIFs are kept between sessions, as the engine's layers
+    are, and the suite keeps one made from the same Docker image; FRESH_SIF's is made anew every session,
+    so the conversion itself always runs."""
+    import json
+
+    folder = apptainer_here.writable_folder("docker-sifs")
+    env = apptainer_here.env(SUITE_IMAGE_DIR=str(folder))
+    kept = base_cache().parent / "docker-sifs"
+    for stack in DOCKER_SIF_STACKS:
+        if stack != FRESH_SIF:
+            link_all(kept.glob(f"{stack}-cpu.sif*"), folder)
+        started = time.monotonic()
+        build = apptainer_here.suite("containers", "build", "--tool", "apptainer", "--base", "docker", "--stack",
+                                     stack, "--flavour", "cpu", env=env, timeout=1200)
+        assert build.returncode == 0, build.stdout[-4000:] + build.stderr[-4000:]
+        said = [line.split(" (", 1)[-1] for line in build.stdout.splitlines() if "docker save" in line]
+        MEASURED.append(f"apptainer: the {stack} cpu SIF from its Docker image in {time.monotonic() - started:.0f} s "
+                        f"({''.join(said) or 'made before: kept)'}")
+    kept.mkdir(parents=True, exist_ok=True)
+    link_all((made for stack in DOCKER_SIF_STACKS if stack != FRESH_SIF for made in folder.glob(f"{stack}-cpu.sif*")),
+             kept)
+    return folder, {stack: json.loads((folder / f"{stack}-cpu.sif.json").read_text()) for stack in DOCKER_SIF_STACKS}
+
+
+def link_all(files, folder: Path) -> None:
+    """Hard links of files in folder, replacing those of the same name (copies across filesystems)."""
+    for made in files:
+        target = folder / made.name
+        target.unlink(missing_ok=True)
+        try:
+            os.link(made, target)
+        except OSError:
+            shutil.copy2(made, target)
 
 
 def base_cache() -> Path:

@@ -204,7 +204,10 @@ def test_installed_local_stack_has_the_versions_of_its_lock(name):
      "error: BASE=debian needs mmdebstrap or debootstrap on PATH (Debian: apt-get install mmdebstrap)"),
     (("--base", "debian", "--stack", "pytorch", "--flavour", "cuda"), None,
      "error: BASE=debian makes cpu images only (the cuda images start from NVIDIA's CUDA base)"),
-    (("--base", "alpine", "--stack", "pytorch"), None, "error: BASE must be one of pinned, debian, got 'alpine'"),
+    (("--base", "alpine", "--stack", "pytorch"), None,
+     "error: BASE must be one of pinned, debian, docker, got 'alpine'"),
+    (("--base", "docker", "--stack", "pytorch"), None,
+     "error: BASE=docker builds with TOOL=apptainer, not TOOL=docker"),
     (("--stack", "pytorch"), None, "error: cannot build containers: needs a Docker engine; apptainer: "),
 ])
 def test_build_refusals_are_one_line_before_anything_starts(tmp_path, args, path, message):
