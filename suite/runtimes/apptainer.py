@@ -409,7 +409,7 @@ def build_from_docker(fl, log=print) -> dict:
     run_image_test(tool, partial, fl, build_log)
     os.replace(partial, image)
     Path(f"{image}.def").unlink(missing_ok=True)  # a definition's build wrote it: not this image's
-    meta = describe(tool, image, fl, docker_base(source.labels),
+    meta = describe(tool, image, fl, images.base_from_labels(source.labels),
                     {"built_from": {"docker_image": ref, "docker_image_sha256": source.id.removeprefix("sha256:")}})
     log(f"containers: {image} sha256:{meta['image_sha256']} ({image.stat().st_size / 1e6:.0f} MB, docker save "
         f"{saved - started:.0f} s, built in {time.monotonic() - started:.0f} s)")
@@ -455,11 +455,3 @@ def run_image_test(tool: str, image: Path, fl, build_log: Path) -> None:
 
 def log_tail(build_log: Path) -> str:
     return " | ".join(build_log.read_text(errors="replace").strip().splitlines()[-3:])[:400]
-
-
-def docker_base(labels: dict) -> dict:
-    """The base the Docker image was built on, from its labels (a Debian base made here labels itself)."""
-    prefix = f"{base_images.BASE_LABEL}."
-    base = {k.removeprefix(prefix): v for k, v in (labels or {}).items()
-            if k.startswith(prefix) and k != f"{prefix}spec"}
-    return {"kind": base.pop("kind", "pinned"), "ref": (labels or {}).get(f"{images.LABEL}.base_ref"), **base}

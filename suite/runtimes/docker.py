@@ -26,7 +26,7 @@ from suite.base.errors import UsageError
 from suite.execution.plan import StackEnv, StackRequest
 from suite.inputs.host_gpus import host_gpus, pick_flavour
 from suite.stacks import base_images, images
-from suite.stacks.base_images import BASE_LABEL, parse_dpkg_list
+from suite.stacks.base_images import parse_dpkg_list
 from suite.stacks.images import Recipe, bind_list
 from suite.stacks.locks import Stack, load_stack
 
@@ -111,13 +111,6 @@ def read_from_image(engine, ref: str) -> tuple[dict, dict, dict]:
             parse_dpkg_list(system))
 
 
-def base_of(labels: dict) -> dict:
-    """The base the image was built on, from its labels (a Debian base made here labels itself)."""
-    base = {k.removeprefix(f"{BASE_LABEL}."): v for k, v in labels.items()
-            if k.startswith(f"{BASE_LABEL}.") and k != f"{BASE_LABEL}.spec"}
-    return {"kind": base.pop("kind", "pinned"), "ref": labels.get(f"{images.LABEL}.base_ref"), **base}
-
-
 def stack_env(ref: str, image_id: str, labels: dict, facts: dict, packages: dict, gpus: bool,
               binds: list[str], session: str) -> StackEnv:
     prefix = (sys.executable, "-m", "suite.runtimes.docker", "--image", ref, "--bind", ",".join(binds),
@@ -139,7 +132,7 @@ def stack_env(ref: str, image_id: str, labels: dict, facts: dict, packages: dict
             "image_sha256": image_id.removeprefix("sha256:"),
             "image_flavour": labels.get(f"{images.LABEL}.flavour"),
             "stack_flavour": labels.get(f"{images.LABEL}.flavour"),
-            "image_base": base_of(labels),
+            "image_base": images.base_from_labels(labels),
         },
     )
 

@@ -172,6 +172,14 @@ def without_packages(base):
     return {k: v for k, v in base.items() if k != "packages"} if isinstance(base, dict) else base
 
 
+def base_from_labels(labels: dict | None) -> dict:
+    """The base a Docker image was built on, from its labels (a Debian base made here labels itself)."""
+    prefix = f"{base_images.BASE_LABEL}."
+    base = {k.removeprefix(prefix): v for k, v in (labels or {}).items()
+            if k.startswith(prefix) and k != f"{prefix}spec"}
+    return {"kind": base.pop("kind", "pinned"), "ref": (labels or {}).get(f"{LABEL}.base_ref"), **base}
+
+
 def packages_from_pip_list(text: str) -> dict[str, str]:
     return {p["name"].lower(): p["version"] for p in json.loads(text or "[]")}
 

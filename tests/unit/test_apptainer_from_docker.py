@@ -5,6 +5,7 @@ import json
 from types import SimpleNamespace
 
 from suite.runtimes import apptainer
+from suite.stacks import images
 
 DOCKER_ID = "ab" * 32
 
@@ -38,6 +39,6 @@ def test_the_base_is_read_from_the_docker_images_labels():
     labels = {"org.hpc-dl-bench.base_ref": "hpc-dl-bench-base:debian-bookworm-1",
               "org.hpc-dl-bench.base.kind": "debian", "org.hpc-dl-bench.base.tar_sha256": "ef" * 32,
               "org.hpc-dl-bench.base.spec": "x", "org.hpc-dl-bench.stack": "jax"}
-    assert apptainer.docker_base(labels) == {"kind": "debian", "ref": "hpc-dl-bench-base:debian-bookworm-1",
+    assert images.base_from_labels(labels) == {"kind": "debian", "ref": "hpc-dl-bench-base:debian-bookworm-1",
                                              "tar_sha256": "ef" * 32}
-    assert apptainer.docker_base({}) == {"kind": "pinned", "ref": None}
+    assert images.base_from_labels({}) == {"kind": "pinned", "ref": None}
