@@ -98,7 +98,9 @@ def stored_image_id(tool: str, command: str, ref: str, meta: dict) -> str:
     found = subprocess.run([tool, "image", "inspect", "--format={{.Id}}", ref], capture_output=True, text=True,
                            check=False, timeout=120)
     if found.returncode != 0:
-        raise UsageError(f"{command} has no image {ref} in this user's storage: {load}")
+        said = (found.stderr.strip().splitlines() or [""])[-1]
+        why = "" if "image not known" in said or not said else f" ({said})"
+        raise UsageError(f"{command} has no image {ref} in this user's storage{why}: {load}")
     image_id = found.stdout.strip().removeprefix("sha256:")
     if ref == meta["image"] and meta.get("image_sha256") and image_id != meta["image_sha256"]:
         raise UsageError(f"{command}'s image {ref} is {image_id[:12]}, not the Docker build's "

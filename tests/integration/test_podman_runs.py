@@ -75,9 +75,13 @@ def podman_home(home: Path, rootless: bool) -> dict:
     env = {"HOME": str(home), "XDG_RUNTIME_DIR": str(home / "run"),
            "CONTAINERS_STORAGE_CONF": str(home / "storage.conf")}
     if rootless:
+        # the user's own XDG folders, as a user has them: root's (CI sets XDG_CACHE_HOME) would move where
+        # rootless Podman keeps its state, and the image loaded under one would be unknown under the other
+        for name in ("cache", "config", "data"):
+            (home / name).mkdir(exist_ok=True)
+            env[f"XDG_{name.upper()}_HOME"] = str(home / name)
         home.chmod(0o700)
-        os.chown(home, NOBODY, NOBODY)
-        for path in (home / "run", home / "storage.conf"):
+        for path in (home, home / "run", home / "storage.conf", home / "cache", home / "config", home / "data"):
             os.chown(path, NOBODY, NOBODY)
     else:  # root without CAP_SYS_RESOURCE (this sandbox) cannot raise nofile and nproc to podman's defaults
         (home / "containers.conf").write_text('[containers]\ndefault_ulimits = ['
