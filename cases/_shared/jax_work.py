@@ -3,7 +3,7 @@ jax cases'): XLA's FLOP count of the compiled program, the arithmetic of its pro
 device's measured matmul peak (suite/instack/matmul_peak.py, as every case's is) and its peak memory.
 JAX is imported inside the functions: the module is imported after cases/_shared/jax_dist.py set JAX up."""
 
-from cases._shared.resident_memory import peak_resident
+from cases._shared.resident_memory import peak_resident, reset_peak_resident
 from suite.instack.matmul_peak import measure
 
 
@@ -27,6 +27,14 @@ def precision_of(wanted: str, platform: str, device) -> str:
     setting = str(jax.config.jax_default_matmul_precision or "default").lower()
     capability = float(getattr(device, "compute_capability", "0") or 0)
     return "tf32" if capability >= 8 and setting in ("default", "tensorfloat32", "bfloat16_3x", "fastest") else "fp32"
+
+
+def record_matmul_peak(probe, device, wanted: str, platform: str) -> None:
+    """The device's measured matmul peak, recorded; then, on a CPU, the peak resident set reset, so that the
+    peak memory recorded at the end is the training's, not the measurement's buffers'."""
+    probe.measured_peak(**matmul_peak(device, wanted, platform))
+    if platform == "cpu":
+        reset_peak_resident()
 
 
 def matmul_peak(device, wanted: str, platform: str) -> dict:

@@ -15,8 +15,7 @@ compiled step is the work, the formula beside it. Options come from case.toml.""
 import time
 
 from cases._shared.jax_dist import agree, place, start
-from cases._shared.jax_work import all_peak_memory, matmul_peak, precision_of, versions, xla_flops
-from cases._shared.resident_memory import reset_peak_resident
+from cases._shared.jax_work import all_peak_memory, precision_of, record_matmul_peak, versions, xla_flops
 from cases._shared.token_windows import TokenError, data_facts, open_windows
 from suite.instack.case_options import parse_case_args
 from suite.instack.probe import Probe, announce
@@ -212,9 +211,7 @@ def compile_step(probe, state: TrainState, next_batch, config, wanted: str, plat
     probe.result(counted_flops_per_token=counted, counted_flops_source=XLA_COUNTED, formula_flops_per_token=formula,
                  formula_parameters=counted_parameters, formula_parameters_convention=N_CONVENTION,
                  compile_seconds=compile_seconds)
-    probe.measured_peak(**matmul_peak(device, wanted, platform))
-    if platform == "cpu":
-        reset_peak_resident()
+    record_matmul_peak(probe, device, wanted, platform)
     return compiled
 
 

@@ -13,8 +13,7 @@ XLA's own count of the compiled step beside it. Options come from case.toml."""
 import time
 
 from cases._shared.jax_dist import agree, place, start
-from cases._shared.jax_work import all_peak_memory, matmul_peak, precision_of, versions, xla_flops
-from cases._shared.resident_memory import reset_peak_resident
+from cases._shared.jax_work import all_peak_memory, precision_of, record_matmul_peak, versions, xla_flops
 from cases._shared.timed import min_seconds, timed_iterations
 from suite.instack.case_options import parse_case_args
 from suite.instack.probe import Probe, announce
@@ -157,9 +156,7 @@ def compile_step(probe, state: TrainState, next_batch, args, wanted: str, platfo
                source=f"{FORMULA}; {XLA_COUNTED}: {counted:,.0f}")
     probe.result(counted_flops_per_image=counted, counted_flops_source=XLA_COUNTED, formula_flops_per_image=formula,
                  compile_seconds=compile_seconds)
-    probe.measured_peak(**matmul_peak(device, wanted, platform))
-    if platform == "cpu":
-        reset_peak_resident()
+    record_matmul_peak(probe, device, wanted, platform)
     return compiled
 
 
