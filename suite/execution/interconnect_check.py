@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 from suite.analysis.network_figures import network_figures
+from suite.execution.plan import first_failure
 
 # The collective each stack checks with; a stack not named here gets "not available".
 APIS = {"pytorch-horovod": "horovod", "pytorch": "torch", "jax": "jax"}
@@ -60,7 +61,7 @@ def run_check(checked, world, run_dir: Path, log, plan_for) -> dict:
     results = checked.scheduler.execute(plan_for(folder, str(SCRIPT), argv), folder / "logs",
                                         min(TIMEOUT_S, checked.timeout_s), STALL_S, cluster=checked.cluster_profile)
     seconds = round(time.monotonic() - started, 2)
-    bad = next((r for r in results if not r.ok), None)
+    bad = first_failure(results)
     if bad:
         return {"status": "failed", "reason": f"{bad.name} on {bad.host}: exit {bad.returncode} {bad.reason or ''}; "
                                               f"log: {bad.log}", "seconds": seconds, "run_dir": str(folder)}

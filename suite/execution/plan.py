@@ -139,7 +139,16 @@ class ProcessResult:
     tail: list[str]
     reason: str | None = None
     first_error: str | None = None
+    ended_at: float | None = None  # time.monotonic() when the process was seen to end
 
     @property
     def ok(self) -> bool:
         return self.returncode == 0 and self.reason is None
+
+
+def first_failure(results: list[ProcessResult]) -> ProcessResult | None:
+    """The process that failed by itself and ended first: the cause, not a rank that aborted because a
+    peer had gone (SIGABRT from a collective) or one the scheduler stopped (which has a reason)."""
+    failed = [r for r in results if not r.ok]
+    by_itself = [r for r in failed if r.reason is None] or failed
+    return min(by_itself, key=lambda r: r.ended_at if r.ended_at is not None else float("inf"), default=None)

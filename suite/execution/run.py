@@ -29,7 +29,7 @@ from suite.base.log import log
 from suite.execution import plugins, strays
 from suite.execution.clusters import Cluster, load_cluster
 from suite.execution.interconnect_check import run_check, wanted
-from suite.execution.plan import Launch, Plan, StackEnv, StackRequest
+from suite.execution.plan import Launch, Plan, StackEnv, StackRequest, first_failure
 from suite.execution.plugins import BatchJob
 from suite.execution.request import SUITE, RunRequest, recorded, to_argv
 from suite.execution.samplers import with_samplers
@@ -333,9 +333,7 @@ def run_repetition(index, plan, scheduler, rep_dir: Path, timeout_s: float, stal
     results = scheduler.execute(plan, rep_dir / "logs", timeout_s, stall_s, cluster=cluster)
     rep.exit_codes = {r.name: r.returncode for r in results}
     rep.ran_on = announced(str(rep_dir))
-    # The process that failed by itself, rather than one stopped because of it.
-    bad = (next((r for r in results if not r.ok and r.reason is None), None)
-           or next((r for r in results if not r.ok), None))
+    bad = first_failure(results)
     if bad:
         rep.status = "failed"
         last = next((line for line in reversed(bad.tail) if line.strip()), "")

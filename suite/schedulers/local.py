@@ -85,6 +85,19 @@ class _Running:
         self.reader.start()
         self.reason: str | None = None
         self.last_output = time.monotonic()
+        self.ended_at: float | None = None
+        # Waiting in a thread of its own stamps each end as it happens; a poll every 0.2 s would see a
+        # killed rank and the peer that aborted because of it end "together".
+        self.waiter = threading.Thread(target=self._wait, daemon=True)
+        self.waiter.start()
+
+    def _wait(self) -> None:
+        self.popen.wait()
+        self.ended_at = time.monotonic()
+
+    def failed(self) -> bool:
+        """Ended (as the waiter saw) with a non-zero status."""
+        return self.ended_at is not None and self.popen.returncode != 0
 
     def _pump(self, echo_prefix: str) -> None:
         with open(self.log, "w") as log:
@@ -99,10 +112,11 @@ class _Running:
                 sys.stdout.flush()
 
     def result(self) -> ProcessResult:
+        self.waiter.join()
         self.reader.join(timeout=5)
         first_error = self.first_error or root_cause(list(self.tail))
         return ProcessResult(self.spec.name, self.spec.host, self.popen.returncode, str(self.log),
-                             list(self.tail), self.reason, first_error)
+                             list(self.tail), self.reason, first_error, self.ended_at)
 
 
 def _signal_group(pid: int, sig: int) -> None:
@@ -154,9 +168,9 @@ def _end_daemons(running: list[_Running], placement: Placement) -> None:
 
 def _reason_to_stop(running: list[_Running], deadline: float, timeout_s: float, stall_s: float | None) -> str | None:
     running = [r for r in running if not r.spec.daemon]  # a helper's exit or silence never ends the job
-    failed = [r for r in running if r.popen.poll() not in (None, 0)]
+    failed = [r for r in running if r.failed()]
     if failed:
-        return f"ended because {failed[0].spec.name} failed"
+        return f"ended because {min(failed, key=lambda r: r.ended_at).spec.name} failed"
     now = time.monotonic()
     if now > deadline:
         return f"time limit of {timeout_s:.0f} s reached"

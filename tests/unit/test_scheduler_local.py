@@ -8,7 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from suite.execution.plan import Plan, Process
+from suite.execution.plan import Plan, Process, first_failure
 from suite.schedulers import local
 
 MARGIN_S = 15  # beyond the grace a limit allows: a busy machine starts and ends processes slowly
@@ -51,6 +51,22 @@ def test_first_failure_ends_the_others_and_their_children(tmp_path):
     grandchild = int(sleeper_result.tail[0])
     time.sleep(0.5)
     assert not alive(grandchild)
+
+
+def test_the_first_to_end_is_the_failure_not_the_peer_that_aborted_because_of_it(tmp_path):
+    # "peer" is listed first and aborts 50 ms after "victim" is killed: closer than the scheduler's poll,
+    # as a rank of a collective aborts when its peer's socket closes.
+    gone = tmp_path / "victim-gone"
+    peer = proc("peer", "import os, pathlib, signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+                        f"while not pathlib.Path({str(gone)!r}).exists(): time.sleep(0.005)\n"
+                        "time.sleep(0.05); os.abort()", tmp_path)
+    victim = proc("victim", f"import os, pathlib, signal, time; time.sleep(1); pathlib.Path({str(gone)!r}).touch(); "
+                            "os.kill(os.getpid(), signal.SIGKILL)", tmp_path)
+    results = local.execute(Plan(ranks=2, processes=(peer, victim)), tmp_path / "logs", timeout_s=120)
+    peer_result, victim_result = results
+    assert peer_result.returncode == -6 and victim_result.returncode == -9  # each ended by itself
+    assert victim_result.ended_at < peer_result.ended_at
+    assert first_failure(results) is victim_result
 
 
 def run_watched(plan: Plan, log_dir, **limits):
