@@ -11,7 +11,10 @@ containers/<stack>/<flavour>.def, rendered here from container.toml and the lock
 localimage`; no registry needed); with BASE=docker, from the stack's Docker image of the same lock
 (`docker save`, then `apptainer build IMAGE.sif docker-archive:TAR`). Before a run the image is
 checked: present, a SIF (readable, of the size it was built with), of this stack and of the checkout's
-lock; every folder to bind exists."""
+lock; every folder to bind exists.
+
+A cluster profile's [apptainer] table adds what a site needs: `binds` (scratch, project or software
+folders, SRC[:DST]) and `gpus`, how the host's GPUs enter the container (nv: --nv, rocm: --rocm)."""
 
 import functools
 import json
@@ -27,15 +30,22 @@ from pathlib import Path
 from suite.base import paths
 from suite.base.errors import UsageError
 from suite.execution.plan import StackEnv, StackRequest
+from suite.execution.plugins import Setting
 from suite.inputs.host_gpus import host_gpus, pick_flavour
 from suite.instack.file_digest import file_digest
 from suite.stacks import base_images, images
-from suite.stacks.images import Recipe, bind_list
+from suite.stacks.images import Recipe
 from suite.stacks.locks import load_stack
 
 IMAGES = "apptainer"  # what it builds images with (make containers TOOL=apptainer)
 BUILD_PREFERENCE = 0  # TOOL=auto tries it first: it is what HPC sites run
 BASES = ("pinned", "debian", "docker")  # docker: the SIF made from the Docker image of the lock
+GPU_OPTIONS = {"nv": "--nv", "rocm": "--rocm", "none": None}
+PROFILE = {
+    "binds": Setting(list, [], "further folders bound into the container, SRC[:DST]; SRC must exist"),
+    "gpus": Setting(str, "nv", f"how a GPU host's GPUs enter the container: {', '.join(GPU_OPTIONS)} "
+                               "(--nv for NVIDIA, --rocm for AMD)"),
+}
 SIF_MAGIC = b"SIF_MAGIC"  # at byte 32 of every SIF file, after its launch line
 
 
@@ -55,10 +65,20 @@ def prepare(want: StackRequest, log=print) -> StackEnv:
     images.refuse_stale_image(stack, flavour, meta.get("lock_sha256"), log)
     check_sif(image, meta, build_hint)
     check_binds(want.binds)
+    table = want.profile.section("apptainer") if want.profile else {}
+    gpu_option = gpu_option_of(table.get("gpus", "nv"))
+    binds = images.bind_pairs(want.binds, table.get("binds", []), "apptainer")
     version = runtime_version(tool)
     log(f"stack {stack.name}: apptainer image {image} ({flavour}, sha256:{meta['image_sha256'][:12]}), "
         f"apptainer {version}")
-    return stack_env(tool, image, meta, gpus > 0, bind_list(want.binds), version)
+    return stack_env(tool, image, meta, gpu_option if gpus > 0 else None,
+                     [src if src == dst else f"{src}:{dst}" for src, dst in binds], version)
+
+
+def gpu_option_of(name: str) -> str | None:
+    if name not in GPU_OPTIONS:
+        raise UsageError(f"[apptainer] gpus must be one of {', '.join(GPU_OPTIONS)}, got {name!r}")
+    return GPU_OPTIONS[name]
 
 
 def check_sif(image: Path, meta: dict, build_hint: str) -> None:
@@ -118,9 +138,9 @@ def meta_path(image: Path | str) -> Path:
     return Path(f"{image}.json")
 
 
-def stack_env(tool: str, image: Path, meta: dict, gpus: bool, binds: list[str],
+def stack_env(tool: str, image: Path, meta: dict, gpu_option: str | None, binds: list[str],
               version: str | None = None) -> StackEnv:
-    prefix = (tool, "exec", *(["--nv"] if gpus else []), "--bind", ",".join(binds), str(image))
+    prefix = (tool, "exec", *([gpu_option] if gpu_option else []), "--bind", ",".join(binds), str(image))
     return StackEnv(
         runtime="apptainer",
         bin_dir=f"{images.PREFIX}/bin",

@@ -33,7 +33,6 @@ from suite.execution.plan import StackEnv, StackRequest
 from suite.execution.plugins import Setting
 from suite.inputs.host_gpus import pick_flavour
 from suite.stacks import images
-from suite.stacks.images import bind_list
 
 IMAGES = "Charliecloud's ch-convert with a Docker engine"  # make containers TOOL=charliecloud
 BUILD_PREFERENCE = 2  # TOOL=auto tries apptainer, then docker, then this
@@ -63,7 +62,8 @@ def prepare(want: StackRequest, log=print) -> StackEnv:
     if meta.get("stack") != stack.name:
         raise UsageError(f"{image} holds stack {meta.get('stack')!r}, not {stack.name}")
     images.refuse_stale_image(stack, flavour, meta.get("lock_sha256"), log)
-    binds = bind_pairs(want.binds, (want.profile.section("charliecloud") if want.profile else {}).get("binds", []))
+    table = want.profile.section("charliecloud") if want.profile else {}
+    binds = images.bind_pairs(want.binds, table.get("binds", []), "charliecloud")
     mount_points(image, binds)
     log(f"stack {stack.name}: charliecloud image {image} ({flavour}, sha256:{meta['image_sha256'][:12]})")
     workdir = str(Path(want.binds[0]).resolve()) if want.binds else str(paths.RUNS)  # the runs folder
@@ -92,21 +92,6 @@ def image_path(stack: str, flavour: str, image_dir: Path | None = None) -> Path:
 
 def meta_path(image: Path) -> Path:
     return Path(f"{image}.json")
-
-
-def bind_pairs(binds, extra: list[str]) -> list[tuple[str, str]]:
-    """The checkout, runs and data folders at their own paths, and the profile's SRC[:DST] binds (a
-    source that is not there is refused: ch-run would fail every process)."""
-    pairs = [(path, path) for path in bind_list(binds)]
-    for bind in extra:
-        src, _, dst = bind.partition(":")
-        if not Path(src).exists():
-            raise UsageError(f"[charliecloud] binds: {src} does not exist on this host (bind {bind})")
-        pairs.append((src, dst or src))
-    for src, dst in pairs:
-        if "," in src or "," in dst or ":" in src or ":" in dst:
-            raise UsageError(f"charliecloud cannot bind {src!r}: a path with a comma or colon (move the folder)")
-    return pairs
 
 
 def mount_points(image: Path, binds: list[tuple[str, str]]) -> None:

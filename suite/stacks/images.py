@@ -196,6 +196,22 @@ def bind_list(extra: Iterable[Path | str]) -> list[str]:
     return [str(p) for p in kept]
 
 
+def bind_pairs(binds: Iterable[Path | str], extra: list[str], table: str) -> list[tuple[str, str]]:
+    """The checkout, runs and data folders at their own paths (bind_list), and the cluster profile's
+    `[TABLE] binds`, each SRC[:DST] (scratch, a site's software tree). A source that is not there is
+    refused: every process would fail on it."""
+    pairs = [(path, path) for path in bind_list(binds)]
+    for bind in extra:
+        src, _, dst = bind.partition(":")
+        if not Path(src).exists():
+            raise UsageError(f"[{table}] binds: {src} does not exist on this host (bind {bind})")
+        pairs.append((src, dst or src))
+    for src, dst in pairs:
+        if "," in src or "," in dst or ":" in src or ":" in dst:
+            raise UsageError(f"{table} cannot bind {src!r}: a path with a comma or colon (move the folder)")
+    return pairs
+
+
 # ---- building ------------------------------------------------------------------------------------
 
 @dataclass(frozen=True)

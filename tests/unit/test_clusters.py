@@ -33,3 +33,22 @@ def test_unknown_key_and_unknown_cluster(tmp_path, monkeypatch):
         load_cluster("broken")
     with pytest.raises(UsageError, match=r"unknown cluster 'nope' \(profiles in hostfiles/: broken, typo, typo2\)"):
         load_cluster("nope")
+
+
+def test_every_table_key_a_plugin_declares_is_in_the_profile_docs():
+    """docs/clusters.md's table of plugin settings: each [table] and key a scheduler or runtime reads."""
+    import re
+
+    from suite.execution.clusters import plugin_settings
+
+    documented: dict[str, set[str]] = {}
+    table = None
+    for line in (paths.ROOT / "docs" / "clusters.md").read_text().splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")] if line.startswith("| ") else []
+        if len(cells) == 3 and (named := re.fullmatch(r"`\[(\w+)\]`", cells[0])):
+            table = named.group(1)
+        if len(cells) == 3 and table and (cells[0] == "" or cells[0].startswith("`[")):
+            documented.setdefault(table, set()).update(re.findall(r"`(\w+)`", cells[1]))
+    for name, settings in plugin_settings().items():
+        missing = set(settings) - documented.get(name, set())
+        assert not missing, f"docs/clusters.md lacks [{name}] {', '.join(sorted(missing))}"

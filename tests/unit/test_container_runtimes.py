@@ -11,6 +11,7 @@ import pytest
 
 from suite.base import paths
 from suite.base.errors import UsageError
+from suite.execution.clusters import Cluster
 from suite.execution.plan import Launch, StackRequest
 from suite.execution.request import RunRequest, recorded
 from suite.inputs import host_gpus
@@ -83,6 +84,35 @@ def test_apptainer_asks_for_gpus_and_the_cuda_image_on_a_gpu_host(host, monkeypa
     env = apptainer.prepare(want(gpus=4), log=lambda m: None)
     assert env.prefix[1:3] == ("exec", "--nv") and env.prefix[-1] == str(image)
     assert env.provenance["image_flavour"] == "cuda"
+
+
+def site(tmp_path: Path, **table) -> Cluster:
+    """A cluster profile whose [apptainer] table is `table`, as load_cluster makes it."""
+    return Cluster("site", tmp_path / "site.toml", runtime="apptainer", plugins={"apptainer": table})
+
+
+def test_apptainer_takes_binds_and_the_gpu_option_from_the_profile(host):
+    image = built_image(host, "cuda")
+    scratch = host / "scratch"
+    scratch.mkdir()
+    cluster = site(host, binds=[str(scratch), f"{scratch}:/scratch"], gpus="rocm")
+    env = apptainer.prepare(want(gpus=4, profile=cluster), log=lambda m: None)
+    assert env.prefix == (str(host / "bin" / "apptainer"), "exec", "--rocm",
+                          "--bind", f"{paths.ROOT},{scratch},{scratch}:/scratch", str(image))
+    no_gpu_option = apptainer.prepare(want(gpus=4, profile=site(host, gpus="none")), log=lambda m: None)
+    assert no_gpu_option.prefix[1:3] == ("exec", "--bind")
+    on_a_cpu_host = apptainer.prepare(want(flavour="cuda", profile=cluster), log=lambda m: None)
+    assert "--rocm" not in on_a_cpu_host.prefix  # no GPU here: nothing to pass through
+
+
+@pytest.mark.parametrize("table, refusal", [
+    ({"binds": ["/nonexistent/scratch"]}, r"^\[apptainer\] binds: /nonexistent/scratch does not exist on this host"),
+    ({"gpus": "cuda"}, r"^\[apptainer\] gpus must be one of nv, rocm, none, got 'cuda'$"),
+])
+def test_apptainer_refuses_a_profile_it_cannot_follow(host, table, refusal):
+    built_image(host)
+    with pytest.raises(UsageError, match=refusal):
+        apptainer.prepare(want(profile=site(host, **table)), log=lambda m: None)
 
 
 def test_gpus_are_counted_from_nvidia_smi(host, monkeypatch):
