@@ -149,8 +149,14 @@ def test_a_failing_definition_names_its_section_and_line(apptainer_here, pytorch
     assert not (folder / "broken.sif.partial").exists()
 
 
-def test_ddp_ranks_train_in_the_sif_unprivileged(apptainer_here, pytorch_sif):
-    done, out = run_ddp(apptainer_here)
+@pytest.fixture(scope="module")
+def ddp_in_sif(apptainer_here, pytorch_sif):
+    """pytorch-ddp's two ranks in the SIF, once for the module: the command's result and its folder."""
+    return run_ddp(apptainer_here)
+
+
+def test_ddp_ranks_train_in_the_sif_unprivileged(apptainer_here, pytorch_sif, ddp_in_sif):
+    done, out = ddp_in_sif
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     [record] = records_in(out / "results")
     validate(record)
@@ -168,6 +174,31 @@ def test_ddp_ranks_train_in_the_sif_unprivileged(apptainer_here, pytorch_sif):
     if apptainer_here.program != shutil.which("apptainer") and os.geteuid() == 0:
         owners = {p.stat().st_uid for p in (out / "runs").rglob("*") if p.is_file()}
         assert 2751 in owners, owners
+
+
+def test_rerun_runs_in_the_same_sif_and_refuses_a_rebuilt_one(apptainer_here, pytorch_sif, ddp_in_sif):
+    done, out = ddp_in_sif
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    [original] = records_in(out / "results")
+    path = out / "results" / f"{original['run_id']}.json"
+    folders = ("--results-dir", str(out / "results"), "--runs-dir", str(out / "runs"))
+    again = apptainer_here.suite("rerun", str(path), *folders)
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    [new] = [r for r in records_in(out / "results") if r["run_id"] != original["run_id"]]
+    assert new["status"] == "ok" and new["provenance"]["rerun_of"]["drift"] == []
+    assert new["provenance"]["image_sha256"] == original["provenance"]["image_sha256"] == pytorch_sif["image_sha256"]
+    assert new["provenance"]["runtime"] == "apptainer"
+    assert all(p["argv"][:2] == [apptainer_here.program, "exec"] for p in new["repetitions"][0]["processes"])
+    # the image folder now holds a rebuilt SIF (another sha256): refused, naming both digests, before launch
+    rebuilt = apptainer_here.writable_folder("rebuilt")
+    os.link(apptainer_here.images / "pytorch-cpu.sif", rebuilt / "pytorch-cpu.sif")
+    (rebuilt / "pytorch-cpu.sif.json").write_text(json.dumps({**pytorch_sif, "image_sha256": "ab" * 32}))
+    refused = apptainer_here.suite("rerun", str(path), *folders, env=apptainer_here.env(SUITE_IMAGE_DIR=str(rebuilt)))
+    assert refused.returncode == 2, refused.stdout[-3000:] + refused.stderr[-3000:]
+    drift = [line for line in refused.stderr.splitlines() if line.startswith("drift: image:")]
+    assert drift == [f"drift: image: sha256 {pytorch_sif['image_sha256'][:12]} in the record, abababababab here "
+                     f"({rebuilt / 'pytorch-cpu.sif'}, runtime apptainer)"], refused.stderr
+    assert len(records_in(out / "results")) == 2
 
 
 def test_no_image_is_refused_naming_the_make_containers_line(apptainer_here):
