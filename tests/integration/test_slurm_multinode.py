@@ -27,6 +27,9 @@ RUNS = {
     "ddp-ranks": ("pytorch-ddp", tiny("pytorch-ddp", launcher="ranks"), {"rank-0": N1, "rank-1": N2}),
     "gpt-fsdp-ranks": ("pytorch-gpt", tiny("pytorch-gpt", parallel="fsdp", launcher="ranks"),
                        {"rank-0": N1, "rank-1": N2}),
+    # jax.distributed.initialize over the nodes (the coordinator on the first), Gloo between the CPU processes
+    "jax-gpt-fsdp": ("jax-gpt", tiny("jax-gpt", parallel="fsdp"), {"rank-0": N1, "rank-1": N2}),
+    "jax-resnet": ("jax-resnet", tiny("jax-resnet"), {"rank-0": N1, "rank-1": N2}),
 }
 
 
@@ -48,6 +51,7 @@ def datasets(tmp_path_factory) -> Path:
     from suite.stacks.locks import ensure_installed, load_stack
 
     data = tmp_path_factory.mktemp("data")
+    ensure_installed(load_stack("jax"))  # the JAX cases read no data; their stack is made here, not in a timed job
     for case, stack, args in (("mxnet-imagenet", "mxnet", ["--classes", "2", "--train-per-class", "8",
                                                             "--val-per-class", "2", "--num-thread", "1"]),
                               ("tf-cifar", "tensorflow", ["--train-per-batch", "16", "--test-images", "16"])):
@@ -90,6 +94,9 @@ def test_every_case_on_two_slurm_nodes_without_ssh(slurm_two_nodes, datasets, no
     # ps-lite server and scheduler, torchrun agent's workers, and Horovod's rendezvous server.
     helpers = {"rendezvous": N1} if name == "horovod" else {}
     assert record["repetitions"][0]["ran_on"] == {p: [host] for p, host in {**placed, **helpers}.items()}
+    if case.startswith("jax-"):  # the processes joined at the first node's coordinator
+        assert record["execution"]["coordinator"].startswith(f"{N1}:"), record["execution"]
+        assert record["config"]["reported_by_case"]["processes"] == 2
     job = record["execution"]["slurm"]
     assert job["job_id"].isdigit() and job["nodelist"] == "hpcdl-n[1-2]" and job["inside_allocation"] is True
     if how == "sbatch":  # the batch job the runner submitted and followed
