@@ -52,3 +52,8 @@ def test_every_table_key_a_plugin_declares_is_in_the_profile_docs():
     for name, settings in plugin_settings().items():
         missing = set(settings) - documented.get(name, set())
         assert not missing, f"docs/clusters.md lacks [{name}] {', '.join(sorted(missing))}"
+
+
+def test_every_shipped_profile_is_named_in_the_docs():
+    text = (paths.ROOT / "docs" / "clusters.md").read_text()
+    assert not [name for name in known_clusters() if f"`{name}`" not in text]
