@@ -1,6 +1,7 @@
 """RUNTIME=charliecloud with Debian's Charliecloud 0.31: the pytorch stack's image made from the Docker
 image the session's engine built (tests/support/docker_fixtures.py: export of its filesystem, ch-convert
-to a directory), and pytorch-ddp with two ranks run through ch-run, as root and as an unprivileged user."""
+to a directory), and pytorch-ddp with two ranks run through ch-run: on this machine as root and as an
+unprivileged user, as srun steps on the tests' two SLURM nodes, and on two hosts over ssh."""
 
 import json
 import os
@@ -13,7 +14,7 @@ from pathlib import Path
 
 import pytest
 from conftest import MEASURED, ROOT, records_in, tiny
-from support.cluster_fixtures import ensure_installed
+from support.cluster_fixtures import LOOPBACK_HOSTS, NODE_NAMES, ensure_installed
 
 from suite.execution import plugins
 from suite.records.schema import validate
@@ -101,17 +102,40 @@ def test_ddp_ranks_train_in_the_image(ch_image, who):
         shutil.rmtree(out, ignore_errors=True)
 
 
-def test_ddp_ranks_as_slurm_steps_in_the_image(ch_image, slurm_cluster, tmp_path):
-    """A batch job on the tests' SLURM whose runner starts each rank as an srun step running ch-run."""
-    folder, meta = ch_image
+def run_across(folder: Path, tmp_path: Path, *where: str) -> dict:
+    """pytorch-ddp with one rank on each of two nodes, every rank in the image; the run's record, ok."""
     env = {k: v for k, v in os.environ.items() if k != "USER"}
     env.update(SUITE_IMAGE_DIR=str(folder), OMP_NUM_THREADS="1")
-    argv = [PY, "-m", "suite", "run", "--case", "pytorch-ddp", "--runtime", "charliecloud", "--scheduler", "slurm",
-            "--timeout", "300", "--gpus-per-node", "2", "--runs-dir", str(tmp_path / "runs"),
-            "--results-dir", str(tmp_path / "results"), "--", *DDP]
+    argv = [PY, "-m", "suite", "run", "--case", "pytorch-ddp", "--runtime", "charliecloud", "--nodes", "2",
+            "--gpus-per-node", "1", "--timeout", "300", "--no-precheck", "--runs-dir", str(tmp_path / "runs"),
+            "--results-dir", str(tmp_path / "results"), *where, "--", *DDP]
     done = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     [record] = records_in(tmp_path / "results")
-    assert record["status"] == "ok" and record["execution"]["slurm"]["state"] == "COMPLETED"
+    validate(record)
+    assert record["status"] == "ok", record["reason"]
+    return record
+
+
+def test_ddp_ranks_as_srun_steps_on_two_slurm_nodes_in_the_image(ch_image, slurm_two_nodes, tmp_path):
+    """A batch job on the tests' two SLURM nodes whose runner starts each rank as an srun step running ch-run."""
+    folder, meta = ch_image
+    record = run_across(folder, tmp_path, "--scheduler", "slurm")
+    assert record["execution"]["slurm"]["state"] == "COMPLETED"
     assert record["provenance"]["image_sha256"] == meta["image_sha256"]
-    assert [p["launch"] for p in record["repetitions"][0]["processes"]] == ["srun", "srun"]
+    rep = record["repetitions"][0]
+    assert [(p["host"], p["launch"]) for p in rep["processes"]] == [(NODE_NAMES[0], "srun"), (NODE_NAMES[1], "srun")]
+    assert rep["ran_on"] == {"rank-0": [NODE_NAMES[0]], "rank-1": [NODE_NAMES[1]]}
+    assert all(p["argv"][0] == shutil.which("ch-run") for p in rep["processes"])
+
+
+def test_ddp_ranks_on_two_hosts_over_ssh_in_the_image(ch_image, loopback_sshd, tmp_path):
+    folder, meta = ch_image
+    before = loopback_sshd.sessions()
+    record = run_across(folder, tmp_path, "--cluster", "loopback-ssh")
+    assert record["provenance"]["image_sha256"] == meta["image_sha256"]
+    rep = record["repetitions"][0]
+    assert [(p["host"], p["launch"]) for p in rep["processes"]] == [(h, "ssh") for h in LOOPBACK_HOSTS]
+    assert all(p["argv"][0] == shutil.which("ch-run") for p in rep["processes"])
+    opened = {host: count - before[host] for host, count in loopback_sshd.sessions().items()}
+    assert all(opened[host] >= 1 for host in LOOPBACK_HOSTS), opened
