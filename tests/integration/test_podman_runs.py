@@ -1,8 +1,8 @@
 """RUNTIME=podman with Debian's Podman 4.3: the pytorch cpu image the session's Docker engine built
 (tests/support/docker_fixtures.py) brought into Podman as users do, `docker save | podman load`, into
 storages the tests keep between sessions, and pytorch-ddp with two ranks run through `podman run`: rootless as an
-unprivileged user (subordinate ids, HOME and XDG_RUNTIME_DIR of its own) and as root. Bad input is
-refused before anything launches."""
+unprivileged user (subordinate ids, HOME and XDG_RUNTIME_DIR of its own) and as root, and as srun steps on
+the tests' two SLURM nodes. Bad input is refused before anything launches."""
 
 import os
 import resource
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 from conftest import MEASURED, ROOT, records_in, tiny
-from support.cluster_fixtures import ensure_installed
+from support.cluster_fixtures import NODE_NAMES, ensure_installed
 
 from suite.execution.plan import StackEnv
 from suite.records.schema import validate
@@ -261,3 +261,27 @@ def test_an_image_not_in_podmans_storage_is_refused_with_the_load_line(image_met
     said = refused(env, tmp_path).stderr
     assert "podman has no image hpc-dl-bench-pytorch:cpu-absent in this user's storage" in said
     assert "docker save hpc-dl-bench-pytorch:cpu-absent | podman load" in said
+
+
+def test_ddp_ranks_as_srun_steps_on_two_slurm_nodes_in_the_image(image_dir, cpu_images, slurm_two_nodes, tmp_path):
+    """A batch job on the tests' two SLURM nodes whose runner starts each rank as an srun step running
+    `podman run` (root's Podman: the nodes share its storage, as nodes share a site's image store)."""
+    home = store(rootless=False)
+    env = podman_home(home, rootless=False)
+    load(env, False, cpu_images["pytorch"])
+    argv = [PY, "-m", "suite", "run", "--case", "pytorch-ddp", "--runtime", "podman", "--scheduler", "slurm",
+            "--nodes", "2", "--gpus-per-node", "1", "--timeout", "300", "--no-precheck",
+            "--runs-dir", str(tmp_path / "runs"), "--results-dir", str(tmp_path / "results"), "--", *DDP]
+    done = subprocess.run(argv, cwd=ROOT, env={**os.environ, **env, "SUITE_IMAGE_DIR": str(image_dir),
+                                               "OMP_NUM_THREADS": "1"},
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    [record] = records_in(tmp_path / "results")
+    validate(record)
+    assert record["status"] == "ok", record["reason"]
+    assert record["execution"]["slurm"]["state"] == "COMPLETED"
+    assert record["provenance"]["image_sha256"] == cpu_images["pytorch"]["image_sha256"]
+    rep = record["repetitions"][0]
+    assert [(p["host"], p["launch"]) for p in rep["processes"]] == [(NODE_NAMES[0], "srun"), (NODE_NAMES[1], "srun")]
+    assert rep["ran_on"] == {"rank-0": [NODE_NAMES[0]], "rank-1": [NODE_NAMES[1]]}
+    assert all(p["argv"][:2] == [shutil.which("podman"), "run"] for p in rep["processes"])
