@@ -7,7 +7,8 @@ JSON under reports/bench/. A missed target is reported, not failed: machines are
   harness overhead   suite's img/s / a bare loop's img/s under the same launcher (same model, batch,
                      threads); the bare loop alone runs beside them and the split is printed; for
                      pytorch-gpt, tokens/s of the suite (one worker it starts itself, --launcher ranks)
-                     / the bare loop of the same model, at a size where a step takes >= 0.2 s on a CPU
+                     / the bare loop of the same model, at a size where a step takes >= 0.2 s on a CPU;
+                     for jax-gpt, the same against a bare jitted JAX loop of its Flax model (one process)
   input pipeline     real-data img/s / synthetic-data img/s through the same case (tf-cifar, mxnet-imagenet,
                      pytorch-ddp); for pytorch-ddp also a decoded image's cost on one core beside a
                      trained image's, which bounds the ratio where loader and training share the cores
@@ -76,6 +77,7 @@ SIZES = {
 # --tiny: a JPEG tree of a few batches, so that an epoch over it takes seconds
 TINY_JPEG_TREE = ["--classes", "2", "--train-per-class", "16", "--val-per-class", "0"]
 TARGETS = {"harness_overhead.pytorch-synthetic": (">=", 0.99), "harness_overhead.pytorch-gpt": (">=", 0.99),
+           "harness_overhead.jax-gpt": (">=", 0.99),
            "input_pipeline.mxnet-imagenet": (">=", 0.95),
            "input_pipeline.tf-cifar": (">=", 0.95),
            "input_pipeline.pytorch-ddp": (">=", 0.95),
@@ -231,6 +233,15 @@ class Bench:
         self.results["harness_overhead.pytorch-gpt"]["settings"]["bare_step_s"] = round(step_s, 4)
         print(f"  step: {step_s:.3f} s of the bare loop ({options['batch-size']} x {options['context']} tokens)",
               flush=True)
+
+    def harness_overhead_jax(self) -> None:
+        """jax-gpt through the suite (one process: a mesh of one device) against the bare jitted loop of the
+        same Flax model, batch and AdamW, in tokens/s."""
+        options = SIZES[self.size]["gpt"]
+        bare_argv = [self.stack_python("jax"), str(ROOT / "benchmarks" / "bare" / "jax_gpt.py"), *as_args(options)]
+        self.ratio("harness_overhead.jax-gpt", {
+            "suite_tokens_s": self.throughput("jax-gpt", options, "--gpus-per-node", "1", flags=("--no-cuda",)),
+            "bare_tokens_s": bare_loop(bare_argv, options)}, **options)
 
     def startup_pytorch(self) -> None:
         # Only the time to the first timed step counts: one timed step is enough.
@@ -451,8 +462,8 @@ def first_timed_step(run_dir: Path) -> float:
     raise RuntimeError(f"no timed iteration in {run_dir}")
 
 
-MEASUREMENTS = ["harness_overhead_pytorch", "harness_overhead_gpt", "startup_pytorch", "scaling_pytorch",
-                "input_pipeline_mxnet", "input_pipeline_tf", "input_pipeline_ddp", "scaling_mxnet", "gpu_amp_pytorch",
+MEASUREMENTS = ["harness_overhead_pytorch", "harness_overhead_gpt", "harness_overhead_jax", "startup_pytorch",
+                "scaling_pytorch", "input_pipeline_mxnet", "input_pipeline_tf", "input_pipeline_ddp", "scaling_mxnet", "gpu_amp_pytorch",
                 "report_10k_records", "ddp_vs_horovod", "scaling_ddp", "sampler_overhead_pytorch"]
 
 

@@ -23,10 +23,10 @@ LINE = re.compile(r"^(?P<name>[a-z0-9_]+(?:\.[a-z-]+)?): (?P<value>-?[0-9.]+) \(
 # The measurements `make bench` runs here: one of each kind of path (bare loop, direct script, scaling
 # with each worker bound to its cores, an input pipeline against synthetic data, the GPU line); the
 # other items go through the same ratio() code, and the records items are timed at 40 records below.
-CHECKED = ["harness_overhead_pytorch", "harness_overhead_gpt", "startup_pytorch", "scaling_pytorch",
-           "input_pipeline_ddp", "gpu_amp_pytorch"]
-NAMES = {"harness_overhead.pytorch-synthetic", "harness_overhead.pytorch-gpt", "startup.pytorch-synthetic",
-         "scaling.pytorch-synthetic", "input_pipeline.pytorch-ddp"}
+CHECKED = ["harness_overhead_pytorch", "harness_overhead_gpt", "harness_overhead_jax", "startup_pytorch",
+           "scaling_pytorch", "input_pipeline_ddp", "gpu_amp_pytorch"]
+NAMES = {"harness_overhead.pytorch-synthetic", "harness_overhead.pytorch-gpt", "harness_overhead.jax-gpt",
+         "startup.pytorch-synthetic", "scaling.pytorch-synthetic", "input_pipeline.pytorch-ddp"}
 
 
 def met(value: float, op: str, target: float) -> bool:
@@ -78,6 +78,8 @@ def test_make_bench_tiny_writes_ratios(tmp_path, pytorch_stack):
                      result.stdout, re.M)
     gpt = data["results"]["harness_overhead.pytorch-gpt"]
     assert set(gpt["sides"]) == {"suite_tokens_s", "bare_tokens_s"} and gpt["sides"]["bare_tokens_s"]["model"] == "gpt"
+    jax = data["results"]["harness_overhead.jax-gpt"]  # the same model in both: parameters counted alike
+    assert set(jax["sides"]) == {"suite_tokens_s", "bare_tokens_s"} and jax["sides"]["bare_tokens_s"]["parameters"]
     assert gpt["settings"]["bare_step_s"] > 0 and re.search(r"^  step: [0-9.]+ s of the bare loop", result.stdout, re.M)
     # pytorch-ddp's input: what decoding an image costs beside what training on it costs, and the bound
     ddp = data["results"]["input_pipeline.pytorch-ddp"]["settings"]
