@@ -463,8 +463,8 @@ def first_timed_step(run_dir: Path) -> float:
 
 
 MEASUREMENTS = ["harness_overhead_pytorch", "harness_overhead_gpt", "harness_overhead_jax", "startup_pytorch",
-                "scaling_pytorch", "input_pipeline_mxnet", "input_pipeline_tf", "input_pipeline_ddp", "scaling_mxnet", "gpu_amp_pytorch",
-                "report_10k_records", "ddp_vs_horovod", "scaling_ddp", "sampler_overhead_pytorch"]
+                "scaling_pytorch", "input_pipeline_mxnet", "input_pipeline_tf", "input_pipeline_ddp", "scaling_mxnet",
+                "gpu_amp_pytorch", "report_10k_records", "ddp_vs_horovod", "scaling_ddp", "sampler_overhead_pytorch"]
 
 
 def main(argv: list[str] | None = None) -> int:

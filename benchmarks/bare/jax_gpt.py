@@ -46,23 +46,23 @@ def train(args) -> tuple[list[float], dict]:
     rows = np.random.default_rng(args.seed + 1).integers(0, config.vocab, (args.batch_size, config.context + 1))
     inputs, targets = jnp.asarray(rows[:, :-1], jnp.int32), jnp.asarray(rows[:, 1:], jnp.int32)
 
-    def loss_of(p):
-        return next_token_loss(model.apply({"params": p}, inputs), targets)
+    def loss_of(p, x, y):
+        return next_token_loss(model.apply({"params": p}, x), y)
 
-    def step(p, s):
-        loss, grads = jax.value_and_grad(loss_of)(p)
+    def step(p, s, x, y):
+        loss, grads = jax.value_and_grad(loss_of)(p, x, y)
         updates, s = optimizer.update(grads, s, p)
         return optax.apply_updates(p, updates), s, loss
 
-    compiled = jax.jit(step, donate_argnums=(0, 1)).lower(params, state).compile()
+    compiled = jax.jit(step, donate_argnums=(0, 1)).lower(params, state, inputs, targets).compile()
     for _ in range(args.num_warmup_batches):
-        params, state, _ = compiled(params, state)
+        params, state, _ = compiled(params, state, inputs, targets)
     jax.block_until_ready(params)
     samples = []
     for _ in range(args.num_iters):
         began = time.perf_counter()
         for _ in range(args.num_batches_per_iter):
-            params, state, _ = compiled(params, state)
+            params, state, _ = compiled(params, state, inputs, targets)
         jax.block_until_ready(params)
         samples.append(args.batch_size * config.context * args.num_batches_per_iter / (time.perf_counter() - began))
     parameters = sum(int(leaf.size) for leaf in jax.tree_util.tree_leaves(params))

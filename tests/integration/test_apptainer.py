@@ -16,6 +16,7 @@ from conftest import records_in, tiny
 from suite.instack.file_digest import file_digest
 from suite.records.schema import validate
 from suite.runtimes import apptainer
+from suite.runtimes.apptainer import definition
 from suite.stacks import images
 from suite.stacks.images import Recipe
 from suite.stacks.locks import load_flavour, load_stack
@@ -136,12 +137,12 @@ def test_a_failing_definition_names_its_section_and_line(apptainer_here, pytorch
             "    test -e /no/such/file\n    echo never\n\n%test\n    true\n")
     rendered = Recipe(ROOT / "containers" / "pytorch" / "broken.def", text)
     folder = apptainer_here.writable_folder("broken")
-    definition = folder / "broken.def"
-    definition.write_text(apptainer.build_definition(text, None, ""))
+    built = folder / "broken.def"
+    built.write_text(definition.build_definition(text, None, ""))
     monkeypatch.setenv("PATH", f"{apptainer_here.bin_dir}{os.pathsep}{os.environ['PATH']}")
     with pytest.raises(apptainer.UsageError) as refused_build:
-        apptainer.run_build(apptainer_here.program, folder / "broken.sif.partial", definition, rendered,
-                            log=lambda m: None)
+        definition.run_build(apptainer_here.program, folder / "broken.sif.partial", built, rendered,
+                             log=lambda m: None)
     said = str(refused_build.value)
     assert "\n" not in said
     assert said.startswith("apptainer build failed in %post of containers/pytorch/broken.def line 7: "

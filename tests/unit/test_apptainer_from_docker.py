@@ -5,6 +5,8 @@ import json
 from types import SimpleNamespace
 
 from suite.runtimes import apptainer
+from suite.runtimes.apptainer import from_docker
+from suite.runtimes.apptainer.sif import SIF_MAGIC
 from suite.stacks import images
 
 DOCKER_ID = "ab" * 32
@@ -12,7 +14,7 @@ DOCKER_ID = "ab" * 32
 
 def sif(folder, size: int = 4096, built_from: str = DOCKER_ID, image_bytes: int | None = None):
     image = folder / "jax-cpu.sif"
-    image.write_bytes(b"#!/usr/bin/env run-singularity\n\0" + apptainer.SIF_MAGIC + b"\0" * (size - 41))
+    image.write_bytes(b"#!/usr/bin/env run-singularity\n\0" + SIF_MAGIC + b"\0" * (size - 41))
     meta = {"stack": "jax", "image_bytes": size if image_bytes is None else image_bytes,
             "built_from": {"docker_image": "hpc-dl-bench-jax:cpu-x-debian", "docker_image_sha256": built_from}}
     apptainer.meta_path(image).write_text(json.dumps(meta))
@@ -21,18 +23,18 @@ def sif(folder, size: int = 4096, built_from: str = DOCKER_ID, image_bytes: int 
 
 def test_a_whole_sif_of_the_same_docker_image_is_kept(tmp_path):
     image, meta = sif(tmp_path)
-    assert apptainer.made_before(image, SimpleNamespace(id=f"sha256:{DOCKER_ID}")) == meta
+    assert from_docker.made_before(image, SimpleNamespace(id=f"sha256:{DOCKER_ID}")) == meta
 
 
 def test_a_sif_of_another_docker_image_a_cut_one_or_none_is_made_again(tmp_path):
     source = SimpleNamespace(id=f"sha256:{DOCKER_ID}")
-    assert apptainer.made_before(tmp_path / "none.sif", source) is None
+    assert from_docker.made_before(tmp_path / "none.sif", source) is None
     image, _ = sif(tmp_path, built_from="cd" * 32)
-    assert apptainer.made_before(image, source) is None
+    assert from_docker.made_before(image, source) is None
     image, _ = sif(tmp_path, image_bytes=8192)  # cut short
-    assert apptainer.made_before(image, source) is None
+    assert from_docker.made_before(image, source) is None
     image.write_bytes(b"\0" * 4096)  # no SIF
-    assert apptainer.made_before(image, source) is None
+    assert from_docker.made_before(image, source) is None
 
 
 def test_the_base_is_read_from_the_docker_images_labels():

@@ -21,6 +21,7 @@ from suite.launchers import tfdist
 from suite.records.schema import validate
 from suite.records.write import RunContext, build_record, new_run_id, utc_now
 from suite.runtimes import apptainer, docker, local
+from suite.runtimes.apptainer import definition, sif
 from suite.stacks import images
 from suite.stacks.locks import Stack, load_stack
 
@@ -57,7 +58,7 @@ def want(**given) -> StackRequest:
 def built_image(folder: Path, flavour: str = "cpu") -> Path:
     """An image file and the metadata `make containers` writes beside it."""
     image = folder / "images" / f"tensorflow-{flavour}.sif"
-    image.write_bytes(b"#!/usr/bin/env run-singularity\n\0" + apptainer.SIF_MAGIC + b"\0" * 64)  # a SIF's header
+    image.write_bytes(b"#!/usr/bin/env run-singularity\n\0" + sif.SIF_MAGIC + b"\0" * 64)  # a SIF's header
     fl = images.load_flavour(STACK, flavour)
     images.write_image_meta(apptainer.meta_path(image), fl, str(image), SHA, "apptainer",
                                 {"built": True}, {"tensorflow": "2.21.0"}, {"kind": "pinned", "ref": fl.base})
@@ -258,12 +259,12 @@ def test_apptainer_refuses_a_bind_of_a_missing_folder_but_not_the_default_data_f
 def test_apptainer_build_definition_fills_in_base_and_wheels_and_traces_the_test():
     fl = images.load_flavour(load_stack("pytorch"), "cpu")
     text = apptainer.recipe(fl).text
-    built = apptainer.build_definition(text, Path("/images/bases/debian.sif"), "http://127.0.0.1:1/")
+    built = definition.build_definition(text, Path("/images/bases/debian.sif"), "http://127.0.0.1:1/")
     lines = built.splitlines()
     assert lines[:2] == ["Bootstrap: localimage", "From: /images/bases/debian.sif"]
     assert lines[lines.index("%post") + 1] == '    export WHEELS="http://127.0.0.1:1/"'
     assert lines[lines.index("%test") + 1] == "    set -x"
-    assert apptainer.build_definition(text, None, "").splitlines()[:2] == text.splitlines()[:2]
+    assert definition.build_definition(text, None, "").splitlines()[:2] == text.splitlines()[:2]
 
 
 def test_a_failed_apptainer_build_names_the_section_and_line_of_the_definition():
@@ -274,7 +275,7 @@ def test_a_failed_apptainer_build_names_the_section_and_line_of_the_definition()
     output = ["INFO:    Running post scriptlet", "+ set -eu", f"+ {pip.replace(chr(39), '')}",
               "ERROR: No matching distribution found for torch",
               "FATAL:   While performing build: while running engine: while running %post section: exit status 1"]
-    said = apptainer.build_failure(rendered, output, 255, Path("/x/pytorch-cpu.sif.build.log"))
+    said = definition.build_failure(rendered, output, 255, Path("/x/pytorch-cpu.sif.build.log"))
     assert said.startswith(f"apptainer build failed in %post of containers/pytorch/cpu.def line {number}: `")
     assert "(While performing build: while running engine: while running %post section: exit status 1)" in said
     assert said.endswith("the build's output: /x/pytorch-cpu.sif.build.log")
