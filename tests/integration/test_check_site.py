@@ -3,7 +3,7 @@ launcher on the local stack, at its tiny sizes) and the same path on a stack who
 which must show as failed with the run's own error; the same case in a site's environment of modules
 (MODULES), with Lmod and with Environment Modules (the Tcl one), and with a module that does not load;
 and on the two-node SLURM cluster of the tests, each path a batch job on one node and across two
-(suite/execution/site_runner.py)."""
+(suite/execution/site_runner.py); and both JAX cases through their launcher on the local stack."""
 
 import json
 import os
@@ -154,6 +154,19 @@ def test_the_docker_path_runs_in_the_stacks_image(tmp_path, cpu_images):
     assert (row["runtime"], row["outcome"]) == ("docker", "ok"), row
     provenance = json.loads(open(row["record"]).read())["provenance"]
     assert (provenance["runtime"], provenance["image_sha256"]) == ("docker", cpu_images["pytorch"]["image_sha256"])
+
+
+def test_the_jax_cases_are_paths_that_work(tmp_path):
+    """JAX's two cases through their launcher on the local stack: rows like every framework's."""
+    ensure_installed(load_stack("jax"))
+    done = check(tmp_path, "--only", "jax-gpt/local/", "--only", "jax-resnet/local/")
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr
+    rows = [(p["case"], p["runtime"], p["launcher"], p["nodes"], p["devices"], p["outcome"])
+            for p in the_table(tmp_path)["paths"]]
+    assert sorted(rows) == [("jax-gpt", "local", "jaxdist", 1, 2, "ok"), ("jax-resnet", "local", "jaxdist", 1, 2, "ok")]
+    for row in the_table(tmp_path)["paths"]:
+        record = json.loads(open(row["record"]).read())
+        assert record["status"] == "ok" and record["config"]["reported_by_case"]["processes"] == 2
 
 
 # Last in this module: the cluster's end kills every process that has its SLURM_CONF, as a Docker engine
