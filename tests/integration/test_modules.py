@@ -1,9 +1,10 @@
 """Runtime `modules` (suite/runtimes/modules.py) with real Lmod: a site's environment made of Lua
 modulefiles written here, one for a site's Python, one that puts PyTorch on it the way EasyBuild's
-modules do (PYTHONPATH to the already-built pytorch stack's packages) and one for Horovod, and a
-venv with --system-site-packages on top, activated by a sourced script, as JSC's sc_venv_template
-makes it. Runs of pytorch-ddp and pytorch-synthetic here, over the loopback ssh hosts and as a batch
-job on the two-node SLURM cluster; refusals before launch; a rerun after a modulefile changed."""
+modules do (PYTHONPATH to the already-built pytorch stack's packages), one for Horovod and one for
+JAX, and a venv with --system-site-packages on top, activated by a sourced script, as JSC's
+sc_venv_template makes it. Runs of pytorch-ddp, pytorch-synthetic and jax-gpt here, over the loopback
+ssh hosts and as a batch job on the two-node SLURM cluster; refusals before launch; a rerun after a
+modulefile changed."""
 
 import json
 import shutil
@@ -51,8 +52,8 @@ def modulefile(folder: Path, name: str, *lines: str) -> Path:
 
 @pytest.fixture(scope="module")
 def site(tmp_path_factory):
-    """Modulefiles (site-python/3.11, site-pytorch/2.13, site-horovod/0.28) over the built stacks, and a
-    venv on top of the site's Python; nothing is installed (the stacks are the suite's own)."""
+    """Modulefiles (site-python/3.11, site-pytorch/2.13, site-horovod/0.28, site-jax/0.10) over the built stacks,
+    and a venv on top of the site's Python; nothing is installed (the stacks are the suite's own)."""
     ensure_installed((LMOD_INIT,), "lmod (environment modules, Debian package lmod)")
     torch_stack, horovod_stack = install_stack(load_stack("pytorch")), install_stack(load_stack("pytorch-horovod"))
     root = tmp_path_factory.mktemp("site")
@@ -65,6 +66,8 @@ def site(tmp_path_factory):
                f'prepend_path("PYTHONPATH", "{site_packages(torch_stack.python)}")')
     modulefile(mf, "site-horovod/0.28", 'depends_on("site-python/3.11")',
                f'prepend_path("PYTHONPATH", "{site_packages(horovod_stack.python)}")')
+    modulefile(mf, "site-jax/0.10", 'depends_on("site-python/3.11")',
+               f'prepend_path("PYTHONPATH", "{site_packages(install_stack(load_stack("jax")).python)}")')
     subprocess.run([python, "-m", "venv", "--system-site-packages", "--without-pip", str(root / "venv")], check=True)
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("MODULEPATH", str(mf))  # what `module use` in this shell would have set
@@ -242,6 +245,19 @@ def test_pytorch_synthetic_runs_in_a_venv_on_top_of_the_modules(site, tmp_path):
     assert record["execution"]["controller"] == "gloo"
     facts = json.loads(modules.facts_path(prov["environment_fingerprint"]).read_text())["facts"]
     assert facts["horovod_torch"] and facts["horovod_gloo"]
+
+
+def test_jax_gpt_runs_in_the_sites_jax_module(site, tmp_path):
+    """A site's JAX (as JSC and CSCS provide it), two processes joined by jax.distributed in the module's Python."""
+    record = the_record(run("--case", "jax-gpt", "--gpus-per-node", "2", "--modules", "site-jax/0.10", tmp=tmp_path,
+                            case_args=(*tiny("jax-gpt"), "--parallel", "fsdp")), tmp_path)
+    prov = record["provenance"]
+    assert prov["modules_loaded"] == ["site-python/3.11", "site-jax/0.10"]
+    assert prov["stack_location"] == str(site / "python" / "bin" / "python3")
+    jax = install_stack(load_stack("jax")).info["packages"]["jax"]
+    assert prov["stack_packages"]["jax"] == jax == prov["versions"]["jax"]  # as the processes imported it
+    assert record["config"]["reported_by_case"]["processes"] == 2 and record["metrics"]["throughput"]["mean"] > 0
+    assert all("module load site-jax/0.10" in p["argv"][2] for p in record["repetitions"][0]["processes"])
 
 
 def test_pytorch_ddp_over_ssh_loads_the_modules_on_each_host(site, loopback_sshd, tmp_path):
