@@ -133,6 +133,17 @@ def test_gpt_trains_sharded_in_the_image(cpu_images, suite_cli):
     assert record["metrics"]["throughput"]["unit"] == "tokens/s"
 
 
+def test_jax_gpt_trains_sharded_in_the_image(cpu_images, suite_cli):
+    """jax.distributed between two containers (host network): the coordinator and Gloo on this host."""
+    result = suite_cli("run", "--case", "jax-gpt", "--runtime", "docker", "--gpus-per-node", "2", "--no-precheck",
+                       case_args=tiny("jax-gpt", parallel="fsdp"))
+    record = record_of(suite_cli, result)
+    assert_ran_in(record, cpu_images["jax"], 2)
+    reported = record["config"]["reported_by_case"]
+    assert reported["parallel"] == "fsdp" and reported["processes"] == 2
+    assert record["provenance"]["versions"]["jax"] == cpu_images["jax"]["packages"]["jax"]
+
+
 @pytest.fixture(scope="module")
 def cifar_data(tmp_path_factory) -> Path:
     data = tmp_path_factory.mktemp("cifar")

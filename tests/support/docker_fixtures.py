@@ -30,7 +30,7 @@ from support.cluster_fixtures import ensure_installed, root_prefix, stop_group, 
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCKERD = os.environ.get("SUITE_TEST_DOCKERD", "/usr/sbin/dockerd")
-CPU_STACKS = ("mxnet", "pytorch", "pytorch-horovod", "tensorflow")
+CPU_STACKS = ("jax", "mxnet", "pytorch", "pytorch-horovod", "tensorflow")
 
 
 def data_root() -> Path:
