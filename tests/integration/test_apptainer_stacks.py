@@ -22,6 +22,7 @@ CASES = {  # case -> its stack and its [tiny] options, reading no data
     "mxnet-imagenet": ("mxnet", tiny("mxnet-imagenet", benchmark=True)),
     "pytorch-synthetic": ("pytorch-horovod", tiny("pytorch-synthetic")),
     "jax-gpt": ("jax", tiny("jax-gpt")),
+    "jax-resnet": ("jax", tiny("jax-resnet")),
 }
 
 
