@@ -125,6 +125,11 @@ def load(env: dict, rootless: bool, meta: dict) -> None:
 def podman_ready():
     podman_installed()
     mqueue_mounted()
+    yield
+    # root's Podman mounts its overlay folder onto itself and leaves it so; the kept storage is left unmounted
+    overlay = store(rootless=False) / "storage" / "overlay"
+    if os.path.ismount(overlay):
+        subprocess.run(["umount", str(overlay)], check=False)
 
 
 @pytest.fixture(scope="module")
