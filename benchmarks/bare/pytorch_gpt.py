@@ -5,7 +5,6 @@ CPU), no probe, no launcher, no telemetry. Prints one JSON line with its timings
     <stack python> benchmarks/bare/pytorch_gpt.py --layers 4 --heads 4 --width 256 --context 256 ...
 """
 
-import argparse
 import json
 import os
 import sys
@@ -18,20 +17,11 @@ from torch.nn.parallel import DistributedDataParallel
 ROOT = os.path.join(os.path.dirname(__file__), "..", "..")
 sys.path[:0] = [ROOT, os.path.join(ROOT, "cases", "pytorch-gpt")]
 from gpt import GPT, GPTConfig, next_token_loss  # noqa: E402 (after sys.path is set)
+from gpt_options import parse_args  # noqa: E402 (beside this script)
 
 from cases._shared.torch_dist import leave_process_group  # noqa: E402 (after sys.path is set)
 from suite.instack.cpu_binding import bind_cpus  # noqa: E402 (after sys.path is set)
 from suite.instack.probe import cpus_allowed  # noqa: E402 (after sys.path is set)
-
-
-def parse_args() -> argparse.Namespace:
-    parser = argparse.ArgumentParser()
-    for name, default in [("layers", 12), ("heads", 12), ("width", 768), ("context", 1024), ("vocab-size", 50304),
-                          ("batch-size", 8), ("num-warmup-batches", 10), ("num-batches-per-iter", 10),
-                          ("num-iters", 10), ("seed", 1234)]:
-        parser.add_argument(f"--{name}", type=int, default=default)
-    parser.add_argument("--lr", type=float, default=6e-4)
-    return parser.parse_args()
 
 
 def train(args) -> tuple[list[float], dict]:
