@@ -161,10 +161,10 @@ def test_the_jax_cases_are_paths_that_work(tmp_path):
     ensure_installed(load_stack("jax"))
     done = check(tmp_path, "--only", "jax-gpt/local/", "--only", "jax-resnet/local/")
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr
-    rows = [(p["case"], p["runtime"], p["launcher"], p["nodes"], p["devices"], p["outcome"])
-            for p in the_table(tmp_path)["paths"]]
+    paths_checked = the_table(tmp_path)["paths"]
+    rows = [(p["case"], p["runtime"], p["launcher"], p["nodes"], p["devices"], p["outcome"]) for p in paths_checked]
     assert sorted(rows) == [("jax-gpt", "local", "jaxdist", 1, 2, "ok"), ("jax-resnet", "local", "jaxdist", 1, 2, "ok")]
-    for row in the_table(tmp_path)["paths"]:
+    for row in paths_checked:
         record = json.loads(open(row["record"]).read())
         assert record["status"] == "ok" and record["config"]["reported_by_case"]["processes"] == 2
 
