@@ -1,17 +1,21 @@
 """Horovod. On one node, and over ssh, one horovodrun on the first host starts a worker per device on
 every host (MPI where the stack's Horovod has it and mpirun is on PATH, otherwise Gloo; other hosts
-through ssh, with the ssh scheduler's settings). With a container runtime horovodrun runs in the
-image and so do the workers it starts on its host. horovodrun is told what the stack's Horovod was
+through ssh, with the ssh scheduler's settings). horovodrun is told what the stack's Horovod was
 built with (suite/launchers/_horovodrun.py), rather than finding out by importing torch at every start.
 
-Where the scheduler places processes without ssh (`srun` steps inside a SLURM allocation, or local
-processes when the hosts are loopback addresses of this machine) the scheduler starts every rank
-itself. With MPI under srun: one step of all ranks, `srun --mpi=<[slurm] mpi>` (MPI gives the
-ranks). Otherwise Gloo: one process per rank with the environment horovodrun's gloo_run gives each
-worker (create_slot_env_vars, create_run_env_vars; the interface is left to Gloo, which binds the
-address of HOROVOD_HOSTNAME's host name: set HOROVOD_GLOO_IFACE to pick one), and Horovod's own
-RendezvousServer on the first host, a daemon process of the plan (suite/launchers/_horovod_rendezvous.py)."""
+Where the scheduler places processes itself (`srun` steps inside a SLURM allocation, local processes
+when the hosts are loopback addresses of this machine, and ssh when the stack is an image: horovodrun
+in a container would start the other hosts' workers outside it) it starts every rank itself. With
+MPI under srun: one step of all ranks, `srun --mpi=<[slurm] mpi>` (MPI gives the ranks). Otherwise
+Gloo: one process per rank with the environment horovodrun's gloo_run gives each worker
+(create_slot_env_vars, create_run_env_vars; the interface is left to Gloo, which binds the address of
+HOROVOD_HOSTNAME's host name: set HOROVOD_GLOO_IFACE to pick one), and Horovod's own RendezvousServer
+on the first host, a daemon process of the plan (suite/launchers/_horovod_rendezvous.py).
 
+HOROVOD_CONTROLLER=gloo|mpi in the runner's environment (Horovod's own switch) picks the controller
+instead: Gloo where the image's MPI cannot be started by the site's srun (no PMIx of its kind)."""
+
+import os
 import shutil
 from dataclasses import replace
 
@@ -19,13 +23,30 @@ from suite.base.errors import UsageError
 from suite.execution.plan import Launch, Plan, Process, StackEnv
 from suite.inputs.host_network import free_port, is_local
 
+CONTROLLERS = ("gloo", "mpi")
+
+
+def asked_controller() -> str | None:
+    """HOROVOD_CONTROLLER where it is set (refused, one line, when it names neither controller)."""
+    asked = os.environ.get("HOROVOD_CONTROLLER", "").strip().lower()
+    if asked and asked not in CONTROLLERS:
+        raise UsageError(f"HOROVOD_CONTROLLER={asked!r}: Horovod's controllers are gloo and mpi")
+    return asked or None
+
 
 def controller(stack_env: StackEnv) -> str:
-    """MPI where Horovod has it and mpirun is found: in the stack's environment where its facts say
-    (a site's modules), else on this machine's PATH."""
+    """HOROVOD_CONTROLLER where set; else MPI where Horovod has it and mpirun is found: in the stack's
+    environment where its facts say (a site's modules), else on this machine's PATH."""
+    if asked := asked_controller():
+        return asked
     facts = stack_env.facts
     mpirun = facts["mpirun"] if "mpirun" in facts else shutil.which("mpirun")
     return "mpi" if facts.get("horovod_mpi") and mpirun else "gloo"
+
+
+def srun_controller(stack_env: StackEnv) -> str:
+    """Under srun no mpirun is needed: MPI where Horovod has it, unless HOROVOD_CONTROLLER says."""
+    return asked_controller() or ("mpi" if stack_env.facts.get("horovod_mpi") else "gloo")
 
 
 def check(launch: Launch) -> None:
@@ -33,6 +54,9 @@ def check(launch: Launch) -> None:
     PyTorch, or both controllers); the local scheduler starts everything here: a host elsewhere
     would need horovodrun's ssh."""
     check_build(launch.stack_env.facts)
+    if (asked := asked_controller()) and launch.stack_env.facts.get(f"horovod_{asked}") is False:
+        raise UsageError(f"HOROVOD_CONTROLLER={asked}, but the stack's Horovod was built without {asked} "
+                         "(horovodrun --check-build)")
     if launch.placement != "local":
         return
     if away := [h.name for h in launch.world.hosts if not is_local(h.name)]:
@@ -55,9 +79,10 @@ def check_build(facts: dict) -> None:
 
 
 def plan(launch: Launch) -> Plan:
-    if launch.world.nodes == 1 or launch.placement == "ssh":
+    in_image = bool(launch.stack_env.provenance.get("image"))
+    if launch.world.nodes == 1 or (launch.placement == "ssh" and not in_image):
         return horovodrun_plan(launch)
-    if launch.placement == "srun" and launch.stack_env.facts.get("horovod_mpi"):
+    if launch.placement == "srun" and srun_controller(launch.stack_env) == "mpi":
         return mpi_step_plan(launch)
     return gloo_ranks_plan(launch)
 
@@ -66,7 +91,7 @@ def horovodrun_plan(launch: Launch) -> Plan:
     world, stack_env = launch.world, launch.stack_env
     ctl = controller(stack_env)
     hosts = ",".join(f"{h.name}:{h.slots}" for h in world.hosts)
-    # horovodrun starts the workers of a host itself: inside a container they are already in it.
+    # horovodrun starts the workers itself, on its own host in its container where there is one
     worker = replace(stack_env, prefix=()).argv("python", launch.script, *launch.case_argv)
     # Hosts that are all this machine reach each other over the loopback interface only: without this,
     # horovodrun picks among every interface the machine has (bridges of containers or test nodes too).

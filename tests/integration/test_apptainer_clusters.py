@@ -1,24 +1,29 @@
-"""RUNTIME=apptainer across hosts, unprivileged as at HPC centres: pytorch-ddp's ranks in the pytorch
-SIF (tests/support/apptainer_fixtures.py) as srun steps running `apptainer exec` on the tests' two SLURM
-nodes (a batch job the runner submits; each rank on its own node, in that node's network namespace),
-and on two hosts over ssh (each rank started by sshd on its loopback address)."""
+"""RUNTIME=apptainer across hosts, unprivileged as at HPC centres: every case's processes in its stack's
+SIF (tests/support/apptainer_fixtures.py: pytorch's built from its definition, the others made from their
+Docker images), as srun steps running `apptainer exec` on the tests' two SLURM nodes (a batch job the
+runner submits; each node's processes in that node's network namespace), and on two hosts over ssh
+(each started by sshd on its loopback address)."""
 
 import pytest
 from conftest import records_in, tiny
+from support.apptainer_fixtures import DOCKER_SIF_CASES
 from support.cluster_fixtures import LOOPBACK_HOSTS, NODE_NAMES
 
 from suite.records.schema import validate
 
 DDP = tiny("pytorch-ddp", launcher="ranks")
+WHERE = {"slurm": (("--scheduler", "slurm"), NODE_NAMES, "srun"),
+         "ssh": (("--cluster", "loopback-ssh"), LOOPBACK_HOSTS, "ssh")}
 
 
-def run_in_sif(here, *where: str) -> dict:
-    """pytorch-ddp, one rank per node, in the SIF; the run's one record, checked and ok."""
+def run_in_sif(here, case: str, case_args, *where: str, **env: str) -> dict:
+    """The case on two nodes, one device each, in its SIF; the run's one record, checked and ok."""
     out = here.writable_folder("across")
-    done = here.suite("run", "--case", "pytorch-ddp", "--runtime", "apptainer", "--flavour", "cpu", "--nodes", "2",
+    env = here.env(OMP_NUM_THREADS="1", **env)
+    done = here.suite("run", "--case", case, "--runtime", "apptainer", "--flavour", "cpu", "--nodes", "2",
                       "--gpus-per-node", "1", "--timeout", "400", "--no-precheck",
-                      "--results-dir", str(out / "results"), "--runs-dir", str(out / "runs"), *where, "--", *DDP,
-                      env=here.env(OMP_NUM_THREADS="1"))
+                      "--results-dir", str(out / "results"), "--runs-dir", str(out / "runs"), *where, "--",
+                      *case_args, env=env)
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-3000:]
     [record] = records_in(out / "results")
     validate(record)
@@ -26,24 +31,26 @@ def run_in_sif(here, *where: str) -> dict:
     return record
 
 
-def check_in_sif(record: dict, here, sif: dict, hosts, launch: str) -> None:
+def check_in_sif(record: dict, here, image, meta: dict, hosts, launch: str) -> None:
+    """The record names the SIF and its runtime, and every process ran `apptainer exec IMAGE` on a node of
+    hosts through launch (srun, ssh), every host having some."""
     prov, rep = record["provenance"], record["repetitions"][0]
-    assert (prov["runtime"], prov["image_sha256"]) == ("apptainer", sif["image_sha256"])
-    assert prov["runtime_version"] == sif["tool_version"]
+    assert (prov["runtime"], prov["image"], prov["image_sha256"]) == ("apptainer", str(image), meta["image_sha256"])
+    assert prov["runtime_version"] == meta["tool_version"]
     assert record["world"]["hosts"] == list(hosts) and record["world"]["devices"] == 2
-    assert [(p["name"], p["host"], p["launch"]) for p in rep["processes"]] == [
-        ("rank-0", hosts[0], launch), ("rank-1", hosts[1], launch)]
+    assert {p["host"] for p in rep["processes"]} == set(hosts)
     for process in rep["processes"]:
         argv = process["argv"]
-        assert argv[argv.index(here.program):][:2] == [here.program, "exec"]
-        assert str(here.images / "pytorch-cpu.sif") in argv
+        assert process["launch"] == launch, process
+        assert argv[argv.index(here.program):][:2] == [here.program, "exec"] and str(image) in argv, argv
     assert record["metrics"]["throughput"]["n"] >= 1 and record["metrics"]["throughput"]["mean"] > 0
 
 
 @pytest.mark.usefixtures("slurm_two_nodes")
 def test_ranks_in_the_sif_as_srun_steps_on_two_slurm_nodes(apptainer_here, pytorch_sif):
-    record = run_in_sif(apptainer_here, "--scheduler", "slurm")
-    check_in_sif(record, apptainer_here, pytorch_sif, NODE_NAMES, "srun")
+    record = run_in_sif(apptainer_here, "pytorch-ddp", DDP, "--scheduler", "slurm")
+    check_in_sif(record, apptainer_here, apptainer_here.images / "pytorch-cpu.sif", pytorch_sif, NODE_NAMES, "srun")
+    assert [p["name"] for p in record["repetitions"][0]["processes"]] == ["rank-0", "rank-1"]
     # each rank said where it ran: the node's own host name, seen from inside its container
     assert record["repetitions"][0]["ran_on"] == {"rank-0": [NODE_NAMES[0]], "rank-1": [NODE_NAMES[1]]}
     job = record["execution"]["slurm"]
@@ -52,7 +59,33 @@ def test_ranks_in_the_sif_as_srun_steps_on_two_slurm_nodes(apptainer_here, pytor
 
 def test_ranks_in_the_sif_on_two_hosts_over_ssh(apptainer_here, pytorch_sif, loopback_sshd):
     before = loopback_sshd.sessions()
-    record = run_in_sif(apptainer_here, "--cluster", "loopback-ssh")
-    check_in_sif(record, apptainer_here, pytorch_sif, LOOPBACK_HOSTS, "ssh")
+    record = run_in_sif(apptainer_here, "pytorch-ddp", DDP, "--cluster", "loopback-ssh")
+    check_in_sif(record, apptainer_here, apptainer_here.images / "pytorch-cpu.sif", pytorch_sif, LOOPBACK_HOSTS,
+                 "ssh")
     opened = {host: count - before[host] for host, count in loopback_sshd.sessions().items()}
     assert all(opened[host] >= 1 for host in LOOPBACK_HOSTS), opened
+
+
+@pytest.fixture(params=sorted(WHERE))
+def two_hosts(request):
+    """Two SLURM nodes, or two loopback hosts behind sshd: where, hosts, launch."""
+    request.getfixturevalue("slurm_two_nodes" if request.param == "slurm" else "loopback_sshd")
+    return WHERE[request.param]
+
+
+@pytest.mark.parametrize("case", sorted(DOCKER_SIF_CASES))
+def test_every_other_case_across_two_hosts_in_its_sif(apptainer_here, docker_sifs, two_hosts, case):
+    """Horovod, ps-lite, MultiWorkerMirroredStrategy and jax.distributed, each process in the SIF made
+    from its stack's Docker image."""
+    folder, metas = docker_sifs
+    stack, case_args = DOCKER_SIF_CASES[case]
+    where, hosts, launch = two_hosts
+    # The image's Horovod has MPI (Debian's Open MPI), which srun --mpi=pmix starts; here slurmstepd runs as
+    # root and the tests' apptainer as another user, who cannot reach root's PMIx server: Gloo ranks
+    # (HOROVOD_CONTROLLER), as a site whose srun cannot start the image's MPI runs them.
+    gloo = {"HOROVOD_CONTROLLER": "gloo"} if case == "pytorch-synthetic" else {}
+    record = run_in_sif(apptainer_here, case, case_args, *where, SUITE_IMAGE_DIR=str(folder), **gloo)
+    check_in_sif(record, apptainer_here, folder / f"{stack}-cpu.sif", metas[stack], hosts, launch)
+    assert record["provenance"]["image_source"] == metas[stack]["built_from"]
+    if gloo:
+        assert record["execution"]["controller"] == "gloo"

@@ -10,20 +10,13 @@ import subprocess
 import sys
 
 import pytest
-from conftest import records_in, tiny
+from conftest import records_in
+from support.apptainer_fixtures import DOCKER_SIF_CASES as CASES
 
 from suite.base import paths
 from suite.instack.file_digest import file_digest
 from suite.records.schema import validate
 from suite.stacks.locks import load_flavour, load_stack
-
-CASES = {  # case -> its stack and its [tiny] options, reading no data
-    "tf-cifar": ("tensorflow", tiny("tf-cifar", synthetic_input=True, steps_per_epoch=2)),
-    "mxnet-imagenet": ("mxnet", tiny("mxnet-imagenet", benchmark=True)),
-    "pytorch-synthetic": ("pytorch-horovod", tiny("pytorch-synthetic")),
-    "jax-gpt": ("jax", tiny("jax-gpt")),
-    "jax-resnet": ("jax", tiny("jax-resnet")),
-}
 
 
 def test_each_sif_holds_its_docker_image_and_is_described_like_a_built_one(apptainer_here, docker_sifs):

@@ -1,6 +1,7 @@
 import json
 import os
 import subprocess
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -122,6 +123,19 @@ def test_one_node_or_ssh_keeps_horovodrun():
     assert [p.name for p in horovod.plan(launch_on((Host("n1", 1), Host("n2", 1)), "ssh")).processes] == ["horovodrun"]
 
 
+def test_over_ssh_an_image_s_ranks_are_each_started_in_it():
+    """horovodrun in a container would start the other hosts' workers outside it: with an image, the ssh
+    scheduler starts every rank, each under the runtime's prefix, and the rendezvous server."""
+    hosts = (Host("n1", 1), Host("n2", 1))
+    launch = launch_on(hosts, "ssh")
+    image = replace(launch, stack_env=replace(launch.stack_env, prefix=("apptainer", "exec", "/i.sif"),
+                                              provenance={"image": "/i.sif"}))
+    plan = horovod.plan(image)
+    assert [(p.name, p.host) for p in plan.processes] == [("rank-0", "n1"), ("rank-1", "n2"), ("rendezvous", "n1")]
+    assert all(p.argv[:3] == ["apptainer", "exec", "/i.sif"] for p in plan.processes)
+    assert plan.details["controller"] == "gloo"
+
+
 def test_mpi_under_srun_is_one_step_of_all_ranks():
     plan = horovod.plan(launch_on((Host("node1", 2), Host("node2", 2)), "srun", facts={"horovod_mpi": True}))
     [step] = plan.processes
@@ -130,6 +144,23 @@ def test_mpi_under_srun_is_one_step_of_all_ranks():
     assert argv[:7] == ["srun", "--overlap", "--nodes=2", "--ntasks=4", "--ntasks-per-node=2", "--nodelist=node1,node2",
                         "--mpi=pmi2"]
     assert argv[-4:] == ["/stack/bin/python", "/cases/x/train.py", "--batch-size", "8"]
+
+
+def test_horovod_controller_picks_gloo_ranks_under_srun_or_is_refused(monkeypatch):
+    """HOROVOD_CONTROLLER=gloo: Gloo ranks under srun though Horovod has MPI (an image whose MPI the site's
+    srun cannot start); a controller Horovod lacks, or no controller, refused in one line."""
+    mpi_built = {"horovod_mpi": True, "horovod_gloo": True}
+    monkeypatch.setenv("HOROVOD_CONTROLLER", "gloo")
+    plan = horovod.plan(launch_on((Host("node1", 1), Host("node2", 1)), "srun", facts=mpi_built))
+    assert [p.name for p in plan.processes] == ["rank-0", "rank-1", "rendezvous"]
+    assert plan.details["controller"] == "gloo" and "--gloo" in horovod.plan(
+        launch_on((Host("node1", 2),), "srun", facts=mpi_built)).processes[0].argv
+    monkeypatch.setenv("HOROVOD_CONTROLLER", "MPI")
+    with pytest.raises(UsageError, match=r"^HOROVOD_CONTROLLER=mpi, but the stack's Horovod was built without mpi"):
+        horovod.check(launch_on((Host("node1", 1), Host("node2", 1)), "srun", facts={"horovod_mpi": False}))
+    monkeypatch.setenv("HOROVOD_CONTROLLER", "nccl")
+    with pytest.raises(UsageError, match=r"^HOROVOD_CONTROLLER='nccl': Horovod's controllers are gloo and mpi$"):
+        horovod.check(launch_on((Host("node1", 1), Host("node2", 1)), "srun", facts=mpi_built))
 
 
 def test_a_host_elsewhere_under_the_local_scheduler_is_refused_with_the_way_out():

@@ -240,6 +240,8 @@ def slurm_conf(folder: Path, node: str, net: "NodeNet | None" = None) -> str:
         "SlurmdPort": slurmd_port, "AuthType": "auth/munge", "CredType": "cred/munge",
         "AuthInfo": f"socket={folder / 'munge.socket'}", "SlurmUser": "root", "SlurmdUser": "root",
         "StateSaveLocation": folder / "state", "SlurmdSpoolDir": folder / f"spool{each}",
+        # each node's own temporary folder: srun --mpi=pmix makes its step's PMIx folder there
+        "TmpFS": folder / f"tmp{each}",
         "SlurmctldPidFile": folder / "slurmctld.pid", "SlurmdPidFile": folder / f"slurmd{each}.pid",
         "SlurmctldLogFile": folder / "slurmctld.log", "SlurmdLogFile": folder / f"slurmd{each}.log",
         "ProctrackType": "proctrack/linuxproc", "TaskPlugin": "task/none", "SelectType": "select/cons_tres",
@@ -258,7 +260,8 @@ def slurm_conf(folder: Path, node: str, net: "NodeNet | None" = None) -> str:
 def start_slurm(folder: Path, net: "NodeNet | None" = None) -> Slurm:
     """munged and slurmctld here, a slurmd for this machine or one in each node namespace of `net`."""
     node = socket.gethostname()
-    for sub in ("state", *([f"spool-{n}" for n in net.nodes] if net else ["spool"])):
+    per_node = [f"{kind}-{n}" for n in net.nodes for kind in ("spool", "tmp")] if net else ["spool", "tmp"]
+    for sub in ("state", *per_node):
         (folder / sub).mkdir(parents=True)
     key = folder / "munge.key"
     key.write_bytes(os.urandom(1024))

@@ -60,7 +60,7 @@ def start_dockerd(run_dir: Path, root: Path) -> tuple[subprocess.Popen, str]:
     popen = subprocess.Popen([DOCKERD, "--iptables=false", "--ip6tables=false", "--bridge=none",
                               "--data-root", str(root), "--exec-root", str(run_dir / "exec"),
                               "--pidfile", str(run_dir / "dockerd.pid"), "--host", host],
-                             stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+                             stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=daemon_env())
     import docker
 
     def answers():
@@ -76,14 +76,33 @@ def start_dockerd(run_dir: Path, root: Path) -> tuple[subprocess.Popen, str]:
     return popen, host
 
 
-def stop_dockerd(popen: subprocess.Popen, host: str) -> None:
+def daemon_env() -> dict:
+    """The session's environment less what marks processes of another fixture's cluster (SLURM_CONF: the SLURM
+    fixtures end every process whose environment holds theirs, and the engine may start while one is up)."""
+    return {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
+
+
+def stop_dockerd(popen: subprocess.Popen, host: str, run_dir: Path) -> None:
+    """Every container of the engine removed, then dockerd stopped; an engine that ended before its time
+    is a failure, with its log's end."""
     import docker
 
     try:
+        if popen.poll() is not None:
+            raise RuntimeError(f"dockerd ended during the session (exit {popen.returncode}): "
+                               + (run_dir / "dockerd.log").read_text(errors="replace")[-800:])
         for container in docker.DockerClient(base_url=host, timeout=30).containers.list(all=True):
             container.remove(force=True)
     finally:
         stop_group(popen, grace=30)
+
+
+def remove_run_dir(run_dir: Path) -> None:
+    """The engine's run folder, with what dockerd left mounted in it (its network namespace file)."""
+    mounts = [line.split()[1] for line in Path("/proc/self/mounts").read_text().splitlines()]
+    for mounted in sorted((m for m in mounts if m.startswith(f"{run_dir}/")), reverse=True):
+        subprocess.run(["umount", "--lazy", mounted], capture_output=True)
+    shutil.rmtree(run_dir, ignore_errors=True)
 
 
 def require_engine() -> None:
@@ -107,8 +126,8 @@ def docker_engine():
             try:
                 yield host
             finally:
-                stop_dockerd(popen, host)
-                shutil.rmtree(run_dir, ignore_errors=True)
+                stop_dockerd(popen, host, run_dir)
+                remove_run_dir(run_dir)
 
 
 @pytest.fixture(scope="session")
@@ -143,7 +162,7 @@ def main() -> int:
         try:
             popen.wait()
         except KeyboardInterrupt:
-            stop_dockerd(popen, host)
+            stop_dockerd(popen, host, run_dir)
     return 0
 
 
