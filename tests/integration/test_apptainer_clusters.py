@@ -12,8 +12,10 @@ from support.cluster_fixtures import LOOPBACK_HOSTS, NODE_NAMES
 from suite.records.schema import validate
 
 DDP = tiny("pytorch-ddp", launcher="ranks")
-WHERE = {"slurm": (("--scheduler", "slurm"), NODE_NAMES, "srun"),
-         "ssh": (("--cluster", "loopback-ssh"), LOOPBACK_HOSTS, "ssh")}
+WHERE = {  # how the runner is told, the hosts, how each process is started
+    "slurm": (("--scheduler", "slurm"), NODE_NAMES, "srun"),
+    "ssh": (("--cluster", "loopback-ssh"), LOOPBACK_HOSTS, "ssh"),
+}
 
 
 def run_in_sif(here, case: str, case_args, *where: str, **env: str) -> dict:
@@ -66,26 +68,31 @@ def test_ranks_in_the_sif_on_two_hosts_over_ssh(apptainer_here, pytorch_sif, loo
     assert all(opened[host] >= 1 for host in LOOPBACK_HOSTS), opened
 
 
-@pytest.fixture(params=sorted(WHERE))
-def two_hosts(request):
-    """Two SLURM nodes, or two loopback hosts behind sshd: where, hosts, launch."""
-    request.getfixturevalue("slurm_two_nodes" if request.param == "slurm" else "loopback_sshd")
-    return WHERE[request.param]
+# Each launcher across two hosts in its image: the cases of the SIFs made from Docker images, and
+# pytorch-gpt's FSDP ranks in the pytorch SIF. jax-resnet crosses hosts as jax-gpt does (jax.distributed,
+# the same SIF) and compiles for half a minute: on the SLURM nodes only.
+ACROSS = [(case, where) for case in [*DOCKER_SIF_CASES, "pytorch-gpt"] for where in sorted(WHERE)
+          if (case, where) != ("jax-resnet", "ssh")]
 
 
-@pytest.mark.parametrize("case", sorted(DOCKER_SIF_CASES))
-def test_every_other_case_across_two_hosts_in_its_sif(apptainer_here, docker_sifs, two_hosts, case):
-    """Horovod, ps-lite, MultiWorkerMirroredStrategy and jax.distributed, each process in the SIF made
-    from its stack's Docker image."""
-    folder, metas = docker_sifs
-    stack, case_args = DOCKER_SIF_CASES[case]
-    where, hosts, launch = two_hosts
+@pytest.mark.parametrize("case, where", ACROSS, ids=[f"{where}-{case}" for case, where in ACROSS])
+def test_every_case_across_two_hosts_in_its_sif(apptainer_here, pytorch_sif, docker_sifs, request, case, where):
+    """Horovod, ps-lite, MultiWorkerMirroredStrategy, jax.distributed and torch.distributed's FSDP, each
+    process in its stack's SIF."""
+    request.getfixturevalue("slurm_two_nodes" if where == "slurm" else "loopback_sshd")
+    argv, hosts, launch = WHERE[where]
+    if case == "pytorch-gpt":
+        folder, meta, case_args = apptainer_here.images, pytorch_sif, tiny(case, parallel="fsdp", launcher="ranks")
+        stack = "pytorch"
+    else:
+        (folder, metas), (stack, case_args) = docker_sifs, DOCKER_SIF_CASES[case]
+        meta = metas[stack]
     # The image's Horovod has MPI (Debian's Open MPI), which srun --mpi=pmix starts; here slurmstepd runs as
     # root and the tests' apptainer as another user, who cannot reach root's PMIx server: Gloo ranks
     # (HOROVOD_CONTROLLER), as a site whose srun cannot start the image's MPI runs them.
     gloo = {"HOROVOD_CONTROLLER": "gloo"} if case == "pytorch-synthetic" else {}
-    record = run_in_sif(apptainer_here, case, case_args, *where, SUITE_IMAGE_DIR=str(folder), **gloo)
-    check_in_sif(record, apptainer_here, folder / f"{stack}-cpu.sif", metas[stack], hosts, launch)
-    assert record["provenance"]["image_source"] == metas[stack]["built_from"]
+    record = run_in_sif(apptainer_here, case, case_args, *argv, SUITE_IMAGE_DIR=str(folder), **gloo)
+    check_in_sif(record, apptainer_here, folder / f"{stack}-cpu.sif", meta, hosts, launch)
+    assert record["provenance"].get("image_source") == meta.get("built_from")
     if gloo:
         assert record["execution"]["controller"] == "gloo"
