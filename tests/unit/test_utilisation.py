@@ -284,3 +284,16 @@ def test_mxnet_precision_is_read_from_its_settings(monkeypatch, env, on_gpu, exp
     for name, value in env.items():
         monkeypatch.setenv(name, value)
     assert precision("float32", on_gpu) == expected and precision("float16", on_gpu) == "fp16"
+
+
+def test_jax_gpt_stands_beside_a_jax_trainer_on_h100s_and_llm_c():
+    """A JAX trainer's published figure (MaxText, another model: its MFU is the figure) whose tokens/s and MFU
+    agree with its own FLOP count, beside llm.c's GPT-2 line that is set against records."""
+    refs = {r["framework"]: r for r in case_references("jax-gpt")}
+    maxtext, llmc = refs["JAX (MaxText)"], refs["llm.c (C/CUDA)"]
+    assert llmc["gpu"] == "H100" and llmc["model"] == "gpt2-small"
+    assert "gpu" not in maxtext and reference_mfu(maxtext) is None  # never set against a record's tokens/s
+    flop_per_token = 1.82e15 / 4096  # the recipe's model FLOPs per 4,096-token sequence
+    mfus = [t / d * flop_per_token / 989e12 for t, d in zip(maxtext["throughput"], maxtext["devices"])]
+    assert mfus == pytest.approx([0.5259, 0.5204], abs=0.002)
+    assert all(f"{100 * m:.2f}%" in maxtext["mfu_published"] for m in mfus)
