@@ -1,6 +1,6 @@
 """A data script's output folder, made beside its final place and swapped in at the end, so that a failure
-leaves no half set. Standard library only: the data scripts of every stack import it (pytorch-gpt's token
-file is written in the jax stack too, which has no Pillow)."""
+leaves no half set. Standard library only: the data scripts of every stack import it, whatever else the
+stack holds (pytorch-gpt's token file is written in the jax stack too)."""
 
 import contextlib
 import shutil

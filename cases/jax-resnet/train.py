@@ -8,8 +8,11 @@ replicated, so XLA all-reduces the gradients. Batch normalisation takes its stat
 batch (XLA reduces them over the axis too), as Flax's ImageNet example does with its axis_name. --data
 synthetic trains on a fixed random batch on the devices, each process its own. The step is compiled before
 the warmup (its time recorded, not timed); the work is the products as the other ResNet cases count them,
-XLA's own count of the compiled step beside it. Options come from case.toml."""
+XLA's own count of the compiled step beside it. --data imagefolder reads pytorch-ddp's class folders of
+JPEGs (pipeline.py), each process its share, the model's classes those of the tree; the steps are timed
+as with synthetic data, the wait for each batch apart. Options come from case.toml."""
 
+import os
 import time
 
 from cases._shared.jax_dist import agree, place, start
@@ -37,14 +40,19 @@ def main() -> None:
 
     mesh = Mesh(np.array(jax.devices()), ("data",))
     wanted = args.precision if args.precision != "auto" else ("bf16" if platform == "gpu" else "fp32")
+    folder = image_folder(args, where, mesh.devices.size) if args.data == "imagefolder" else None
+    if folder:
+        args.num_classes = len(folder.classes)
     state = TrainState(args, mesh, wanted, where["world"], platform)
     probe = Probe(where["rank"], where["world"], where["local_rank"], where["local_world"])
-    next_batch = synthetic_batch(args, where, state)
+    next_batch = folder_batch(folder, state, probe) if folder else synthetic_batch(args, where, state)
     # the start line before compiling: a process on another device than the runner asked for stops here
     probe.start(config=start_config(args, state, platform, where), versions=versions())
     compiled = compile_step(probe, state, next_batch, args, wanted, platform)
     losses = train(probe, compiled, state, next_batch, args, platform)
     report_end(probe, losses, jax.local_devices()[0])
+    if folder:
+        folder.close()
     if where["world"] > 1:
         jax.distributed.shutdown()
 
@@ -65,7 +73,7 @@ class TrainState:
         self.model = ResNet(args.model, args.num_classes, self.dtype)
         self.lr = 0.01 * world  # pytorch-ddp's rule
         self.optimizer = optax.sgd(self.lr, momentum=0.9)
-        self.batch = args.global_batch // self.devices if args.global_batch else args.batch_size
+        self.batch = batch_per_device(args, self.devices)
         sample = jnp.zeros((1, args.image_size, args.image_size, 3), jnp.float32)
         init = lambda key: self.model.init(key, sample, train=False)  # noqa: E731
         self.shapes = jax.eval_shape(init, jax.random.PRNGKey(args.seed))
@@ -108,6 +116,30 @@ class TrainState:
         return sum(int(leaf.size) for leaf in jax.tree_util.tree_leaves(self.shapes["params"]))
 
 
+def batch_per_device(args, devices: int) -> int:
+    return args.global_batch // devices if args.global_batch else args.batch_size
+
+
+def image_folder(args, where: dict, devices: int):
+    """This process's batches of the class folders under $SUITE_DATA_DIR/imagefolder/train."""
+    import jax
+    from pipeline import ImageFolderBatches
+
+    root = os.path.join(os.environ.get("SUITE_DATA_DIR", "data"), "imagefolder", "train")
+    rows = batch_per_device(args, devices) * len(jax.local_devices())
+    return ImageFolderBatches(root, args.image_size, rows, where["rank"], where["world"], args.workers, args.seed)
+
+
+def folder_batch(folder, state: TrainState, probe):
+    """next_batch(): the folder's next batch of this process (the wait for it timed apart), on the devices."""
+    def next_batch():
+        with probe.data_wait():
+            images, labels = next(folder)
+        return state.to_global(images), state.to_global(labels)
+
+    return next_batch
+
+
 def synthetic_batch(args, where: dict, state: TrainState):
     """next_batch(): a fixed random batch of this process's devices, (images NHWC, labels), on the devices."""
     import jax
@@ -131,13 +163,21 @@ def start_config(args, state: TrainState, platform: str, where: dict) -> dict:
         "model": args.model, "model_name": MODEL_NAMES[args.model], "parameters": state.parameters(),
         "device_type": "cuda" if platform == "gpu" else "cpu",
         "device_name": jax.devices()[0].device_kind if platform == "gpu" else "cpu",
-        "dtype": "amp-bfloat16" if state.dtype == jnp.bfloat16 else "float32", "data": "synthetic",
+        "dtype": "amp-bfloat16" if state.dtype == jnp.bfloat16 else "float32", **data_facts(args),
         "batch_per_device": state.batch, "global_batch": state.batch * devices, "image_size": args.image_size,
         "classes": args.num_classes, "lr": state.lr, "threads_per_worker": where.get("threads"),
         "backend": "gloo" if platform == "cpu" else "nccl", "launcher": "jaxdist", "parallel": "dp",
         "processes": jax.process_count(), "devices": devices, "local_devices": len(jax.local_devices()),
         "mesh": {"data": devices}, "batch_norm": "statistics over the global batch", "seed": args.seed,
     }
+
+
+def data_facts(args) -> dict:
+    if args.data == "synthetic":
+        return {"data": "synthetic"}
+    from cases._shared.image_folder import folder_facts
+
+    return {**folder_facts(os.environ.get("SUITE_DATA_DIR", "data")), "decoding_threads": args.workers}
 
 
 def compile_step(probe, state: TrainState, next_batch, args, wanted: str, platform: str):

@@ -7,10 +7,8 @@ case.toml. --data synthetic trains on a fixed batch on the device (Horovod's ben
 in iterations); --data imagefolder on class folders of JPEGs (timed in epochs, the first not counted).
 """
 
-import json
 import os
 import time
-from pathlib import Path
 
 import numpy
 import PIL
@@ -22,6 +20,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from cases._shared.flops import report_work
 from cases._shared.gpu_busy import pass_gpu_seconds
+from cases._shared.image_folder import folder_facts
 from cases._shared.timed import min_seconds, timed_iterations
 from cases._shared.torch_dist import agree, leave_process_group, pick_backend, pick_device, place
 from cases._shared.torch_resnet import MODELS
@@ -61,13 +60,7 @@ def data_facts(args) -> dict:
     """What data runs, for the record: synthetic, or the image folder and its manifest."""
     if args.data == "synthetic":
         return {"data": "synthetic"}
-    folder = Path(os.environ.get("SUITE_DATA_DIR", "data")) / "imagefolder"
-    try:
-        manifest = json.loads((folder / "manifest.json").read_text())
-    except (OSError, ValueError):
-        manifest = {}
-    label = "imagefolder-synthetic" if manifest.get("synthetic") else "imagefolder"
-    return {"data": label, "data_path": str((folder / "train").resolve()), "data_source": manifest.get("source")}
+    return folder_facts(os.environ.get("SUITE_DATA_DIR", "data"))
 
 
 def forward_backward(args, model, device, fixed):

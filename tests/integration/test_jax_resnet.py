@@ -6,6 +6,8 @@ against torchvision's numbers: its parameters and its FLOPs as torch.utils.flop_
 import json
 import math
 import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 from conftest import ROOT, records_in, tiny
@@ -28,6 +30,16 @@ def jax_stack():
     from suite.stacks.locks import ensure_installed, load_stack
 
     return ensure_installed(load_stack("jax"))
+
+
+@pytest.fixture(scope="module")
+def jpeg_tree(tmp_path_factory, jax_stack) -> Path:
+    """`make data CASE=jax-resnet SYNTHETIC=1` (pytorch-ddp's script, in the jax stack), small: 3 classes of 8."""
+    folder = tmp_path_factory.mktemp("jax-data")
+    subprocess.run([sys.executable, "-m", "suite", "data", *CASE, "--synthetic", "--data-dir", str(folder), "--",
+                    "--classes", "3", "--train-per-class", "8", "--val-per-class", "0"],
+                   cwd=ROOT, check=True, capture_output=True, timeout=600)
+    return folder
 
 
 def test_two_processes_train_resnet50_in_images_per_second(suite_cli, jax_stack):
@@ -53,13 +65,16 @@ def test_two_processes_train_resnet50_in_images_per_second(suite_cli, jax_stack)
     assert KNOWN_FLOPS * (1 - XLA_UNDER_KNOWN) < counted[0] < KNOWN_FLOPS
 
 
+def rank_events(suite_cli, record) -> list[dict]:
+    """Every process's probe lines, from the run's per-rank files."""
+    paths = sorted((suite_cli.runs / record["run_id"]).glob("rep-0/ranks/rank-*.jsonl"))
+    return [json.loads(line) for path in paths for line in path.read_text().splitlines() if line.strip()]
+
+
 def rank_results(suite_cli, record) -> list[dict]:
-    """Each process's result line that holds XLA's count, from the run's per-rank files."""
-    lines = []
-    for path in sorted((suite_cli.runs / record["run_id"]).glob("rep-0/ranks/rank-*.jsonl")):
-        events = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-        lines += [e for e in events if e["event"] == "result" and "counted_flops_per_image" in e["metrics"]]
-    return lines
+    """Each process's result line that holds XLA's count."""
+    return [e for e in rank_events(suite_cli, record) if e["event"] == "result" and "counted_flops_per_image" in
+            e["metrics"]]
 
 
 MODEL_CHECK = """
@@ -80,3 +95,60 @@ def test_the_model_has_torchvisions_parameters_and_flops(jax_stack):
                          capture_output=True, text=True, timeout=300, env={"JAX_PLATFORMS": "cpu", "PATH": "/usr/bin"})
     assert out.returncode == 0, out.stderr[-3000:]
     assert out.stdout.split() == ["25557032", "11689512", str(2_031_747_072 // 4), str(402_161_664 // 2)]
+
+
+def test_two_processes_train_on_the_jpeg_folders_each_its_share(suite_cli, jax_stack, jpeg_tree):
+    """--data imagefolder: the tree's classes, the wait for each batch apart from the step; 8 batches of 2 a process
+    (the compile's, 1 warmup, 3 x 2 timed) over shares of 12 images: a second, reshuffled epoch."""
+    result = suite_cli("run", *CASE, "--gpus-per-node", "2", "--data-dir", str(jpeg_tree),
+                       case_args=(*tiny("jax-resnet"), "--data", "imagefolder", "--workers", "2"))
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    [record] = records_in(suite_cli.results)
+    validate(record)
+    assert record["status"] == "ok", record["reason"]
+    reported = record["config"]["reported_by_case"]
+    assert record["config"]["data"] == "imagefolder-synthetic" and reported["classes"] == 3
+    assert reported["data_path"] == str((jpeg_tree / "imagefolder" / "train").resolve())
+    assert reported["decoding_threads"] == 2 and record["metrics"]["throughput"]["n"] == 3
+    [results] = record["metrics"]["results"]
+    losses = results["first_losses"]
+    assert len(losses) == 7 and all(math.isfinite(v) for v in losses)
+    waits = [event["data_wait_s"] for event in rank_events(suite_cli, record) if event["event"] == "iteration"]
+    assert len(waits) == 6 and all(w >= 0 for w in waits)  # each timed iteration of each process
+
+
+SHARES = """
+import json, sys
+sys.path[:0] = [".", "cases/jax-resnet"]
+from pipeline import ImageFolderBatches
+root, seen = sys.argv[1], {}
+for rank in range(2):
+    batches = ImageFolderBatches(root, 32, 4, rank, 2, threads=2, seed=5)
+    epochs = [[batches.samples[i][0] for i in batches.epoch_share(epoch)] for epoch in range(2)]
+    read = [batches.samples[i][0] for i in [*batches.pending_indices, *batches.queued]]
+    images, labels = next(batches)
+    batches.close()
+    seen[rank] = {"epochs": epochs, "read": read, "shape": list(images.shape), "dtype": str(images.dtype),
+                  "labels": labels.tolist(), "mean": float(images.mean())}
+json.dump(seen, sys.stdout)
+"""
+
+
+def test_each_process_reads_its_own_share_reshuffled_every_epoch(jax_stack, jpeg_tree):
+    done = subprocess.run([str(jax_stack.python), "-c", SHARES, str(jpeg_tree / "imagefolder" / "train")], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    seen = json.loads(done.stdout)
+    first, second = (set(seen[r]["epochs"][0]) for r in ("0", "1"))
+    assert len(first) == len(second) == 12 and not first & second  # 24 images: 12 each, none read twice
+    assert seen["0"]["epochs"][0] != seen["0"]["epochs"][1]  # the next epoch in another order
+    assert set(seen["0"]["epochs"][1]) | set(seen["1"]["epochs"][1]) == first | second
+    assert seen["0"]["read"] == seen["0"]["epochs"][0]  # what it reads: the first epoch's share, in that order
+    assert seen["0"]["shape"] == [4, 32, 32, 3] and seen["0"]["dtype"] == "float32"
+    assert all(0 <= label < 3 for label in seen["0"]["labels"]) and abs(seen["0"]["mean"]) < 3  # normalised
+
+
+def test_imagefolder_without_data_is_refused_before_launch(suite_cli, tmp_path):
+    result = suite_cli("run", *CASE, "--data-dir", str(tmp_path), case_args=("--data", "imagefolder"))
+    assert result.returncode == 2 and "data missing" in result.stderr and "imagefolder/train" in result.stderr
+    assert not suite_cli.runs.exists()

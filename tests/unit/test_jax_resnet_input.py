@@ -14,7 +14,8 @@ CASE = load_case("jax-resnet")
 @pytest.mark.parametrize("argv, message", [
     (["--bogus", "1"], "case jax-resnet: unrecognized arguments: --bogus 1 (its options: --data"),
     (["--model", "tiny-cnn"], "argument --model: invalid choice: 'tiny-cnn' (choose from 'resnet50', 'resnet18')"),
-    (["--data", "imagefolder"], "argument --data: invalid choice: 'imagefolder' (choose from 'synthetic')"),
+    (["--data", "jpeg"], "argument --data: invalid choice: 'jpeg' (choose from 'synthetic', 'imagefolder')"),
+    (["--workers", "0"], "argument --workers: must be at least 1, got 0"),
     (["--image-size", "16"], "argument --image-size: must be at least 32, got 16"),
     (["--batch-size", "0"], "argument --batch-size: must be at least 1, got 0"),
 ])
