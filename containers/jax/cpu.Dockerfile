@@ -18,8 +18,8 @@ ARG WHEELS
 LABEL org.hpc-dl-bench.stack="jax"
 LABEL org.hpc-dl-bench.flavour="cpu"
 LABEL org.hpc-dl-bench.lock="requirements.lock"
-LABEL org.hpc-dl-bench.lock_sha256="97367f0006f2d49e286eeca39d86751bd07a8eae61d95973082ff3ebfb915045"
-LABEL org.hpc-dl-bench.recipe_sha256="e0fdc5fad7697943b3f870c4fa499eda593a492bb6f571e17f994238746b2968"
+LABEL org.hpc-dl-bench.lock_sha256="f5ff7c20dd718e441178233165965bb925eb8a2f9f28407194ced63284b763b9"
+LABEL org.hpc-dl-bench.recipe_sha256="4dc5254ae6f8dfa8d1e93eff96cf2b16d185728d52d2552e6ffa3a3071c42f95"
 LABEL org.hpc-dl-bench.suite_version="0.1.0"
 LABEL org.hpc-dl-bench.base_ref="${BASE}"
 COPY containers/jax /opt/recipe

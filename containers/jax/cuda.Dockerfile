@@ -18,8 +18,8 @@ ARG WHEELS
 LABEL org.hpc-dl-bench.stack="jax"
 LABEL org.hpc-dl-bench.flavour="cuda"
 LABEL org.hpc-dl-bench.lock="cuda/requirements.lock"
-LABEL org.hpc-dl-bench.lock_sha256="b96c89fd779b56a275c87a3820011620984584b7d07c3c9e19cd2d23ed594431"
-LABEL org.hpc-dl-bench.recipe_sha256="21a9f71cddda919e01211fe588b71c7094e5844fe9c718102eb89ae91922c35c"
+LABEL org.hpc-dl-bench.lock_sha256="a6e6dce9ff58510a1841a5ff3981d9e0ff5e9fb011251b2af1ab5bd62df08b0f"
+LABEL org.hpc-dl-bench.recipe_sha256="b635f888f6b9788de7e82b684cff7729dc09e09cf4eeeebdaf0626d61cfa7bd1"
 LABEL org.hpc-dl-bench.suite_version="0.1.0"
 LABEL org.hpc-dl-bench.base_ref="${BASE}"
 COPY containers/jax /opt/recipe
