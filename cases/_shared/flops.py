@@ -73,7 +73,7 @@ DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "tf32": torch.float32, 
 LARGEST = {"cuda": 8192}  # the largest matrix side; 4096 elsewhere
 
 
-def matmul_peak(device: torch.device, precision_name: str, seconds: float = 1.0) -> dict:
+def matmul_peak(device: torch.device, precision_name: str, seconds: float | None = None) -> dict:
     """The measured matmul peak of this process's device (suite/instack/matmul_peak.py) in torch.mm at
     the step's precision: float32 products in TF32 exactly when the step's products run in TF32 (a
     ResNet's convolutions under cuDNN's flag), never because the measurement wants it."""

@@ -214,7 +214,7 @@ def report_work(args, probe, devices: list) -> None:
     probe.measured_peak(**matmul_peak(devices[0], args.dtype, name, shared_by=1 if on_gpu else len(devices)))
 
 
-def matmul_peak(device, dtype: str, precision_name: str, shared_by: int, seconds: float = 1.0) -> dict:
+def matmul_peak(device, dtype: str, precision_name: str, shared_by: int, seconds: float | None = None) -> dict:
     """The measured matmul peak (suite/instack/matmul_peak.py) of one device, per device (`shared_by`:
     CPU contexts of one process share its cores), under the same MXNet settings as the step. The product
     is a fully connected layer's: on a CPU it runs in oneDNN as the convolutions do (mx.nd.dot goes to

@@ -52,7 +52,7 @@ def matmul_precision(device_type: str) -> str:
     return "tf32" if details.get("compute_capability", (0, 0))[0] >= 8 else "fp32"
 
 
-def matmul_peak(device: str, precision: str, shared_by: int, seconds: float = 1.0) -> dict:
+def matmul_peak(device: str, precision: str, shared_by: int, seconds: float | None = None) -> dict:
     """The measured matmul peak (suite/instack/matmul_peak.py) of float32 tf.linalg.matmul on `device`,
     under this process's TensorFloat-32 setting (the one its model's products run under)."""
 

@@ -37,6 +37,7 @@ from suite.inputs.cases import Case, load_case
 from suite.inputs.counts import positive_int, positive_ints
 from suite.inputs.host_gpus import PROBE, check_devices, count_from_probe
 from suite.inputs.hostfiles import Host, World, read_hostfile, select_world
+from suite.instack import matmul_peak
 from suite.instack.cpu_binding import POLICIES
 from suite.instack.probe import announced
 from suite.records.measure import Repetition, measure, read_starts
@@ -112,6 +113,10 @@ def check(req: RunRequest) -> Checked:
     cpu_bind = req.cpu_bind or (cluster.cpu_bind if cluster else "none")
     if cpu_bind not in POLICIES:
         raise UsageError(f"CPU_BIND must be one of {', '.join(POLICIES)}, got '{cpu_bind}'")
+    try:
+        matmul_peak.configured_seconds()
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
     checked = Checked(case, options, worlds, repeat, timeout_s, stall_s, runtime,
                       plugins.load("launchers", case.launcher_name(options)), scheduler,
                       load_stack(case.stack), load_baseline(req.baseline),

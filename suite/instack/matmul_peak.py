@@ -6,19 +6,36 @@ timing routine for every framework; the case passes two functions in its framewo
 - multiply(a, times): `times` products a x a one after another, returning when the last is done.
 
 The side n is doubled from 512 until one product takes a few milliseconds (at most `largest`); then
-rounds of about 0.1 s of products are timed for about `seconds` and the best round kept. Nothing of it
-runs inside a timed window. Standard library only."""
+rounds of about 0.1 s of products are timed for about `seconds` (1 s, or $SUITE_MATMUL_PEAK_SECONDS: longer
+for a steadier figure, shorter where many small runs start, as the tests') and the best round kept. Nothing
+of it runs inside a timed window. Standard library only."""
 
+import os
 import time
 
 FIRST_SIDE = 512
 LONG_ENOUGH_S = 0.02  # one product at least this long: the side is large enough to fill the device
 ROUND_S = 0.1
+SECONDS_VARIABLE = "SUITE_MATMUL_PEAK_SECONDS"
 
 
-def measure(square, multiply, precision: str, largest: int, shared_by: int = 1, seconds: float = 1.0) -> dict:
+def configured_seconds(environ=os.environ) -> float:
+    """How long the products are timed: $SUITE_MATMUL_PEAK_SECONDS, else 1 s (ValueError when it is not a
+    number of seconds from 0.1 to 600)."""
+    text = environ.get(SECONDS_VARIABLE, "").strip()
+    try:
+        seconds = float(text) if text else 1.0
+    except ValueError:
+        seconds = float("nan")
+    if not 0.1 <= seconds <= 600:
+        raise ValueError(f"{SECONDS_VARIABLE}={text!r}: the seconds the matmul peak is timed, from 0.1 to 600")
+    return seconds
+
+
+def measure(square, multiply, precision: str, largest: int, shared_by: int = 1, seconds: float | None = None) -> dict:
     """{flops_per_s, precision, matrix, seconds, shared_by}: the best rate per device (the process's
     rate divided by `shared_by`, the devices that share its cores on a CPU)."""
+    seconds = configured_seconds() if seconds is None else seconds
     began = time.perf_counter()
     n, one = matrix_side(square, multiply, largest)
     a = square(n)

@@ -269,6 +269,36 @@ def test_one_timing_routine_measures_every_cases_matmul_peak():
                                           "_shared/jax_work.py"}
 
 
+def test_the_matmul_peak_is_timed_for_the_seconds_set_and_a_bad_setting_is_refused_before_launch(tmp_path):
+    """SUITE_MATMUL_PEAK_SECONDS (1 s where unset) is how long measure() times the products; `suite run` refuses a
+    value that is not 0.1 to 600 seconds in one line, before anything starts."""
+    import os
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    from suite.instack.matmul_peak import SECONDS_VARIABLE, configured_seconds, measure
+
+    assert configured_seconds({}) == 1.0 and configured_seconds({SECONDS_VARIABLE: "2.5"}) == 2.5
+    for bad in ("0", "fast", "nan", "1e9"):
+        with pytest.raises(ValueError, match=rf"^{SECONDS_VARIABLE}='{bad}': the seconds the matmul peak is timed"):
+            configured_seconds({SECONDS_VARIABLE: bad})
+    os.environ[SECONDS_VARIABLE], before = "0.3", os.environ.get(SECONDS_VARIABLE)
+    try:
+        found = measure(lambda n: n, lambda side, times: time.sleep(times * 0.02), "fp32", largest=512)
+    finally:
+        os.environ.pop(SECONDS_VARIABLE) if before is None else os.environ.__setitem__(SECONDS_VARIABLE, before)
+    assert 0.3 <= found["seconds"] < 0.6
+    root = Path(__file__).resolve().parents[2]
+    done = subprocess.run([sys.executable, "-m", "suite", "run", "--case", "pytorch-ddp", "--runs-dir", str(tmp_path)],
+                          cwd=root, env={**os.environ, SECONDS_VARIABLE: "0"}, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 2 and done.stderr.strip().splitlines() == [
+        f"error: {SECONDS_VARIABLE}='0': the seconds the matmul peak is timed, from 0.1 to 600"]
+    assert not any(tmp_path.iterdir())
+
+
 @pytest.mark.parametrize("env, on_gpu, expected", [
     ({}, True, "fp32"),  # MXNet's defaults: no float32 inputs on tensor cores, whatever the GPU's name
     ({"MXNET_CUDA_TENSOR_OP_MATH_ALLOW_CONVERSION": "1"}, True, "tf32"),
