@@ -13,6 +13,7 @@ of the host's settings ends up in a layer, the lock's hashes are checked as in t
 air-gapped builder needs only that folder."""
 
 import hashlib
+import json
 import os
 import shutil
 import subprocess
@@ -20,7 +21,9 @@ import tempfile
 import time
 from pathlib import Path
 
+from suite.base import paths
 from suite.base.errors import UsageError
+from suite.base.jsonfile import write_json_atomic
 from suite.instack.file_digest import file_digest
 
 DEBIAN_SUITE = "bookworm"
@@ -69,23 +72,42 @@ def debian_base(client, log=print, refresh: bool = False) -> dict:
                 "(made before; BASE_REFRESH=1 remakes it)")
             return base_provenance(client, image)
     started = time.monotonic()
-    with tempfile.TemporaryDirectory(prefix="hpc-dl-bench-base-") as tmp:
-        tarball = Path(tmp) / "base.tar"
-        log(f"containers: making a Debian {DEBIAN_SUITE} base with {Path(bootstrap_tool()).name} "
-            f"({', '.join(DEBIAN_PACKAGES)}) from {DEBIAN_MIRROR}")
-        release_date = bootstrap(Path(tmp), tarball)
-        digest = file_digest(tarball)
-        tag = f"{BASE_REPOSITORY}:debian-{DEBIAN_SUITE}-{digest[:12]}"
-        labels = {f"{BASE_LABEL}.kind": "debian", f"{BASE_LABEL}.suite": DEBIAN_SUITE,
-                  f"{BASE_LABEL}.mirror": DEBIAN_MIRROR, f"{BASE_LABEL}.release_date": release_date,
-                  f"{BASE_LABEL}.tar_sha256": digest, f"{BASE_LABEL}.spec": spec}
-        repository, _, version = tag.partition(":")
-        client.api.import_image_from_file(str(tarball), repository=repository, tag=version,
-                                          changes=[f'LABEL {k}="{v}"' for k, v in labels.items()])
+    tarball, release_date, digest = debian_tarball(log, refresh)
+    tag = f"{BASE_REPOSITORY}:debian-{DEBIAN_SUITE}-{digest[:12]}"
+    labels = {f"{BASE_LABEL}.kind": "debian", f"{BASE_LABEL}.suite": DEBIAN_SUITE,
+              f"{BASE_LABEL}.mirror": DEBIAN_MIRROR, f"{BASE_LABEL}.release_date": release_date,
+              f"{BASE_LABEL}.tar_sha256": digest, f"{BASE_LABEL}.spec": spec}
+    repository, _, version = tag.partition(":")
+    client.api.import_image_from_file(str(tarball), repository=repository, tag=version,
+                                      changes=[f'LABEL {k}="{v}"' for k, v in labels.items()])
     image = client.images.get(tag)
     log(f"containers: Debian base {tag} ({image.id[:19]}, {image.attrs['Size'] / 1e6:.0f} MB), Release of "
         f"{release_date}, made in {time.monotonic() - started:.0f} s")
     return base_provenance(client, image)
+
+
+def debian_tarball(log=print, refresh: bool = False) -> tuple[Path, str, str]:
+    """The Debian base's root filesystem tarball, its Release date and sha256: made once per spec into the
+    cache (bases/), where every image tool's base is made from (the Docker engine's and Apptainer's), and
+    remade with refresh (BASE_REFRESH=1)."""
+    folder = paths.cache_home() / "bases"
+    tarball = folder / f"debian-{DEBIAN_SUITE}-{spec_sha256()[:12]}.tar"
+    about = tarball.with_suffix(".json")
+    if not refresh and tarball.exists() and about.exists():
+        made = json.loads(about.read_text())
+        log(f"containers: Debian root filesystem {tarball} (made before; BASE_REFRESH=1 remakes it)")
+        return tarball, made["release_date"], made["tar_sha256"]
+    folder.mkdir(parents=True, exist_ok=True)
+    log(f"containers: making a Debian {DEBIAN_SUITE} base with {Path(bootstrap_tool()).name} "
+        f"({', '.join(DEBIAN_PACKAGES)}) from {DEBIAN_MIRROR}")
+    with tempfile.TemporaryDirectory(prefix="debian-base-", dir=folder) as tmp:
+        partial = Path(tmp) / "base.tar"
+        release_date = bootstrap(Path(tmp), partial)
+        digest = file_digest(partial)
+        partial.chmod(0o644)  # an unprivileged builder reads it
+        os.replace(partial, tarball)
+    write_json_atomic(about, {"release_date": release_date, "tar_sha256": digest, "spec": spec_sha256()})
+    return tarball, release_date, digest
 
 
 def bootstrap(workdir: Path, tarball: Path) -> str:

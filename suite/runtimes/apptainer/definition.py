@@ -6,6 +6,7 @@ a failure named by section and line; its sha256 and metadata written beside it (
 import json
 import os
 import shlex
+import shutil
 import subprocess
 import tempfile
 import time
@@ -163,13 +164,11 @@ def debian_base(tool: str, log, refresh: bool = False) -> tuple[Path, dict]:
         return sif, {**json.loads(meta_path(sif).read_text()), "ref": str(sif)}  # where it is now
     folder.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
+    made, release_date, tar_sha256 = base_images.debian_tarball(log, refresh)
     with tempfile.TemporaryDirectory(prefix="debian-base-", dir=folder) as tmp:
-        os.chmod(tmp, 0o755)  # the builder (an unprivileged user) reads the tarball
+        os.chmod(tmp, 0o755)  # the builder (an unprivileged user) reads the tarball here, not in the cache
         tarball = Path(tmp) / "base.tar"
-        log(f"containers: making a Debian {base_images.DEBIAN_SUITE} base with "
-            f"{Path(base_images.bootstrap_tool()).name} ({', '.join(base_images.DEBIAN_PACKAGES)}) "
-            f"from {base_images.DEBIAN_MIRROR}")
-        release_date = base_images.bootstrap(Path(tmp), tarball)
+        shutil.copyfile(made, tarball)
         tarball.chmod(0o644)
         definition = Path(tmp) / "base.def"
         # device nodes stay out: the build cannot make them, and apptainer provides /dev at run time
@@ -181,7 +180,6 @@ def debian_base(tool: str, log, refresh: bool = False) -> tuple[Path, dict]:
         if done.returncode != 0:
             tail = " | ".join((done.stderr + done.stdout).strip().splitlines()[-4:])
             raise UsageError(f"apptainer build of the Debian base failed (exit {done.returncode}): {tail}")
-        tar_sha256 = file_digest(tarball)
     os.replace(partial, sif)
     listed = subprocess.run([tool, "exec", str(sif), "sh", "-c", base_images.DPKG_LIST],
                             capture_output=True, text=True).stdout
