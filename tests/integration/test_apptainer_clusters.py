@@ -70,9 +70,10 @@ def test_ranks_in_the_sif_on_two_hosts_over_ssh(apptainer_here, pytorch_sif, loo
 
 # Each launcher across two hosts in its image: the cases of the SIFs made from Docker images, and
 # pytorch-gpt's FSDP ranks in the pytorch SIF. jax-resnet crosses hosts as jax-gpt does (jax.distributed,
-# the same SIF) and compiles for half a minute: on the SLURM nodes only.
+# the same SIF) and compiles for half a minute: over ssh only (test_slurm_multinode.py runs it on the
+# SLURM nodes).
 ACROSS = [(case, where) for case in [*DOCKER_SIF_CASES, "pytorch-gpt"] for where in sorted(WHERE)
-          if (case, where) != ("jax-resnet", "ssh")]
+          if (case, where) != ("jax-resnet", "slurm")]
 
 
 @pytest.mark.parametrize("case, where", ACROSS, ids=[f"{where}-{case}" for case, where in ACROSS])
