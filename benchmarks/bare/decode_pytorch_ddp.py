@@ -10,8 +10,9 @@ import os
 import sys
 import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "cases", "pytorch-ddp"))
-from pipeline import ImageFolder
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
+sys.path[:0] = [ROOT, os.path.join(ROOT, "cases", "pytorch-ddp")]  # the case's pipeline imports cases._shared
+from pipeline import ImageFolder  # noqa: E402 (after the path it is found on)
 
 
 def main(root: str, size: int) -> None:
