@@ -77,6 +77,14 @@ def pytest_terminal_summary(terminalreporter):
             terminalreporter.write_line(f"{component}: {why}")
 
 
+def small_jpeg_tree(case: str, folder: Path) -> Path:
+    """`make data CASE=<case> SYNTHETIC=1`, small: 3 classes of 8 training JPEGs under folder/imagefolder."""
+    subprocess.run([sys.executable, "-m", "suite", "data", "--case", case, "--synthetic", "--data-dir", str(folder),
+                    "--", "--classes", "3", "--train-per-class", "8", "--val-per-class", "0"],
+                   cwd=ROOT, check=True, capture_output=True, timeout=600)
+    return folder
+
+
 def records_in(folder: Path) -> list[dict]:
     return [json.loads(p.read_text()) for p in sorted(folder.glob("*.json"))]
 

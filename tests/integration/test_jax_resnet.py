@@ -6,11 +6,10 @@ against torchvision's numbers: its parameters and its FLOPs as torch.utils.flop_
 import json
 import math
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, records_in, tiny
+from conftest import ROOT, records_in, small_jpeg_tree, tiny
 
 from suite.records.schema import validate
 
@@ -34,12 +33,8 @@ def jax_stack():
 
 @pytest.fixture(scope="module")
 def jpeg_tree(tmp_path_factory, jax_stack) -> Path:
-    """`make data CASE=jax-resnet SYNTHETIC=1` (pytorch-ddp's script, in the jax stack), small: 3 classes of 8."""
-    folder = tmp_path_factory.mktemp("jax-data")
-    subprocess.run([sys.executable, "-m", "suite", "data", *CASE, "--synthetic", "--data-dir", str(folder), "--",
-                    "--classes", "3", "--train-per-class", "8", "--val-per-class", "0"],
-                   cwd=ROOT, check=True, capture_output=True, timeout=600)
-    return folder
+    """pytorch-ddp's data script in the jax stack (`make data CASE=jax-resnet SYNTHETIC=1`), small."""
+    return small_jpeg_tree("jax-resnet", tmp_path_factory.mktemp("jax-data"))
 
 
 def test_two_processes_train_resnet50_in_images_per_second(suite_cli, jax_stack):

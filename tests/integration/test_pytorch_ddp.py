@@ -6,12 +6,11 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, records_in, tiny
+from conftest import ROOT, records_in, small_jpeg_tree, tiny
 from support.cluster_fixtures import LOOPBACK_HOSTS, processes_with_env
 from support.faults import descendants, failed_record_after, start_run, wait_for_ranks
 from support.processes import alive
@@ -38,12 +37,8 @@ def ddp_stack():
 
 @pytest.fixture(scope="module")
 def jpeg_tree(tmp_path_factory, ddp_stack) -> Path:
-    """`make data CASE=pytorch-ddp SYNTHETIC=1`, small: 3 classes of 8 training images."""
-    folder = tmp_path_factory.mktemp("ddp-data")
-    subprocess.run([sys.executable, "-m", "suite", "data", *CASE, "--synthetic", "--data-dir", str(folder), "--",
-                    "--classes", "3", "--train-per-class", "8", "--val-per-class", "0"],
-                   cwd=ROOT, check=True, capture_output=True, timeout=600)
-    return folder
+    """`make data CASE=pytorch-ddp SYNTHETIC=1`, small."""
+    return small_jpeg_tree("pytorch-ddp", tmp_path_factory.mktemp("ddp-data"))
 
 
 def launch(hosts: list[Host], **options) -> Launch:
