@@ -18,9 +18,18 @@ MEAN = (0.485 * 255, 0.456 * 255, 0.406 * 255)
 STD = (0.229 * 255, 0.224 * 255, 0.225 * 255)
 
 
-def folder_facts(data_dir: str) -> dict:
-    """What data runs, for the record: the tree under data_dir/imagefolder and what its manifest says."""
-    folder = Path(data_dir) / "imagefolder"
+def train_root() -> str:
+    """Where the case reads its training images: $SUITE_DATA_DIR/imagefolder/train."""
+    return str(tree_folder() / "train")
+
+
+def tree_folder() -> Path:
+    return Path(os.environ.get("SUITE_DATA_DIR", "data")) / "imagefolder"
+
+
+def folder_facts() -> dict:
+    """What data runs, for the record: the tree the case reads and what its manifest says."""
+    folder = tree_folder()
     try:
         manifest = json.loads((folder / "manifest.json").read_text())
     except (OSError, ValueError):

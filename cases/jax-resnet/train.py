@@ -12,7 +12,6 @@ XLA's own count of the compiled step beside it. --data imagefolder reads pytorch
 JPEGs (pipeline.py), each process its share, the model's classes those of the tree; the steps are timed
 as with synthetic data, the wait for each batch apart. Options come from case.toml."""
 
-import os
 import time
 
 from cases._shared.jax_dist import agree, place, start
@@ -125,9 +124,11 @@ def image_folder(args, where: dict, devices: int):
     import jax
     from pipeline import ImageFolderBatches
 
-    root = os.path.join(os.environ.get("SUITE_DATA_DIR", "data"), "imagefolder", "train")
+    from cases._shared.image_folder import train_root
+
     rows = batch_per_device(args, devices) * len(jax.local_devices())
-    return ImageFolderBatches(root, args.image_size, rows, where["rank"], where["world"], args.workers, args.seed)
+    return ImageFolderBatches(train_root(), args.image_size, rows, where["rank"], where["world"], args.workers,
+                              args.seed)
 
 
 def folder_batch(folder, state: TrainState, probe):
@@ -177,7 +178,7 @@ def data_facts(args) -> dict:
         return {"data": "synthetic"}
     from cases._shared.image_folder import folder_facts
 
-    return {**folder_facts(os.environ.get("SUITE_DATA_DIR", "data")), "decoding_threads": args.workers}
+    return {**folder_facts(), "decoding_threads": args.workers}
 
 
 def compile_step(probe, state: TrainState, next_batch, args, wanted: str, platform: str):

@@ -7,7 +7,6 @@ case.toml. --data synthetic trains on a fixed batch on the device (Horovod's ben
 in iterations); --data imagefolder on class folders of JPEGs (timed in epochs, the first not counted).
 """
 
-import os
 import time
 
 import numpy
@@ -20,7 +19,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from cases._shared.flops import report_work
 from cases._shared.gpu_busy import pass_gpu_seconds
-from cases._shared.image_folder import folder_facts
+from cases._shared.image_folder import folder_facts, train_root
 from cases._shared.timed import min_seconds, timed_iterations
 from cases._shared.torch_dist import agree, leave_process_group, pick_backend, pick_device, place
 from cases._shared.torch_resnet import MODELS
@@ -60,7 +59,7 @@ def data_facts(args) -> dict:
     """What data runs, for the record: synthetic, or the image folder and its manifest."""
     if args.data == "synthetic":
         return {"data": "synthetic"}
-    return folder_facts(os.environ.get("SUITE_DATA_DIR", "data"))
+    return folder_facts()
 
 
 def forward_backward(args, model, device, fixed):
@@ -142,7 +141,7 @@ def main() -> None:
     loader = sampler = None
     classes = args.num_classes
     if args.data == "imagefolder":
-        root = os.path.join(os.environ.get("SUITE_DATA_DIR", "data"), "imagefolder", "train")
+        root = train_root()
         loader, sampler = make_loader(root, size, batch, where["rank"], where["world"], args.workers,
                                       pin=device.type == "cuda")
         classes = len(loader.dataset.classes)
