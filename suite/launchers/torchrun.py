@@ -8,7 +8,8 @@ When a worker dies the agent of its node stops the node's other workers and exit
 restarts); the scheduler then ends the agents of the other nodes, which signal their workers at once
 and kill them after --shutdown-timeout (torch 2.12 and later; older agents wait 30 s). Workers run in
 process groups of their own, so ending a job relies on the agent (or, over ssh, on the job marker
-every process inherits)."""
+every process inherits). The agents' folders (a failed worker's error.json) go to the run's folder,
+torchrun/, not a folder of their own in /tmp that nothing removes."""
 
 from pathlib import Path
 
@@ -47,6 +48,7 @@ def plan(launch: Launch) -> Plan:
             "torchrun", "--nnodes", str(world.nodes), "--nproc-per-node", str(host.slots),
             "--rdzv-backend", "c10d", "--rdzv-endpoint", endpoint, "--rdzv-id", rendezvous_id(launch.run_dir),
             "--rdzv-conf", f"is_host={int(index == 0)}", "--local-addr", host.name, "--max-restarts", "0",
+            "--log-dir", str(Path(launch.run_dir) / "torchrun"),
             *(["--shutdown-timeout", str(SHUTDOWN_S)] if has_option(launch, "--shutdown-timeout") else []),
             launch.script, *launch.case_argv)
         env = launch.env(host, SUITE_PROCESSES_ON_HOST=str(launch.processes_on_machine(host)))

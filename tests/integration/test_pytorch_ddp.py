@@ -59,6 +59,7 @@ def test_torchrun_plans_one_agent_per_node_meeting_at_the_first_host():
     assert [a[a.index("--nproc-per-node") + 1] for a in (first, second)] == ["4", "2"]
     assert [a[a.index("--rdzv-conf") + 1] for a in (first, second)] == ["is_host=1", "is_host=0"]
     assert first[first.index("--rdzv-id") + 1] == "RUN-rep-0" and "--max-restarts" in first
+    assert {a[a.index("--log-dir") + 1] for a in (first, second)} == {"/runs/RUN/rep-0/torchrun"}
     assert first[-3:] == ["cases/pytorch-ddp/train.py", "--num-iters", "2"]
     assert plan.details["launcher"] == "torchrun" and plan.details["ddp"]["bucket_cap_mb"] == 25.0
 
@@ -183,6 +184,8 @@ def test_a_dying_ddp_worker_ends_the_job(tmp_path, ddp_stack, launcher):
     expected = ("torchrun-0 on localhost exited with 1" if launcher == "torchrun"
                 else "rank-1 on localhost was killed by signal 9 (SIGKILL)")
     assert record["reason"].startswith(f"repetition 0: {expected}"), record["reason"]
+    if launcher == "torchrun":  # the agent's folders are the run's, not left in /tmp
+        assert list(tmp_path.glob("runs/*/rep-0/torchrun/*-rep-0_*/attempt_0"))
 
 
 def test_a_dying_worker_on_one_host_ends_the_torchrun_job_on_both(tmp_path, ddp_stack, loopback_sshd):

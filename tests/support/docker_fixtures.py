@@ -7,10 +7,12 @@ session reuses the layers of an earlier one, but only by one session at a time (
 session that finds it in use gets a data root of its own, removed at its end. A fresh machine builds
 from nothing. No registry is reachable
 here, so the images are built on the Debian base the suite makes from Debian's packages
-(BASE=debian, mmdebstrap). At the end every container of the engine is removed and dockerd stopped.
+(BASE=debian, mmdebstrap). At the end every container of the engine is removed, the images that a
+rebuild left without a tag are pruned (else each change of a lock or the base kept gigabytes), and
+dockerd stopped.
 When it cannot start (no root, no package) the fixture skips saying why, or fails under CI=true.
-`python tests/support/docker_fixtures.py` starts the same engine and prints its DOCKER_HOST, for trying
-things by hand."""
+`cd tests && ../.venv/bin/python -m support.docker_fixtures` starts the same engine and prints its
+DOCKER_HOST, for trying things by hand."""
 
 import contextlib
 import fcntl
@@ -83,16 +85,18 @@ def daemon_env() -> dict:
 
 
 def stop_dockerd(popen: subprocess.Popen, host: str, run_dir: Path) -> None:
-    """Every container of the engine removed, then dockerd stopped; an engine that ended before its time
-    is a failure, with its log's end."""
+    """Every container of the engine removed and its untagged images pruned, then dockerd stopped; an
+    engine that ended before its time is a failure, with its log's end."""
     import docker
 
     try:
         if popen.poll() is not None:
             raise RuntimeError(f"dockerd ended during the session (exit {popen.returncode}): "
                                + (run_dir / "dockerd.log").read_text(errors="replace")[-800:])
-        for container in docker.DockerClient(base_url=host, timeout=30).containers.list(all=True):
+        client = docker.DockerClient(base_url=host, timeout=120)
+        for container in client.containers.list(all=True):
             container.remove(force=True)
+        client.images.prune(filters={"dangling": True})
     finally:
         stop_group(popen, grace=30)
 
@@ -163,6 +167,8 @@ def main() -> int:
             popen.wait()
         except KeyboardInterrupt:
             stop_dockerd(popen, host, run_dir)
+        finally:
+            remove_run_dir(run_dir)
     return 0
 
 
