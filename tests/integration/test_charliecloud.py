@@ -1,7 +1,8 @@
-"""RUNTIME=charliecloud with Debian's Charliecloud 0.31: the pytorch stack's image made from the Docker
-image the session's engine built (tests/support/docker_fixtures.py: export of its filesystem, ch-convert
-to a directory), and pytorch-ddp with two ranks run through ch-run: on this machine as root and as an
-unprivileged user, as srun steps on the tests' two SLURM nodes, and on two hosts over ssh."""
+"""RUNTIME=charliecloud with Debian's Charliecloud 0.31: every stack's cpu image made from the Docker image
+the session's engine built (tests/support/docker_fixtures.py: export of its filesystem, ch-convert to a
+directory); pytorch-ddp with two ranks run through ch-run on this machine as root and as an unprivileged
+user, as srun steps on the tests' two SLURM nodes and on two hosts over ssh; every other case with two
+ranks on this machine in its stack's image."""
 
 import json
 import os
@@ -15,6 +16,7 @@ from pathlib import Path
 import pytest
 from conftest import MEASURED, ROOT, records_in, tiny
 from support.cluster_fixtures import LOOPBACK_HOSTS, NODE_NAMES, ensure_installed
+from support.docker_fixtures import CPU_STACKS, IMAGE_CASES
 
 from suite.execution import plugins
 from suite.records.schema import validate
@@ -23,28 +25,57 @@ from suite.stacks.locks import load_stack
 
 PY = sys.executable
 NOBODY = 65534
+FRESH = "pytorch"  # its image converted every session: the one pytorch-ddp's runs across hosts use
 DDP = tiny("pytorch-ddp", launcher="ranks")
 
 
 @pytest.fixture(scope="module")
-def ch_image(cpu_images):
-    """The pytorch cpu image as a Charliecloud directory, in a folder every user can read (the
-    session's temporary folders are root's alone)."""
+def ch_images(cpu_images):
+    """Every stack's cpu image as a Charliecloud directory; stack name -> the metadata the build wrote.
+    pytorch's is converted every session, into a folder every user can read (the session's temporary
+    folders are root's alone); the others are kept between sessions while their Docker image is the same
+    (in the cache, as the SIFs are), each linked into that folder."""
     ensure_installed(("ch-run", "ch-convert"), "Charliecloud (Debian's charliecloud-runtime, charliecloud-builders)")
     folder = Path(tempfile.mkdtemp(prefix="hpcdl-ch-", dir="/tmp"))
     folder.chmod(0o755)
-    shutil.copy(Path(os.environ["SUITE_IMAGE_DIR"]) / "pytorch-cpu.docker.json", folder)
+    kept = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "hpc-dl-bench" / "charliecloud"
+    metas = {stack: kept_image(kept, stack, cpu_images[stack]) for stack in CPU_STACKS if stack != FRESH}
+    for stack, meta in metas.items():
+        (folder / f"{stack}-cpu.ch").symlink_to(meta["image"])
+    metas[FRESH] = convert(folder, FRESH)
+    yield folder, metas
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def kept_image(kept: Path, stack: str, docker_meta: dict) -> dict:
+    """The stack's image in the cache, converted again where its Docker image changed."""
+    meta_file = kept / f"{stack}-cpu.ch.json"
+    if meta_file.exists():
+        meta = json.loads(meta_file.read_text())
+        if meta["docker_image_sha256"] == docker_meta["image_sha256"] and Path(meta["image"], "bin").exists():
+            return meta
+    kept.mkdir(parents=True, exist_ok=True)
+    return convert(kept, stack)
+
+
+def convert(folder: Path, stack: str) -> dict:
+    """`make containers TOOL=charliecloud`'s build of the stack's cpu image into folder, from the Docker image."""
+    shutil.copy(Path(os.environ["SUITE_IMAGE_DIR"]) / f"{stack}-cpu.docker.json", folder)
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("SUITE_IMAGE_DIR", str(folder))
-        started = time.monotonic()
-        said = []
-        fl = images.load_flavour(load_stack("pytorch"), "cpu")
+        started, said = time.monotonic(), []
+        fl = images.load_flavour(load_stack(stack), "cpu")
         meta = plugins.load("runtimes", "charliecloud").build_image(fl, images.BuildInputs("debian"), said.append)
-        took = time.monotonic() - started
-        MEASURED.append(f"charliecloud: pytorch's cpu image from the Docker image in {took:.0f} s "
-                        f"({said[-1].removeprefix('containers: ')})")
-        yield folder, meta
-    shutil.rmtree(folder, ignore_errors=True)
+    MEASURED.append(f"charliecloud: {stack}'s cpu image from the Docker image in {time.monotonic() - started:.0f} s "
+                    f"({said[-1].removeprefix('containers: ')})")
+    return meta
+
+
+@pytest.fixture(scope="module")
+def ch_image(ch_images):
+    """The pytorch stack's: the folder of the images and its metadata."""
+    folder, metas = ch_images
+    return folder, metas["pytorch"]
 
 
 def test_the_image_is_the_docker_images_filesystem(ch_image, cpu_images):
@@ -139,3 +170,64 @@ def test_ddp_ranks_on_two_hosts_over_ssh_in_the_image(ch_image, loopback_sshd, t
     assert all(p["argv"][0] == shutil.which("ch-run") for p in rep["processes"])
     opened = {host: count - before[host] for host, count in loopback_sshd.sessions().items()}
     assert all(opened[host] >= 1 for host in LOOPBACK_HOSTS), opened
+
+
+@pytest.mark.parametrize("case", [*sorted(IMAGE_CASES), "pytorch-gpt"])
+def test_the_case_trains_in_its_stacks_image(ch_images, case, tmp_path):
+    """Each case, two ranks on this machine, every process through ch-run in its stack's image."""
+    folder, metas = ch_images
+    stack, case_args = IMAGE_CASES.get(case, ("pytorch", tiny("pytorch-gpt")))
+    env = {k: v for k, v in os.environ.items() if k != "USER"}
+    env.update(SUITE_IMAGE_DIR=str(folder), OMP_NUM_THREADS="1")
+    done = subprocess.run([PY, "-m", "suite", "run", "--case", case, "--runtime", "charliecloud", "--gpus-per-node",
+                           "2", "--runs-dir", str(tmp_path / "runs"), "--results-dir", str(tmp_path / "results"),
+                           "--", *case_args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    [record] = records_in(tmp_path / "results")
+    validate(record)
+    assert record["status"] == "ok", record["reason"]
+    prov = record["provenance"]
+    assert (prov["runtime"], prov["stack"]) == ("charliecloud", stack)
+    assert prov["image_sha256"] == metas[stack]["image_sha256"]
+    assert record["world"]["devices"] == 2 and record["metrics"]["throughput"]["mean"] > 0
+    image = metas[stack]["image"]
+    for process in record["repetitions"][0]["processes"]:
+        assert process["argv"][0] == shutil.which("ch-run") and image in process["argv"], process["argv"]
+
+
+def test_check_site_runs_the_charliecloud_path_and_rerun_uses_the_same_image(ch_image, tmp_path):
+    """`make check-site`'s charliecloud row runs (ok) and writes a record; `suite rerun` of it runs in the same
+    image, and refuses, naming both digests, where the image folder holds another conversion."""
+    folder, meta = ch_image
+    env = {k: v for k, v in os.environ.items() if k != "USER"}
+    env.update(SUITE_IMAGE_DIR=str(folder), OMP_NUM_THREADS="1")
+    dirs = ("--results-dir", str(tmp_path / "results"), "--runs-dir", str(tmp_path / "runs"))
+
+    def suite(*args: str, **extra: str) -> subprocess.CompletedProcess:
+        return subprocess.run([PY, "-m", "suite", *args], cwd=ROOT, env={**env, **extra}, capture_output=True,
+                              text=True, timeout=600)
+
+    done = suite("check", *dirs, "--only", "pytorch-ddp/charliecloud/ranks")
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    [written] = (tmp_path / "site-checks").glob("*.json")
+    [row] = json.loads(written.read_text())["paths"]
+    assert (row["case"], row["runtime"], row["launcher"], row["outcome"]) == \
+        ("pytorch-ddp", "charliecloud", "ranks", "ok"), row
+    assert json.loads(Path(row["record"]).read_text())["provenance"]["image_sha256"] == meta["image_sha256"]
+    again = suite("rerun", row["record"], *dirs)
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    [new] = [r for r in records_in(tmp_path / "results") if r["run_id"] != Path(row["record"]).stem]
+    assert new["status"] == "ok" and new["provenance"]["rerun_of"]["drift"] == []
+    assert new["provenance"]["image_sha256"] == meta["image_sha256"]
+    assert all(p["argv"][0] == shutil.which("ch-run") for p in new["repetitions"][0]["processes"])
+    converted = tmp_path / "converted"
+    converted.mkdir()
+    subprocess.run(["cp", "-al", meta["image"], str(converted / "pytorch-cpu.ch")], check=True)
+    (converted / "pytorch-cpu.ch.json").write_text(json.dumps({**meta, "image_sha256": "ab" * 32}))
+    written = len(records_in(tmp_path / "results"))
+    refused = suite("rerun", row["record"], *dirs, SUITE_IMAGE_DIR=str(converted))
+    assert refused.returncode == 2, refused.stdout[-3000:] + refused.stderr[-3000:]
+    drift = [line for line in refused.stderr.splitlines() if line.startswith("drift: image:")]
+    assert drift == [f"drift: image: sha256 {meta['image_sha256'][:12]} in the record, abababababab here "
+                     f"({converted / 'pytorch-cpu.ch'}, runtime charliecloud)"], refused.stderr
+    assert len(records_in(tmp_path / "results")) == written  # refused before anything ran

@@ -2,7 +2,8 @@
 (tests/support/docker_fixtures.py) brought into Podman as users do, `docker save | podman load`, into
 storages the tests keep between sessions, and pytorch-ddp with two ranks run through `podman run`: rootless as an
 unprivileged user (subordinate ids, HOME and XDG_RUNTIME_DIR of its own) and as root, and as srun steps on
-the tests' two SLURM nodes. Bad input is refused before anything launches."""
+the tests' two SLURM nodes; every other case with two ranks on this machine in its stack's image (every
+stack's image loaded into root's Podman). Bad input is refused before anything launches."""
 
 import os
 import resource
@@ -16,6 +17,7 @@ from pathlib import Path
 import pytest
 from conftest import MEASURED, ROOT, records_in, tiny
 from support.cluster_fixtures import NODE_NAMES, ensure_installed
+from support.docker_fixtures import CPU_STACKS, IMAGE_CASES
 
 from suite.execution.plan import StackEnv
 from suite.records.schema import validate
@@ -108,16 +110,20 @@ def stop_pause_process(home: Path) -> None:
 
 
 def load(env: dict, rootless: bool, meta: dict) -> None:
-    """`docker save TAG | podman load` where this user's storage lacks the image; older ones go first."""
+    """`docker save TAG | podman load` where this user's storage lacks the image; older ones of its
+    repository, and images left without a tag, go first."""
     found = podman(env, rootless, "image", "inspect", "--format={{.Id}}", meta["image"])
     if found.returncode == 0 and found.stdout.strip().removeprefix("sha256:") == meta["image_sha256"]:
         return
-    podman(env, rootless, "rmi", "--all")  # not --force: another session's running container keeps its image
+    repository = meta["image"].rsplit(":", 1)[0]
+    older = podman(env, rootless, "images", "--quiet", f"--filter=reference={repository}").stdout.split()
+    podman(env, rootless, "rmi", *older)  # not --force: another session's running container keeps its image
+    podman(env, rootless, "image", "prune", "--force")
     started = time.monotonic()
     with subprocess.Popen(["docker", "save", meta["image"]], stdout=subprocess.PIPE) as save:
         loaded = podman(env, rootless, "load", "--quiet", stdin=save.stdout)
     assert save.returncode == 0 and loaded.returncode == 0, loaded.stderr[-2000:]
-    MEASURED.append(f"podman: docker save | podman load ({'rootless' if rootless else 'root'}) of pytorch's "
+    MEASURED.append(f"podman: docker save | podman load ({'rootless' if rootless else 'root'}) of {meta['stack']}'s "
                     f"cpu image in {time.monotonic() - started:.0f} s")
 
 
@@ -140,6 +146,15 @@ def image_dir(cpu_images, podman_ready):  # the engine's fixture first: it skips
     shutil.copy(Path(os.environ["SUITE_IMAGE_DIR"]) / "pytorch-cpu.docker.json", folder)
     yield folder
     shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def every_image_dir(cpu_images, podman_ready):
+    """Every stack's Docker build metadata, each image loaded into root's Podman."""
+    env = podman_home(store(rootless=False), rootless=False)
+    for stack in CPU_STACKS:
+        load(env, False, cpu_images[stack])
+    return Path(os.environ["SUITE_IMAGE_DIR"]), env
 
 
 @pytest.fixture(params=["rootless", "root"])
@@ -290,3 +305,25 @@ def test_ddp_ranks_as_srun_steps_on_two_slurm_nodes_in_the_image(image_dir, cpu_
     assert [(p["host"], p["launch"]) for p in rep["processes"]] == [(NODE_NAMES[0], "srun"), (NODE_NAMES[1], "srun")]
     assert rep["ran_on"] == {"rank-0": [NODE_NAMES[0]], "rank-1": [NODE_NAMES[1]]}
     assert all(p["argv"][:2] == [shutil.which("podman"), "run"] for p in rep["processes"])
+
+
+@pytest.mark.parametrize("case", [*sorted(IMAGE_CASES), "pytorch-gpt"])
+def test_the_case_trains_in_its_stacks_image(every_image_dir, cpu_images, case, tmp_path):
+    """Each case, two ranks on this machine, every process a `podman run` of its stack's image (root's Podman)."""
+    folder, env = every_image_dir
+    stack, case_args = IMAGE_CASES.get(case, ("pytorch", tiny("pytorch-gpt")))
+    done = subprocess.run([PY, "-m", "suite", "run", "--case", case, "--runtime", "podman", "--gpus-per-node", "2",
+                           "--runs-dir", str(tmp_path / "runs"), "--results-dir", str(tmp_path / "results"), "--",
+                           *case_args], cwd=ROOT, env={**os.environ, **env, "SUITE_IMAGE_DIR": str(folder),
+                                                       "OMP_NUM_THREADS": "1"},
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    [record] = records_in(tmp_path / "results")
+    validate(record)
+    assert record["status"] == "ok", record["reason"]
+    prov, meta = record["provenance"], cpu_images[stack]
+    assert (prov["runtime"], prov["stack"], prov["image"]) == ("podman", stack, meta["image"])
+    assert prov["image_sha256"] == meta["image_sha256"]
+    assert record["world"]["devices"] == 2 and record["metrics"]["throughput"]["mean"] > 0
+    for process in record["repetitions"][0]["processes"]:
+        assert process["argv"][:2] == [shutil.which("podman"), "run"] and meta["image"] in process["argv"]

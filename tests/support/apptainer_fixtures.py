@@ -24,21 +24,16 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import MEASURED, component_unavailable, tiny
+from conftest import MEASURED, component_unavailable
+
+from support.docker_fixtures import IMAGE_CASES
 
 ROOT = Path(__file__).resolve().parents[2]
 TREE_SCRIPT = ROOT / "tools" / "apptainer-tree.sh"
 TREE_UID = "2751"  # tools/apptainer-tree.sh's user
 STACK = "pytorch"
 DOCKER_SIF_STACKS = ("tensorflow", "mxnet", "pytorch-horovod", "jax")  # pytorch's SIF is built from its .def
-# The cases run in those SIFs -> their stack and [tiny] options, reading no data
-DOCKER_SIF_CASES = {
-    "tf-cifar": ("tensorflow", tiny("tf-cifar", synthetic_input=True, steps_per_epoch=2)),
-    "mxnet-imagenet": ("mxnet", tiny("mxnet-imagenet", benchmark=True)),
-    "pytorch-synthetic": ("pytorch-horovod", tiny("pytorch-synthetic")),
-    "jax-gpt": ("jax", tiny("jax-gpt")),
-    "jax-resnet": ("jax", tiny("jax-resnet")),
-}
+DOCKER_SIF_CASES = IMAGE_CASES  # the cases run in those SIFs
 FRESH_SIF = "mxnet"  # the smallest: made from its Docker image every session, the others kept between sessions
 # The tests' builds squash with zstd at its fastest level: Apptainer's default (gzip) takes minutes for
 # a GB stack on two cores; squashfuse and the kernel read both.

@@ -26,13 +26,22 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import MEASURED, component_unavailable
+from conftest import MEASURED, component_unavailable, tiny
 
 from support.cluster_fixtures import ensure_installed, root_prefix, stop_group, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCKERD = os.environ.get("SUITE_TEST_DOCKERD", "/usr/sbin/dockerd")
 CPU_STACKS = ("jax", "mxnet", "pytorch", "pytorch-horovod", "tensorflow")
+# The cases the other container runtimes run in images made from these (beside pytorch-ddp, which each runtime's
+# own tests run) -> their stack and [tiny] options, reading no data
+IMAGE_CASES = {
+    "tf-cifar": ("tensorflow", tiny("tf-cifar", synthetic_input=True, steps_per_epoch=2)),
+    "mxnet-imagenet": ("mxnet", tiny("mxnet-imagenet", benchmark=True)),
+    "pytorch-synthetic": ("pytorch-horovod", tiny("pytorch-synthetic")),
+    "jax-gpt": ("jax", tiny("jax-gpt")),
+    "jax-resnet": ("jax", tiny("jax-resnet", model="resnet18")),  # the runtime is tested: half ResNet-50's compile
+}
 
 
 def data_root() -> Path:
