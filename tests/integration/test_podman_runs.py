@@ -5,6 +5,7 @@ unprivileged user (subordinate ids, HOME and XDG_RUNTIME_DIR of its own) and as 
 the tests' two SLURM nodes; every other case with two ranks on this machine in its stack's image (every
 stack's image loaded into root's Podman). Bad input is refused before anything launches."""
 
+import json
 import os
 import resource
 import shutil
@@ -327,3 +328,37 @@ def test_the_case_trains_in_its_stacks_image(every_image_dir, cpu_images, case, 
     assert record["world"]["devices"] == 2 and record["metrics"]["throughput"]["mean"] > 0
     for process in record["repetitions"][0]["processes"]:
         assert process["argv"][:2] == [shutil.which("podman"), "run"] and meta["image"] in process["argv"]
+
+
+def test_check_site_runs_the_podman_path_and_rerun_uses_the_same_image(every_image_dir, cpu_images, tmp_path):
+    """`make check-site`'s podman row runs (ok) and writes a record; `suite rerun` of it runs the same image,
+    and refuses, naming both IDs, where the tag it would run now holds another image."""
+    folder, env = every_image_dir
+    env = {**os.environ, **env, "SUITE_IMAGE_DIR": str(folder), "OMP_NUM_THREADS": "1"}
+    dirs = ("--results-dir", str(tmp_path / "results"), "--runs-dir", str(tmp_path / "runs"))
+
+    def suite(*args: str, **extra: str) -> subprocess.CompletedProcess:
+        return subprocess.run([PY, "-m", "suite", *args], cwd=ROOT, env={**env, **extra}, capture_output=True,
+                              text=True, timeout=600)
+
+    meta = cpu_images["pytorch"]
+    done = suite("check", *dirs, "--only", "pytorch-ddp/podman/ranks")
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    [written] = (tmp_path / "site-checks").glob("*.json")
+    [row] = json.loads(written.read_text())["paths"]
+    assert (row["case"], row["runtime"], row["launcher"], row["outcome"]) == ("pytorch-ddp", "podman", "ranks", "ok")
+    assert json.loads(Path(row["record"]).read_text())["provenance"]["image_sha256"] == meta["image_sha256"]
+    again = suite("rerun", row["record"], *dirs)
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    [new] = [r for r in records_in(tmp_path / "results") if r["run_id"] != Path(row["record"]).stem]
+    assert new["status"] == "ok" and new["provenance"]["rerun_of"]["drift"] == []
+    assert new["provenance"]["image_sha256"] == meta["image_sha256"]
+    assert all(p["argv"][:2] == [shutil.which("podman"), "run"] for p in new["repetitions"][0]["processes"])
+    other = cpu_images["jax"]
+    written = len(records_in(tmp_path / "results"))
+    refused = suite("rerun", row["record"], *dirs, SUITE_IMAGE=other["image"])
+    assert refused.returncode == 2, refused.stdout[-3000:] + refused.stderr[-3000:]
+    drift = [line for line in refused.stderr.splitlines() if line.startswith("drift: image:")]
+    assert drift == [f"drift: image: sha256 {meta['image_sha256'][:12]} in the record, {other['image_sha256'][:12]} "
+                     f"here ({other['image']}, runtime podman)"], refused.stderr
+    assert len(records_in(tmp_path / "results")) == written  # refused before anything ran
