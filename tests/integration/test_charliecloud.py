@@ -133,13 +133,14 @@ def test_ddp_ranks_train_in_the_image(ch_image, who):
         shutil.rmtree(out, ignore_errors=True)
 
 
-def run_across(folder: Path, tmp_path: Path, *where: str) -> dict:
-    """pytorch-ddp with one rank on each of two nodes, every rank in the image; the run's record, ok."""
+def run_across(folder: Path, tmp_path: Path, *where: str, case: str = "pytorch-ddp", case_args=DDP,
+               **extra: str) -> dict:
+    """The case with one rank on each of two nodes, every rank in the image; the run's record, ok."""
     env = {k: v for k, v in os.environ.items() if k != "USER"}
-    env.update(SUITE_IMAGE_DIR=str(folder), OMP_NUM_THREADS="1")
-    argv = [PY, "-m", "suite", "run", "--case", "pytorch-ddp", "--runtime", "charliecloud", "--nodes", "2",
+    env.update(SUITE_IMAGE_DIR=str(folder), OMP_NUM_THREADS="1", **extra)
+    argv = [PY, "-m", "suite", "run", "--case", case, "--runtime", "charliecloud", "--nodes", "2",
             "--gpus-per-node", "1", "--timeout", "300", "--no-precheck", "--runs-dir", str(tmp_path / "runs"),
-            "--results-dir", str(tmp_path / "results"), *where, "--", *DDP]
+            "--results-dir", str(tmp_path / "results"), *where, "--", *case_args]
     done = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     [record] = records_in(tmp_path / "results")
@@ -170,6 +171,28 @@ def test_ddp_ranks_on_two_hosts_over_ssh_in_the_image(ch_image, loopback_sshd, t
     assert all(p["argv"][0] == shutil.which("ch-run") for p in rep["processes"])
     opened = {host: count - before[host] for host, count in loopback_sshd.sessions().items()}
     assert all(opened[host] >= 1 for host in LOOPBACK_HOSTS), opened
+
+
+# Each other launcher across two hosts in its stack's image: Horovod (Gloo ranks: see test_apptainer_clusters.py),
+# ps-lite, MultiWorkerMirroredStrategy, jax.distributed (jax-resnet and pytorch-gpt launch as jax-gpt and
+# pytorch-ddp do)
+ACROSS = [(case, where) for case in ("tf-cifar", "mxnet-imagenet", "pytorch-synthetic", "jax-gpt")
+          for where in ("slurm", "ssh")]
+
+
+@pytest.mark.parametrize("case, where", ACROSS, ids=[f"{where}-{case}" for case, where in ACROSS])
+def test_every_launcher_across_two_hosts_in_its_stacks_image(ch_images, request, tmp_path, case, where):
+    request.getfixturevalue("slurm_two_nodes" if where == "slurm" else "loopback_sshd")
+    folder, metas = ch_images
+    stack, case_args = IMAGE_CASES[case]
+    gloo = {"HOROVOD_CONTROLLER": "gloo"} if case == "pytorch-synthetic" else {}
+    record = run_across(folder, tmp_path, *(("--scheduler", "slurm") if where == "slurm" else
+                                            ("--cluster", "loopback-ssh")), case=case, case_args=case_args, **gloo)
+    assert record["provenance"]["image_sha256"] == metas[stack]["image_sha256"]
+    hosts, launch = (NODE_NAMES, "srun") if where == "slurm" else (LOOPBACK_HOSTS, "ssh")
+    processes = record["repetitions"][0]["processes"]
+    assert {p["host"] for p in processes} == set(hosts) and {p["launch"] for p in processes} == {launch}, processes
+    assert all(shutil.which("ch-run") in p["argv"] and metas[stack]["image"] in p["argv"] for p in processes)
 
 
 @pytest.mark.parametrize("case", [*sorted(IMAGE_CASES), "pytorch-gpt"])
