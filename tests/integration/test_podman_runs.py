@@ -308,6 +308,33 @@ def test_ddp_ranks_as_srun_steps_on_two_slurm_nodes_in_the_image(image_dir, cpu_
     assert all(p["argv"][:2] == [shutil.which("podman"), "run"] for p in rep["processes"])
 
 
+@pytest.mark.parametrize("case", ["tf-cifar", "mxnet-imagenet", "pytorch-synthetic", "jax-gpt"])
+def test_every_launcher_as_srun_steps_on_two_slurm_nodes_in_its_stacks_image(every_image_dir, cpu_images,
+                                                                            slurm_two_nodes, case, tmp_path):
+    """Horovod (Gloo ranks: see test_apptainer_clusters.py), ps-lite, MultiWorkerMirroredStrategy and
+    jax.distributed, a rank per node, each a `podman run` started by srun (jax-resnet and pytorch-gpt launch as
+    jax-gpt and pytorch-ddp do)."""
+    folder, env = every_image_dir
+    stack, case_args = IMAGE_CASES[case]
+    gloo = {"HOROVOD_CONTROLLER": "gloo"} if case == "pytorch-synthetic" else {}
+    argv = [PY, "-m", "suite", "run", "--case", case, "--runtime", "podman", "--scheduler", "slurm", "--nodes", "2",
+            "--gpus-per-node", "1", "--timeout", "300", "--no-precheck", "--runs-dir", str(tmp_path / "runs"),
+            "--results-dir", str(tmp_path / "results"), "--", *case_args]
+    done = subprocess.run(argv, cwd=ROOT, env={**os.environ, **env, "SUITE_IMAGE_DIR": str(folder),
+                                               "OMP_NUM_THREADS": "1", **gloo},
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    [record] = records_in(tmp_path / "results")
+    validate(record)
+    assert record["status"] == "ok", record["reason"]
+    assert record["execution"]["slurm"]["state"] == "COMPLETED"
+    assert record["provenance"]["image_sha256"] == cpu_images[stack]["image_sha256"]
+    processes = record["repetitions"][0]["processes"]
+    assert {p["host"] for p in processes} == set(NODE_NAMES) and {p["launch"] for p in processes} == {"srun"}
+    podman_bin = shutil.which("podman")
+    assert all(podman_bin in p["argv"] and cpu_images[stack]["image"] in p["argv"] for p in processes)
+
+
 @pytest.mark.parametrize("case", [*sorted(IMAGE_CASES), "pytorch-gpt"])
 def test_the_case_trains_in_its_stacks_image(every_image_dir, cpu_images, case, tmp_path):
     """Each case, two ranks on this machine, every process a `podman run` of its stack's image (root's Podman)."""
