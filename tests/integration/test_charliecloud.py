@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from conftest import MEASURED, ROOT, records_in, tiny
 from support.cluster_fixtures import LOOPBACK_HOSTS, NODE_NAMES, ensure_installed
-from support.docker_fixtures import CPU_STACKS, IMAGE_CASES
+from support.docker_fixtures import CPU_STACKS, OTHER_CASES
 
 from suite.execution import plugins
 from suite.records.schema import validate
@@ -173,18 +173,15 @@ def test_ddp_ranks_on_two_hosts_over_ssh_in_the_image(ch_image, loopback_sshd, t
     assert all(opened[host] >= 1 for host in LOOPBACK_HOSTS), opened
 
 
-# Each other launcher across two hosts in its stack's image: Horovod (Gloo ranks: see test_apptainer_clusters.py),
-# ps-lite, MultiWorkerMirroredStrategy, jax.distributed (jax-resnet and pytorch-gpt launch as jax-gpt and
-# pytorch-ddp do)
-ACROSS = [(case, where) for case in ("tf-cifar", "mxnet-imagenet", "pytorch-synthetic", "jax-gpt")
-          for where in ("slurm", "ssh")]
+# Every other case across two hosts in its stack's image: Horovod's ranks Gloo's (see test_apptainer_clusters.py)
+ACROSS = [(case, where) for case in sorted(OTHER_CASES) for where in ("slurm", "ssh")]
 
 
 @pytest.mark.parametrize("case, where", ACROSS, ids=[f"{where}-{case}" for case, where in ACROSS])
-def test_every_launcher_across_two_hosts_in_its_stacks_image(ch_images, request, tmp_path, case, where):
+def test_every_case_across_two_hosts_in_its_stacks_image(ch_images, request, tmp_path, case, where):
     request.getfixturevalue("slurm_two_nodes" if where == "slurm" else "loopback_sshd")
     folder, metas = ch_images
-    stack, case_args = IMAGE_CASES[case]
+    stack, case_args = OTHER_CASES[case]
     gloo = {"HOROVOD_CONTROLLER": "gloo"} if case == "pytorch-synthetic" else {}
     record = run_across(folder, tmp_path, *(("--scheduler", "slurm") if where == "slurm" else
                                             ("--cluster", "loopback-ssh")), case=case, case_args=case_args, **gloo)
@@ -195,11 +192,11 @@ def test_every_launcher_across_two_hosts_in_its_stacks_image(ch_images, request,
     assert all(shutil.which("ch-run") in p["argv"] and metas[stack]["image"] in p["argv"] for p in processes)
 
 
-@pytest.mark.parametrize("case", [*sorted(IMAGE_CASES), "pytorch-gpt"])
+@pytest.mark.parametrize("case", sorted(OTHER_CASES))
 def test_the_case_trains_in_its_stacks_image(ch_images, case, tmp_path):
     """Each case, two ranks on this machine, every process through ch-run in its stack's image."""
     folder, metas = ch_images
-    stack, case_args = IMAGE_CASES.get(case, ("pytorch", tiny("pytorch-gpt")))
+    stack, case_args = OTHER_CASES[case]
     env = {k: v for k, v in os.environ.items() if k != "USER"}
     env.update(SUITE_IMAGE_DIR=str(folder), OMP_NUM_THREADS="1")
     done = subprocess.run([PY, "-m", "suite", "run", "--case", case, "--runtime", "charliecloud", "--gpus-per-node",

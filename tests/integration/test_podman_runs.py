@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from conftest import MEASURED, ROOT, records_in, tiny
 from support.cluster_fixtures import NODE_NAMES, ensure_installed
-from support.docker_fixtures import CPU_STACKS, IMAGE_CASES
+from support.docker_fixtures import CPU_STACKS, OTHER_CASES
 
 from suite.execution.plan import StackEnv
 from suite.records.schema import validate
@@ -308,14 +308,13 @@ def test_ddp_ranks_as_srun_steps_on_two_slurm_nodes_in_the_image(image_dir, cpu_
     assert all(p["argv"][:2] == [shutil.which("podman"), "run"] for p in rep["processes"])
 
 
-@pytest.mark.parametrize("case", ["tf-cifar", "mxnet-imagenet", "pytorch-synthetic", "jax-gpt"])
-def test_every_launcher_as_srun_steps_on_two_slurm_nodes_in_its_stacks_image(every_image_dir, cpu_images,
-                                                                            slurm_two_nodes, case, tmp_path):
-    """Horovod (Gloo ranks: see test_apptainer_clusters.py), ps-lite, MultiWorkerMirroredStrategy and
-    jax.distributed, a rank per node, each a `podman run` started by srun (jax-resnet and pytorch-gpt launch as
-    jax-gpt and pytorch-ddp do)."""
+@pytest.mark.parametrize("case", sorted(OTHER_CASES))
+def test_every_case_as_srun_steps_on_two_slurm_nodes_in_its_stacks_image(every_image_dir, cpu_images,
+                                                                        slurm_two_nodes, case, tmp_path):
+    """A rank per node, each a `podman run` started by srun; Horovod's ranks Gloo's (see
+    test_apptainer_clusters.py)."""
     folder, env = every_image_dir
-    stack, case_args = IMAGE_CASES[case]
+    stack, case_args = OTHER_CASES[case]
     gloo = {"HOROVOD_CONTROLLER": "gloo"} if case == "pytorch-synthetic" else {}
     argv = [PY, "-m", "suite", "run", "--case", case, "--runtime", "podman", "--scheduler", "slurm", "--nodes", "2",
             "--gpus-per-node", "1", "--timeout", "300", "--no-precheck", "--runs-dir", str(tmp_path / "runs"),
@@ -335,11 +334,11 @@ def test_every_launcher_as_srun_steps_on_two_slurm_nodes_in_its_stacks_image(eve
     assert all(podman_bin in p["argv"] and cpu_images[stack]["image"] in p["argv"] for p in processes)
 
 
-@pytest.mark.parametrize("case", [*sorted(IMAGE_CASES), "pytorch-gpt"])
+@pytest.mark.parametrize("case", sorted(OTHER_CASES))
 def test_the_case_trains_in_its_stacks_image(every_image_dir, cpu_images, case, tmp_path):
     """Each case, two ranks on this machine, every process a `podman run` of its stack's image (root's Podman)."""
     folder, env = every_image_dir
-    stack, case_args = IMAGE_CASES.get(case, ("pytorch", tiny("pytorch-gpt")))
+    stack, case_args = OTHER_CASES[case]
     done = subprocess.run([PY, "-m", "suite", "run", "--case", case, "--runtime", "podman", "--gpus-per-node", "2",
                            "--runs-dir", str(tmp_path / "runs"), "--results-dir", str(tmp_path / "results"), "--",
                            *case_args], cwd=ROOT, env={**os.environ, **env, "SUITE_IMAGE_DIR": str(folder),

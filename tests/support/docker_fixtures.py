@@ -42,6 +42,8 @@ IMAGE_CASES = {
     "jax-gpt": ("jax", tiny("jax-gpt")),
     "jax-resnet": ("jax", tiny("jax-resnet", model="resnet18")),  # the runtime is tested: half ResNet-50's compile
 }
+# ... and with pytorch-gpt (FSDP ranks), every case but pytorch-ddp
+OTHER_CASES = {**IMAGE_CASES, "pytorch-gpt": ("pytorch", tiny("pytorch-gpt", parallel="fsdp", launcher="ranks"))}
 
 
 def data_root() -> Path:
