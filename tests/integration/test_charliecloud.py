@@ -1,8 +1,8 @@
 """RUNTIME=charliecloud with Debian's Charliecloud 0.31: every stack's cpu image made from the Docker image
 the session's engine built (tests/support/docker_fixtures.py: export of its filesystem, ch-convert to a
 directory); pytorch-ddp with two ranks run through ch-run on this machine as root and as an unprivileged
-user, as srun steps on the tests' two SLURM nodes and on two hosts over ssh; every other case with two
-ranks on this machine in its stack's image."""
+user, as srun steps on the tests' two SLURM nodes and on two hosts over ssh; every other case in its stack's
+image with two ranks on this machine, as srun steps and over ssh; the check-site row and rerun."""
 
 import json
 import os
@@ -17,6 +17,7 @@ import pytest
 from conftest import MEASURED, ROOT, records_in, tiny
 from support.cluster_fixtures import LOOPBACK_HOSTS, NODE_NAMES, ensure_installed
 from support.docker_fixtures import CPU_STACKS, OTHER_CASES
+from support.image_runs import check_site_then_rerun, ok_record, suite
 
 from suite.execution import plugins
 from suite.records.schema import validate
@@ -89,8 +90,7 @@ def test_the_image_is_the_docker_images_filesystem(ch_image, cpu_images):
 
 
 def run_ddp(folder: Path, out: Path, as_nobody: bool) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if k != "USER"}  # ch-run needs it: the runtime sets it
-    env.update(SUITE_IMAGE_DIR=str(folder), OMP_NUM_THREADS="1")
+    env = ch_env(folder)
     python, prefix = [PY], []
     if as_nobody:
         # The runner's own Python lives under /root (mode 0700 here): run it with Debian's python3 of the same
@@ -136,17 +136,17 @@ def test_ddp_ranks_train_in_the_image(ch_image, who):
 def run_across(folder: Path, tmp_path: Path, *where: str, case: str = "pytorch-ddp", case_args=DDP,
                **extra: str) -> dict:
     """The case with one rank on each of two nodes, every rank in the image; the run's record, ok."""
+    done = suite({**ch_env(folder), **extra}, "run", "--case", case, "--runtime", "charliecloud", "--nodes", "2",
+                 "--gpus-per-node", "1", "--timeout", "300", "--no-precheck", "--runs-dir", str(tmp_path / "runs"),
+                 "--results-dir", str(tmp_path / "results"), *where, "--", *case_args)
+    return ok_record(done, tmp_path / "results")
+
+
+def ch_env(folder: Path) -> dict:
+    """The environment of a suite command run with the images of folder (USER unset: the runtime sets it, as
+    ch-run needs it)."""
     env = {k: v for k, v in os.environ.items() if k != "USER"}
-    env.update(SUITE_IMAGE_DIR=str(folder), OMP_NUM_THREADS="1", **extra)
-    argv = [PY, "-m", "suite", "run", "--case", case, "--runtime", "charliecloud", "--nodes", "2",
-            "--gpus-per-node", "1", "--timeout", "300", "--no-precheck", "--runs-dir", str(tmp_path / "runs"),
-            "--results-dir", str(tmp_path / "results"), *where, "--", *case_args]
-    done = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    [record] = records_in(tmp_path / "results")
-    validate(record)
-    assert record["status"] == "ok", record["reason"]
-    return record
+    return {**env, "SUITE_IMAGE_DIR": str(folder), "OMP_NUM_THREADS": "1"}
 
 
 def test_ddp_ranks_as_srun_steps_on_two_slurm_nodes_in_the_image(ch_image, slurm_two_nodes, tmp_path):
@@ -197,15 +197,9 @@ def test_the_case_trains_in_its_stacks_image(ch_images, case, tmp_path):
     """Each case, two ranks on this machine, every process through ch-run in its stack's image."""
     folder, metas = ch_images
     stack, case_args = OTHER_CASES[case]
-    env = {k: v for k, v in os.environ.items() if k != "USER"}
-    env.update(SUITE_IMAGE_DIR=str(folder), OMP_NUM_THREADS="1")
-    done = subprocess.run([PY, "-m", "suite", "run", "--case", case, "--runtime", "charliecloud", "--gpus-per-node",
-                           "2", "--runs-dir", str(tmp_path / "runs"), "--results-dir", str(tmp_path / "results"),
-                           "--", *case_args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    [record] = records_in(tmp_path / "results")
-    validate(record)
-    assert record["status"] == "ok", record["reason"]
+    done = suite(ch_env(folder), "run", "--case", case, "--runtime", "charliecloud", "--gpus-per-node", "2",
+                 "--runs-dir", str(tmp_path / "runs"), "--results-dir", str(tmp_path / "results"), "--", *case_args)
+    record = ok_record(done, tmp_path / "results")
     prov = record["provenance"]
     assert (prov["runtime"], prov["stack"]) == ("charliecloud", stack)
     assert prov["image_sha256"] == metas[stack]["image_sha256"]
@@ -219,35 +213,12 @@ def test_check_site_runs_the_charliecloud_path_and_rerun_uses_the_same_image(ch_
     """`make check-site`'s charliecloud row runs (ok) and writes a record; `suite rerun` of it runs in the same
     image, and refuses, naming both digests, where the image folder holds another conversion."""
     folder, meta = ch_image
-    env = {k: v for k, v in os.environ.items() if k != "USER"}
-    env.update(SUITE_IMAGE_DIR=str(folder), OMP_NUM_THREADS="1")
-    dirs = ("--results-dir", str(tmp_path / "results"), "--runs-dir", str(tmp_path / "runs"))
-
-    def suite(*args: str, **extra: str) -> subprocess.CompletedProcess:
-        return subprocess.run([PY, "-m", "suite", *args], cwd=ROOT, env={**env, **extra}, capture_output=True,
-                              text=True, timeout=600)
-
-    done = suite("check", *dirs, "--only", "pytorch-ddp/charliecloud/ranks")
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    [written] = (tmp_path / "site-checks").glob("*.json")
-    [row] = json.loads(written.read_text())["paths"]
-    assert (row["case"], row["runtime"], row["launcher"], row["outcome"]) == \
-        ("pytorch-ddp", "charliecloud", "ranks", "ok"), row
-    assert json.loads(Path(row["record"]).read_text())["provenance"]["image_sha256"] == meta["image_sha256"]
-    again = suite("rerun", row["record"], *dirs)
-    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
-    [new] = [r for r in records_in(tmp_path / "results") if r["run_id"] != Path(row["record"]).stem]
-    assert new["status"] == "ok" and new["provenance"]["rerun_of"]["drift"] == []
-    assert new["provenance"]["image_sha256"] == meta["image_sha256"]
-    assert all(p["argv"][0] == shutil.which("ch-run") for p in new["repetitions"][0]["processes"])
     converted = tmp_path / "converted"
     converted.mkdir()
     subprocess.run(["cp", "-al", meta["image"], str(converted / "pytorch-cpu.ch")], check=True)
     (converted / "pytorch-cpu.ch.json").write_text(json.dumps({**meta, "image_sha256": "ab" * 32}))
-    written = len(records_in(tmp_path / "results"))
-    refused = suite("rerun", row["record"], *dirs, SUITE_IMAGE_DIR=str(converted))
-    assert refused.returncode == 2, refused.stdout[-3000:] + refused.stderr[-3000:]
-    drift = [line for line in refused.stderr.splitlines() if line.startswith("drift: image:")]
-    assert drift == [f"drift: image: sha256 {meta['image_sha256'][:12]} in the record, abababababab here "
-                     f"({converted / 'pytorch-cpu.ch'}, runtime charliecloud)"], refused.stderr
-    assert len(records_in(tmp_path / "results")) == written  # refused before anything ran
+    check_site_then_rerun(
+        ch_env(folder), tmp_path, "charliecloud", meta["image_sha256"], shutil.which("ch-run"),
+        {"SUITE_IMAGE_DIR": str(converted)},
+        f"drift: image: sha256 {meta['image_sha256'][:12]} in the record, abababababab here "
+        f"({converted / 'pytorch-cpu.ch'}, runtime charliecloud)")

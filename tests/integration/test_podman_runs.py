@@ -2,10 +2,10 @@
 (tests/support/docker_fixtures.py) brought into Podman as users do, `docker save | podman load`, into
 storages the tests keep between sessions, and pytorch-ddp with two ranks run through `podman run`: rootless as an
 unprivileged user (subordinate ids, HOME and XDG_RUNTIME_DIR of its own) and as root, and as srun steps on
-the tests' two SLURM nodes; every other case with two ranks on this machine in its stack's image (every
-stack's image loaded into root's Podman). Bad input is refused before anything launches."""
+the tests' two SLURM nodes; every other case in its stack's image (every stack's image loaded into root's
+Podman) with two ranks on this machine and as srun steps; the check-site row and rerun. Bad input is refused
+before anything launches."""
 
-import json
 import os
 import resource
 import shutil
@@ -19,6 +19,7 @@ import pytest
 from conftest import MEASURED, ROOT, records_in, tiny
 from support.cluster_fixtures import NODE_NAMES, ensure_installed
 from support.docker_fixtures import CPU_STACKS, OTHER_CASES
+from support.image_runs import check_site_then_rerun, ok_record, suite
 
 from suite.execution.plan import StackEnv
 from suite.records.schema import validate
@@ -316,16 +317,11 @@ def test_every_case_as_srun_steps_on_two_slurm_nodes_in_its_stacks_image(every_i
     folder, env = every_image_dir
     stack, case_args = OTHER_CASES[case]
     gloo = {"HOROVOD_CONTROLLER": "gloo"} if case == "pytorch-synthetic" else {}
-    argv = [PY, "-m", "suite", "run", "--case", case, "--runtime", "podman", "--scheduler", "slurm", "--nodes", "2",
-            "--gpus-per-node", "1", "--timeout", "300", "--no-precheck", "--runs-dir", str(tmp_path / "runs"),
-            "--results-dir", str(tmp_path / "results"), "--", *case_args]
-    done = subprocess.run(argv, cwd=ROOT, env={**os.environ, **env, "SUITE_IMAGE_DIR": str(folder),
-                                               "OMP_NUM_THREADS": "1", **gloo},
-                          capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    [record] = records_in(tmp_path / "results")
-    validate(record)
-    assert record["status"] == "ok", record["reason"]
+    done = suite({**os.environ, **env, "SUITE_IMAGE_DIR": str(folder), "OMP_NUM_THREADS": "1", **gloo}, "run",
+                 "--case", case, "--runtime", "podman", "--scheduler", "slurm", "--nodes", "2", "--gpus-per-node", "1",
+                 "--timeout", "300", "--no-precheck", "--runs-dir", str(tmp_path / "runs"), "--results-dir",
+                 str(tmp_path / "results"), "--", *case_args)
+    record = ok_record(done, tmp_path / "results")
     assert record["execution"]["slurm"]["state"] == "COMPLETED"
     assert record["provenance"]["image_sha256"] == cpu_images[stack]["image_sha256"]
     processes = record["repetitions"][0]["processes"]
@@ -339,15 +335,10 @@ def test_the_case_trains_in_its_stacks_image(every_image_dir, cpu_images, case, 
     """Each case, two ranks on this machine, every process a `podman run` of its stack's image (root's Podman)."""
     folder, env = every_image_dir
     stack, case_args = OTHER_CASES[case]
-    done = subprocess.run([PY, "-m", "suite", "run", "--case", case, "--runtime", "podman", "--gpus-per-node", "2",
-                           "--runs-dir", str(tmp_path / "runs"), "--results-dir", str(tmp_path / "results"), "--",
-                           *case_args], cwd=ROOT, env={**os.environ, **env, "SUITE_IMAGE_DIR": str(folder),
-                                                       "OMP_NUM_THREADS": "1"},
-                          capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    [record] = records_in(tmp_path / "results")
-    validate(record)
-    assert record["status"] == "ok", record["reason"]
+    done = suite({**os.environ, **env, "SUITE_IMAGE_DIR": str(folder), "OMP_NUM_THREADS": "1"}, "run", "--case", case,
+                 "--runtime", "podman", "--gpus-per-node", "2", "--runs-dir", str(tmp_path / "runs"), "--results-dir",
+                 str(tmp_path / "results"), "--", *case_args)
+    record = ok_record(done, tmp_path / "results")
     prov, meta = record["provenance"], cpu_images[stack]
     assert (prov["runtime"], prov["stack"], prov["image"]) == ("podman", stack, meta["image"])
     assert prov["image_sha256"] == meta["image_sha256"]
@@ -360,31 +351,9 @@ def test_check_site_runs_the_podman_path_and_rerun_uses_the_same_image(every_ima
     """`make check-site`'s podman row runs (ok) and writes a record; `suite rerun` of it runs the same image,
     and refuses, naming both IDs, where the tag it would run now holds another image."""
     folder, env = every_image_dir
-    env = {**os.environ, **env, "SUITE_IMAGE_DIR": str(folder), "OMP_NUM_THREADS": "1"}
-    dirs = ("--results-dir", str(tmp_path / "results"), "--runs-dir", str(tmp_path / "runs"))
-
-    def suite(*args: str, **extra: str) -> subprocess.CompletedProcess:
-        return subprocess.run([PY, "-m", "suite", *args], cwd=ROOT, env={**env, **extra}, capture_output=True,
-                              text=True, timeout=600)
-
-    meta = cpu_images["pytorch"]
-    done = suite("check", *dirs, "--only", "pytorch-ddp/podman/ranks")
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    [written] = (tmp_path / "site-checks").glob("*.json")
-    [row] = json.loads(written.read_text())["paths"]
-    assert (row["case"], row["runtime"], row["launcher"], row["outcome"]) == ("pytorch-ddp", "podman", "ranks", "ok")
-    assert json.loads(Path(row["record"]).read_text())["provenance"]["image_sha256"] == meta["image_sha256"]
-    again = suite("rerun", row["record"], *dirs)
-    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
-    [new] = [r for r in records_in(tmp_path / "results") if r["run_id"] != Path(row["record"]).stem]
-    assert new["status"] == "ok" and new["provenance"]["rerun_of"]["drift"] == []
-    assert new["provenance"]["image_sha256"] == meta["image_sha256"]
-    assert all(p["argv"][:2] == [shutil.which("podman"), "run"] for p in new["repetitions"][0]["processes"])
-    other = cpu_images["jax"]
-    written = len(records_in(tmp_path / "results"))
-    refused = suite("rerun", row["record"], *dirs, SUITE_IMAGE=other["image"])
-    assert refused.returncode == 2, refused.stdout[-3000:] + refused.stderr[-3000:]
-    drift = [line for line in refused.stderr.splitlines() if line.startswith("drift: image:")]
-    assert drift == [f"drift: image: sha256 {meta['image_sha256'][:12]} in the record, {other['image_sha256'][:12]} "
-                     f"here ({other['image']}, runtime podman)"], refused.stderr
-    assert len(records_in(tmp_path / "results")) == written  # refused before anything ran
+    meta, other = cpu_images["pytorch"], cpu_images["jax"]
+    check_site_then_rerun(
+        {**os.environ, **env, "SUITE_IMAGE_DIR": str(folder), "OMP_NUM_THREADS": "1"}, tmp_path, "podman",
+        meta["image_sha256"], shutil.which("podman"), {"SUITE_IMAGE": other["image"]},
+        f"drift: image: sha256 {meta['image_sha256'][:12]} in the record, {other['image_sha256'][:12]} here "
+        f"({other['image']}, runtime podman)")
