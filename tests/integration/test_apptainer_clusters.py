@@ -8,6 +8,7 @@ import pytest
 from conftest import records_in, tiny
 from support.apptainer_fixtures import DOCKER_SIF_CASES
 from support.cluster_fixtures import LOOPBACK_HOSTS, NODE_NAMES
+from support.docker_fixtures import OTHER_CASES
 
 from suite.records.schema import validate
 
@@ -83,8 +84,7 @@ def test_every_case_across_two_hosts_in_its_sif(apptainer_here, pytorch_sif, doc
     request.getfixturevalue("slurm_two_nodes" if where == "slurm" else "loopback_sshd")
     argv, hosts, launch = WHERE[where]
     if case == "pytorch-gpt":
-        folder, meta, case_args = apptainer_here.images, pytorch_sif, tiny(case, parallel="fsdp", launcher="ranks")
-        stack = "pytorch"
+        (stack, case_args), folder, meta = OTHER_CASES[case], apptainer_here.images, pytorch_sif
     else:
         (folder, metas), (stack, case_args) = docker_sifs, DOCKER_SIF_CASES[case]
         meta = metas[stack]
