@@ -26,6 +26,7 @@ TINY ?=
 RECORD ?=
 ALLOW_DRIFT ?=
 ONLY ?=
+JOBS ?=
 # RUNTIME=modules: the site's environment modules to load, scripts to source, the Python to run (docs/clusters.md);
 # PYTHON only from make's command line: a PYTHON some shells export for other tools is not meant here
 MODULES ?=
@@ -145,11 +146,22 @@ rerun: $(VENV)/.installed
 bench: $(VENV)/.installed
 	$(VENV)/bin/python benchmarks/harness.py $(BENCH_ARGS)
 
+# make test: what CI runs (.ci/run): ruff, the system packages, the unit tests under the other CPythons, then every
+# test under this one, less the runs across hosts in images that only repeat their pairs (tests/support/pairwise.py);
+# the log ends with the 25 slowest tests
 test: $(VENV)/.installed
 	$(VENV)/bin/ruff check .
 	tools/install-test-deps.sh
-	$(VENV)/bin/python -m pytest -ra --durations=25 tests
 	tools/python-matrix.sh
+	$(VENV)/bin/python -m pytest -ra --durations=25 -m "not full_product" tests
+
+# make test-all: make test with the full product of image runtime x case x scheduler (not in CI, for its time)
+.PHONY: test-all
+test-all: $(VENV)/.installed
+	$(VENV)/bin/ruff check .
+	tools/install-test-deps.sh
+	tools/python-matrix.sh
+	$(VENV)/bin/python -m pytest -ra --durations=25 tests
 
 # make test-pythons: only the unit tests under the other CPythons 3.10-3.13 of this machine (tools/python-matrix.sh)
 .PHONY: test-pythons
@@ -189,11 +201,11 @@ gpu-check: $(VENV)/.installed
 		$(call opt,--flavour,$(FLAVOUR)) $(call opt,--cluster,$(CLUSTER)) $(call opt,--wheels,$(WHEELS)) \
 		$(call opt,--modules,$(MODULES)) $(call opt,--source,$(SOURCE)) $(site_python)
 
-# make containers [STACK=tensorflow] [FLAVOUR=cpu|cuda] [TOOL=apptainer|docker|charliecloud] [BASE=pinned|debian|docker (apptainer: from the Docker image)] [BASE_REFRESH=1]
+# make containers [STACK=tensorflow] [FLAVOUR=cpu|cuda] [TOOL=apptainer|docker|charliecloud] [BASE=pinned|debian|docker (apptainer: from the Docker image)] [BASE_REFRESH=1] [JOBS=2]
 # (docs/containers.md): images into containers/build/ or the Docker engine
 .PHONY: containers
 containers: $(VENV)/.installed
 	$(SUITE) containers build $(if $(strip $(STACK)),--stack "$(STACK)") \
 		$(if $(strip $(FLAVOUR)),--flavour "$(FLAVOUR)") $(if $(strip $(TOOL)),--tool "$(TOOL)") \
 		$(if $(strip $(BASE)),--base "$(BASE)") $(if $(call on,BASE_REFRESH),--refresh-base) \
-		$(call opt,--wheels,$(WHEELS))
+		$(call opt,--wheels,$(WHEELS)) $(call opt,--jobs,$(JOBS))

@@ -474,14 +474,14 @@ def main(argv: list[str] | None = None) -> int:
     sizes.add_argument("--medium", action="store_true",
                        help="128 px, batch 16: ratios that mean something, about 20 min on 2 cores")
     parser.add_argument("--rounds", type=int, default=None,
-                        help="rounds per measurement, in ABBA order (default 3; tiny 2, at least 2)")
+                        help="rounds per measurement, in ABBA order (default 3; tiny 2)")
     parser.add_argument("--only", nargs="+", choices=MEASUREMENTS, help="run only these measurements")
     parser.add_argument("--out", type=Path, default=ROOT / "reports" / "bench")
     args = parser.parse_args(argv)
     size = "tiny" if args.tiny else "medium" if args.medium else "full"
     rounds = args.rounds or (2 if size == "tiny" else 3)
     with tempfile.TemporaryDirectory(prefix="bench-") as work:
-        bench = Bench(size, max(rounds, 2) if args.tiny else rounds, Path(work))
+        bench = Bench(size, rounds, Path(work))
         for name in args.only or MEASUREMENTS:
             getattr(bench, name)()
     args.out.mkdir(parents=True, exist_ok=True)

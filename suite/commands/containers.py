@@ -22,6 +22,7 @@ class ContainersRequest:
     base: str = "pinned"
     refresh_base: bool = False
     wheels: Path | None = None
+    jobs: int = 1
 
 
 def add_arguments(parser) -> None:
@@ -39,6 +40,8 @@ def add_arguments(parser) -> None:
         help="make the Debian base again rather than reuse the one made before (Make: BASE_REFRESH=1)")
     add("--wheels", type=Path, default=None,
         help="build from this wheel folder (make wheels) instead of filling one now (Make: WHEELS)")
+    add("--jobs", type=int, default=1,
+        help="images built at once after the first (which makes the base where one is made); default 1 (Make: JOBS)")
 
 
 def make_request(args, case_args: list[str], argv: list[str]) -> ContainersRequest:
@@ -50,7 +53,8 @@ def run(req: ContainersRequest) -> int:
     from suite.execution import image_builds
 
     if req.action == "build":
-        image_builds.build(req.stack, req.flavour, req.tool, req.base, req.refresh_base, wheels=req.wheels)
+        image_builds.build(req.stack, req.flavour, req.tool, req.base, req.refresh_base, wheels=req.wheels,
+                           jobs=req.jobs)
         return 0
     stale = image_builds.render(check=req.action == "check")
     for path in stale:

@@ -1,6 +1,8 @@
 """Render and build the stacks' images with the runtimes that build images (`suite containers`): each
 runtime plugin renders its own recipe of a flavour (suite/stacks/images.py holds what they share)."""
 
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 
@@ -73,10 +75,12 @@ def check_buildable(fl: Flavour) -> None:
 
 
 def build(stack: str | None, flavour: str | None, tool: str, base: str = "pinned", refresh_base: bool = False,
-          log=print, wheels: Path | None = None) -> list[dict]:
+          log=print, wheels: Path | None = None, jobs: int = 1) -> list[dict]:
     """Builds the selected images from a wheel folder (`wheels`, filled before by `make wheels`; else
-    one filled now); one named explicitly with an unpinned base is refused, a selection of several
-    skips such images with a warning."""
+    one filled now), `jobs` at a time; one named explicitly with an unpinned base is refused, a selection
+    of several skips such images with a warning."""
+    if jobs < 1:
+        raise UsageError(f"--jobs must be 1 or more, got {jobs}")
     if stack is not None:
         load_flavour(load_stack(stack), flavour or "cpu")  # names a bad stack or flavour in one line
     elif flavour is not None and flavour not in FLAVOURS:
@@ -93,12 +97,29 @@ def build(stack: str | None, flavour: str | None, tool: str, base: str = "pinned
         check_buildable(fl)
     chosen = builder(tool, base, flavours)
     if base == "docker":  # a SIF made from the Docker image, which installed the packages: no wheel folder
-        return [chosen.build_image(fl, BuildInputs(base), log) for fl in flavours]
+        return built_in_turns(chosen, flavours, BuildInputs(base), jobs, log)
     if wheels is None:
         wheels = build_dir() / "wheels"
         for fl in flavours:
             wheelhouse.fill(wheels, fl.locks(), fl.pip_extra_index, log, needs=fl.extra_index_builds())
     with wheelhouse.served(Path(wheels)) as url:
-        first = BuildInputs(base, refresh_base, url)
-        return [chosen.build_image(fl, first if i == 0 else replace(first, refresh_base=False), log)
-                for i, fl in enumerate(flavours)]
+        return built_in_turns(chosen, flavours, BuildInputs(base, refresh_base, url), jobs, log)
+
+
+def built_in_turns(chosen, flavours: list[Flavour], first: BuildInputs, jobs: int, log) -> list[dict]:
+    """The first image alone (where the base is made, it is made then, once), then the others `jobs` at a
+    time, their log lines led by the flavour's id; the metadata in the order of flavours."""
+    if not flavours:
+        return []
+    made = [chosen.build_image(flavours[0], first, log)]
+    rest, lock = replace(first, refresh_base=False), threading.Lock()
+
+    def one(fl: Flavour) -> dict:
+        def said(line: str) -> None:
+            with lock:
+                log(f"[{fl.id}] {line}" if jobs > 1 else line)
+
+        return chosen.build_image(fl, rest, said)
+
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        return made + list(pool.map(one, flavours[1:]))

@@ -9,6 +9,7 @@ from conftest import records_in, tiny
 from support.apptainer_fixtures import DOCKER_SIF_CASES
 from support.cluster_fixtures import LOOPBACK_HOSTS, NODE_NAMES
 from support.docker_fixtures import OTHER_CASES
+from support.pairwise import across
 
 from suite.records.schema import validate
 
@@ -70,14 +71,9 @@ def test_ranks_in_the_sif_on_two_hosts_over_ssh(apptainer_here, pytorch_sif, loo
 
 
 # Each launcher across two hosts in its image: the cases of the SIFs made from Docker images, and
-# pytorch-gpt's FSDP ranks in the pytorch SIF. jax-resnet crosses hosts as jax-gpt does (jax.distributed,
-# the same SIF) and compiles for half a minute: over ssh only (test_slurm_multinode.py runs it on the
-# SLURM nodes).
-ACROSS = [(case, where) for case in [*DOCKER_SIF_CASES, "pytorch-gpt"] for where in sorted(WHERE)
-          if (case, where) != ("jax-resnet", "slurm")]
-
-
-@pytest.mark.parametrize("case, where", ACROSS, ids=[f"{where}-{case}" for case, where in ACROSS])
+# pytorch-gpt's FSDP ranks in the pytorch SIF; those of tests/support/pairwise.py in `make test`, the rest
+# in `make test-all`.
+@pytest.mark.parametrize("case, where", across("apptainer", [*DOCKER_SIF_CASES, "pytorch-gpt"]))
 def test_every_case_across_two_hosts_in_its_sif(apptainer_here, pytorch_sif, docker_sifs, request, case, where):
     """Horovod, ps-lite, MultiWorkerMirroredStrategy, jax.distributed and torch.distributed's FSDP, each
     process in its stack's SIF."""

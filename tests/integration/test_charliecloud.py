@@ -18,6 +18,7 @@ from conftest import MEASURED, ROOT, records_in, tiny
 from support.cluster_fixtures import LOOPBACK_HOSTS, NODE_NAMES, ensure_installed
 from support.docker_fixtures import CPU_STACKS, OTHER_CASES
 from support.image_runs import check_site_then_rerun, ok_record, suite
+from support.pairwise import across
 
 from suite.execution import plugins
 from suite.records.schema import validate
@@ -173,11 +174,9 @@ def test_ddp_ranks_on_two_hosts_over_ssh_in_the_image(ch_image, loopback_sshd, t
     assert all(opened[host] >= 1 for host in LOOPBACK_HOSTS), opened
 
 
-# Every other case across two hosts in its stack's image: Horovod's ranks Gloo's (see test_apptainer_clusters.py)
-ACROSS = [(case, where) for case in sorted(OTHER_CASES) for where in ("slurm", "ssh")]
-
-
-@pytest.mark.parametrize("case, where", ACROSS, ids=[f"{where}-{case}" for case, where in ACROSS])
+# Every other case across two hosts in its stack's image (those of tests/support/pairwise.py in `make test`, the
+# rest in `make test-all`): Horovod's ranks Gloo's (see test_apptainer_clusters.py)
+@pytest.mark.parametrize("case, where", across("charliecloud", OTHER_CASES))
 def test_every_case_across_two_hosts_in_its_stacks_image(ch_images, request, tmp_path, case, where):
     request.getfixturevalue("slurm_two_nodes" if where == "slurm" else "loopback_sshd")
     folder, metas = ch_images

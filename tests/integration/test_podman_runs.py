@@ -20,6 +20,7 @@ from conftest import MEASURED, ROOT, records_in, tiny
 from support.cluster_fixtures import NODE_NAMES, ensure_installed
 from support.docker_fixtures import CPU_STACKS, OTHER_CASES
 from support.image_runs import check_site_then_rerun, ok_record, suite
+from support.pairwise import across
 
 from suite.execution.plan import StackEnv
 from suite.records.schema import validate
@@ -309,11 +310,11 @@ def test_ddp_ranks_as_srun_steps_on_two_slurm_nodes_in_the_image(image_dir, cpu_
     assert all(p["argv"][:2] == [shutil.which("podman"), "run"] for p in rep["processes"])
 
 
-@pytest.mark.parametrize("case", sorted(OTHER_CASES))
+@pytest.mark.parametrize("case, where", across("podman", OTHER_CASES, schedulers=("slurm",)))
 def test_every_case_as_srun_steps_on_two_slurm_nodes_in_its_stacks_image(every_image_dir, cpu_images,
-                                                                        slurm_two_nodes, case, tmp_path):
-    """A rank per node, each a `podman run` started by srun; Horovod's ranks Gloo's (see
-    test_apptainer_clusters.py)."""
+                                                                        slurm_two_nodes, case, where, tmp_path):
+    """A rank per node, each a `podman run` started by srun (those of tests/support/pairwise.py in `make test`,
+    the rest in `make test-all`); Horovod's ranks Gloo's (see test_apptainer_clusters.py)."""
     folder, env = every_image_dir
     stack, case_args = OTHER_CASES[case]
     gloo = {"HOROVOD_CONTROLLER": "gloo"} if case == "pytorch-synthetic" else {}

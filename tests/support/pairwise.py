@@ -1,0 +1,42 @@
+"""Which runs across two hosts in an image `make test` makes, and which only `make test-all` adds.
+
+The full product (every image runtime × every case × both schedulers) proves little more than its pairs:
+each image runtime runs every case on this machine (runtime × case, so every launcher in every image) and
+pytorch-ddp across two hosts under SLURM and over ssh (runtime × scheduler); the local runtime runs every
+case on the two SLURM nodes and over ssh (case × scheduler). What is left, a launcher crossing hosts inside
+an image, is covered once for each (case, scheduler): ACROSS_IN_IMAGES names the runtime that does it in
+`make test`. Every other such run carries the `full_product` marker, which `make test` leaves out and
+`make test-all` runs (CONTRIBUTING.md, "The tests")."""
+
+import pytest
+
+# (case, scheduler) -> the image runtime that runs it across two hosts in `make test`; spread so that each
+# runtime crosses hosts with several launchers, and Podman (srun steps only) under SLURM alone
+ACROSS_IN_IMAGES = {
+    ("pytorch-synthetic", "ssh"): "apptainer",  # horovodrun starting each rank in its container over ssh
+    ("mxnet-imagenet", "ssh"): "apptainer",
+    ("jax-resnet", "ssh"): "apptainer",
+    ("pytorch-gpt", "slurm"): "apptainer",
+    ("tf-cifar", "slurm"): "apptainer",
+    ("tf-cifar", "ssh"): "charliecloud",
+    ("jax-gpt", "ssh"): "charliecloud",
+    ("pytorch-gpt", "ssh"): "charliecloud",
+    ("pytorch-synthetic", "slurm"): "charliecloud",
+    ("jax-resnet", "slurm"): "charliecloud",
+    ("mxnet-imagenet", "slurm"): "podman",
+    ("jax-gpt", "slurm"): "podman",
+}
+SCHEDULERS = ("slurm", "ssh")
+FULL_PRODUCT = pytest.mark.full_product
+
+
+def in_make_test(runtime: str, case: str, where: str) -> bool:
+    return ACROSS_IN_IMAGES.get((case, where)) == runtime
+
+
+def across(runtime: str, cases, schedulers=SCHEDULERS) -> list:
+    """pytest parameters (case, where) for `runtime`'s runs across two hosts: the product of cases and
+    schedulers, those not in `make test` marked full_product; ids read `where-case`."""
+    return [pytest.param(case, where, id=f"{where}-{case}",
+                         marks=() if in_make_test(runtime, case, where) else FULL_PRODUCT)
+            for case in sorted(cases) for where in schedulers]

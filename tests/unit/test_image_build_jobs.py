@@ -1,0 +1,53 @@
+"""`suite containers build --jobs N`: the first image alone (it makes the base), the others N at a time, each
+line of a parallel build led by its flavour, the metadata in the flavours' order; a bad N refused."""
+
+import threading
+import time
+from types import SimpleNamespace
+
+import pytest
+
+from suite.base.errors import UsageError
+from suite.execution import image_builds
+from suite.stacks.images import BuildInputs
+
+
+class Builder:
+    """A runtime whose builds take a moment and note how many ran at once and with which inputs."""
+
+    def __init__(self):
+        self.running, self.most, self.inputs, self.guard = 0, 0, {}, threading.Lock()
+
+    def build_image(self, fl, inputs, log):
+        with self.guard:
+            self.running += 1
+            self.most = max(self.most, self.running)
+        log(f"containers: building {fl.id}")
+        time.sleep(0.05)
+        with self.guard:
+            self.running -= 1
+            self.inputs[fl.id] = inputs
+        return {"stack": fl.id}
+
+
+FLAVOURS = [SimpleNamespace(id=f"stack{i}-cpu") for i in range(5)]
+
+
+@pytest.mark.parametrize("jobs, most", [(1, 1), (2, 2), (8, 4)])
+def test_the_first_image_alone_then_the_others_jobs_at_a_time(jobs, most):
+    builder, lines = Builder(), []
+    first = BuildInputs("debian", True, "http://127.0.0.1:1/")
+    made = image_builds.built_in_turns(builder, FLAVOURS, first, jobs, lines.append)
+    assert made == [{"stack": fl.id} for fl in FLAVOURS]
+    assert builder.most == most
+    assert lines[0] == "containers: building stack0-cpu"  # alone, before the others started
+    assert builder.inputs["stack0-cpu"].refresh_base is True
+    assert all(builder.inputs[fl.id].refresh_base is False for fl in FLAVOURS[1:])  # the base made once
+    for line in lines[1:]:  # a parallel build's lines say whose they are
+        built = line.rsplit(" ", 1)[1]
+        assert line == (f"[{built}] " if jobs > 1 else "") + f"containers: building {built}"
+
+
+def test_jobs_below_one_are_refused_before_anything_is_built():
+    with pytest.raises(UsageError, match="--jobs must be 1 or more, got 0"):
+        image_builds.build("pytorch", "cpu", "docker", "debian", jobs=0)
