@@ -91,6 +91,20 @@ def next_token_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor
     return F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten())
 
 
+class WithLoss(nn.Module):
+    """The model and a loss of its logits in one forward pass, (tokens, targets) -> loss: what
+    torch.compile takes as one graph (nanoGPT's model returns its loss too), so the logits' float copy
+    and the softmax are fused instead of written out."""
+
+    def __init__(self, model: nn.Module, loss=next_token_loss):
+        super().__init__()
+        self.model = model
+        self.loss = loss
+
+    def forward(self, tokens: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        return self.loss(self.model(tokens), targets)
+
+
 N_CONVENTION = "nanoGPT's: every parameter but the position embedding, the head tied to the token embedding once"
 
 

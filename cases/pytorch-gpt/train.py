@@ -5,20 +5,25 @@ One process per device, started by torchrun, by the suite (--launcher ranks) or 
 cases/_shared/torch_dist.py). --data synthetic trains on a fixed batch of random tokens on the device;
 --data tokens on windows of $SUITE_DATA_DIR/tokens/train.bin (cases/_shared/token_windows.py), each rank its
 own. A step is --grad-accum micro-batches, the gradients exchanged once; steps are timed in iterations of
---num-batches-per-iter, after --num-warmup-batches untimed ones. Options come from case.toml."""
+--num-batches-per-iter, after --num-warmup-batches untimed ones. The order of compilation and wrapping, the
+optimizer's implementation and the garbage collector's settings: assembly.py. On GPUs the GPU's own time for
+a step's passes is measured after the timed window (cases/_shared/gpu_busy.py). Options come from case.toml."""
 
 import contextlib
+import functools
 import time
 
+import assembly
 import numpy
 import torch
 import torch.distributed as dist
-from gpt import GPT, N_CONVENTION, GPTConfig, next_token_loss, parameters_counted, training_flops_per_token
+from gpt import GPT, N_CONVENTION, GPTConfig, WithLoss, next_token_loss, parameters_counted, training_flops_per_token
 from torch.distributed.device_mesh import init_device_mesh
-from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 from torch.nn.parallel import DistributedDataParallel
 
 from cases._shared.flops import precision, report_peak, training_flops_per_sample
+from cases._shared.gpu_busy import SPINS_S, pass_gpu_seconds
 from cases._shared.memory import peak_memory
 from cases._shared.timed import min_seconds, timed_iterations
 from cases._shared.token_windows import TokenError, data_facts, open_windows
@@ -49,50 +54,114 @@ def amp_dtype(args, device: torch.device) -> torch.dtype | None:
 
 
 def parallel(args, bare: GPT, device: torch.device, world: int, amp: torch.dtype | None):
-    """The model wrapped for data parallelism, and its settings as the record shows them."""
+    """(the module a step calls with (inputs, targets) for their loss, the module whose gradient exchange
+    gradient_sync switches or None, its settings as the record shows them), compiled under --compile."""
     if args.parallel == "ddp":
-        wrapped = DistributedDataParallel(bare, device_ids=[device.index] if device.type == "cuda" else None,
-                                          bucket_cap_mb=args.bucket_cap_mb)
-        return wrapped, {"bucket_cap_mb": args.bucket_cap_mb}
+        return with_ddp(args, bare, device, world)
+    return with_fsdp(args, bare, device, world, amp)
+
+
+def compiler(args):
+    """torch.compile at --compile-mode, or None without --compile."""
+    return functools.partial(torch.compile, mode=args.compile_mode) if args.compile else None
+
+
+def with_ddp(args, bare: GPT, device: torch.device, world: int):
+    def wrap(module):
+        return DistributedDataParallel(module, device_ids=[device.index] if device.type == "cuda" else None,
+                                       bucket_cap_mb=args.bucket_cap_mb)
+
+    model, wrapped = assembly.ddp_model(WithLoss(bare), world, compiler(args), wrap)
+    return model, wrapped, assembly.ddp_settings(args.bucket_cap_mb, world)
+
+
+def with_fsdp(args, bare: GPT, device: torch.device, world: int, amp: torch.dtype | None):
     mesh = init_device_mesh(device.type, (world,))
     # Parameters gathered in bfloat16 under bf16, gradients reduced in float32 (as torchtitan does).
     policy = MixedPrecisionPolicy(param_dtype=amp, reduce_dtype=torch.float32) if amp else MixedPrecisionPolicy()
-    reshard = not args.keep_gathered
-    for block in bare.blocks:
-        fully_shard(block, mesh=mesh, mp_policy=policy, reshard_after_forward=reshard)
-    fully_shard(bare, mesh=mesh, mp_policy=policy, reshard_after_forward=reshard)
-    settings = {"param_dtype": str(amp or torch.float32).removeprefix("torch."), "reduce_dtype": "float32",
-                "reshard_after_forward": reshard, "sharded_modules": len(bare.blocks) + 1}
-    return bare, settings
+    reshard = assembly.reshard_after_forward(args.keep_gathered, world)
+    shard = functools.partial(fully_shard, mesh=mesh, mp_policy=policy, reshard_after_forward=reshard)
+    compile_fn = compiler(args)
+    sharded = assembly.shard_blocks(bare, bare.blocks, shard, compile_fn)
+    loss = compile_fn(next_token_loss) if compile_fn else next_token_loss
+    settings = assembly.fsdp_settings(str(amp or torch.float32).removeprefix("torch."), reshard, sharded, world)
+    return WithLoss(bare, loss), bare, settings
+
+
+def make_optimizer(args, bare: GPT, device: torch.device):
+    """AdamW in --optimizer-impl's implementation, and the implementation's name."""
+    implementation = assembly.optimizer_implementation(args.optimizer_impl, device.type)
+    optimizer = torch.optim.AdamW(bare.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=0.1,
+                                  **assembly.optimizer_flags(implementation))
+    return optimizer, implementation
 
 
 def gradient_sync(wrapped, on: bool):
     """A context in which backward passes exchange gradients (on) or keep them local (off: the
-    micro-batches of a step before its last)."""
+    micro-batches of a step before its last); an unwrapped model (a world of one) exchanges nothing."""
     if isinstance(wrapped, DistributedDataParallel):
         return contextlib.nullcontext() if on else wrapped.no_sync()
-    wrapped.set_requires_gradient_sync(on)
+    if isinstance(wrapped, FSDPModule):
+        wrapped.set_requires_gradient_sync(on)
     return contextlib.nullcontext()
 
 
+def micro_step(model, device: torch.device, amp: torch.dtype | None, accum: int):
+    """A function of (inputs, targets): one micro-batch's forward and backward pass; its loss, detached."""
+    autocast = functools.partial(torch.autocast, device.type, dtype=amp) if amp else contextlib.nullcontext
+
+    def run(inputs, targets):
+        with autocast():
+            loss = model(inputs, targets)
+        if accum > 1:
+            loss = loss / accum
+        loss.backward()
+        return loss.detach()
+
+    return run
+
+
 def make_step(args, model, wrapped, optimizer, device, amp):
-    """One optimizer step over --grad-accum micro-batches from `next_batch`; its loss (detached)."""
-    accum = args.grad_accum
+    """One optimizer step over --grad-accum micro-batches from `next_batch`; its loss (detached). A step
+    of one micro-batch adds one copy to its pass (no loss buffer, division or exchange switch)."""
+    accum, micro = args.grad_accum, micro_step(model, device, amp, args.grad_accum)
 
     def step(next_batch):
-        total = torch.zeros((), device=device)
-        for micro in range(accum):
-            inputs, targets = next_batch()
-            with gradient_sync(wrapped, micro == accum - 1):
-                with torch.autocast(device.type, dtype=amp or torch.float32, enabled=amp is not None):
-                    loss = next_token_loss(model(inputs), targets) / accum
-                loss.backward()
-            total += loss.detach()
+        if accum == 1:
+            # A copy: a step compiled with CUDA graphs returns its loss in the graph's memory, which the
+            # next step overwrites.
+            total = micro(*next_batch()).clone()
+        else:
+            parts = []
+            for index in range(accum):
+                with gradient_sync(wrapped, index == accum - 1):
+                    parts.append(micro(*next_batch()))
+            total = torch.stack(parts).sum()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         return total
 
     return step
+
+
+def gpu_pass_seconds(args, model, wrapped, optimizer, device, amp, next_batch, world: int) -> float | None:
+    """The GPU's own time for a step's forward and backward passes (every micro-batch, one batch again),
+    the exchange switched off (DDP's no_sync, FSDP2's set_requires_gradient_sync) and the update left
+    out, gradients dropped: beside the timed step, how much of it the GPU works (the diagnosis). One
+    pass runs untimed first, so that nothing is compiled or allocated anew inside the timed one."""
+    micro, batch = micro_step(model, device, amp, args.grad_accum), next_batch()
+
+    def one_pass():
+        with gradient_sync(wrapped, False):
+            for _ in range(args.grad_accum):
+                micro(*batch)
+
+    def settle():
+        optimizer.zero_grad(set_to_none=True)
+
+    one_pass()
+    settle()
+    return pass_gpu_seconds(one_pass, settle, assembly.pass_spins(args.parallel, world, SPINS_S))
 
 
 def batch_source(args, where, device, config, probe):
@@ -155,22 +224,25 @@ def counted_flops_per_token(config: GPTConfig, batch: int) -> float:
 
 
 def train(args, probe, step, next_batch, tokens_per_step, sync, device) -> list[torch.Tensor]:
-    """Warmup steps, then the timed iterations; every step's loss (detached)."""
+    """Warmup steps, then the timed iterations, the garbage collector as --gc-every says; every step's
+    loss (detached)."""
     losses = []
+    with assembly.collected_every(args.gc_every) as after_step:
 
-    def run_step():
-        losses.append(step(next_batch))
+        def run_step():
+            losses.append(step(next_batch))
+            after_step()
 
-    with probe.warmup(images=tokens_per_step * args.num_warmup_batches, sync=sync):
-        for _ in range(args.num_warmup_batches):
-            run_step()
+        with probe.warmup(images=tokens_per_step * args.num_warmup_batches, sync=sync):
+            for _ in range(args.num_warmup_batches):
+                run_step()
 
-    def one_iteration():
-        for _ in range(args.num_batches_per_iter):
-            run_step()
+        def one_iteration():
+            for _ in range(args.num_batches_per_iter):
+                run_step()
 
-    timed_iterations(probe, args.num_iters, min_seconds(args.min_seconds, device.type == "cuda"),
-                     tokens_per_step * args.num_batches_per_iter, one_iteration, sync, lambda n: agree(n, device))
+        timed_iterations(probe, args.num_iters, min_seconds(args.min_seconds, device.type == "cuda"),
+                         tokens_per_step * args.num_batches_per_iter, one_iteration, sync, lambda n: agree(n, device))
     return losses
 
 
@@ -201,9 +273,8 @@ def main() -> None:
     parameters = sum(p.numel() for p in bare.parameters())
     counted = counted_flops_per_token(config, args.batch_size)
     bare.to(device)
-    wrapped, settings = parallel(args, bare, device, where["world"], amp)
-    model = torch.compile(wrapped) if args.compile else wrapped
-    optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=0.1)
+    model, wrapped, settings = parallel(args, bare, device, where["world"], amp)
+    optimizer, optimizer_impl = make_optimizer(args, bare, device)
     step = make_step(args, model, wrapped, optimizer, device, amp)
     sync = torch.cuda.synchronize if device.type == "cuda" else None
     probe = Probe(where["rank"], where["world"], where["local_rank"], where["local_world"], samples="tokens")
@@ -222,7 +293,10 @@ def main() -> None:
             "tokens_per_device_per_step": tokens_per_step, "global_tokens_per_step": tokens_per_step * where["world"],
             "lr": args.lr, "threads_per_worker": torch.get_num_threads(),
             "backend": backend, "launcher": args.launcher, "parallel": args.parallel, args.parallel: settings,
-            "compile": args.compile, "activation_checkpointing": args.activation_checkpointing, "seed": args.seed,
+            "compile": args.compile, "compile_mode": args.compile_mode if args.compile else None,
+            "compiled": assembly.compiled_parts(args.parallel, where["world"]) if args.compile else None,
+            "optimizer": "AdamW", "optimizer_impl": optimizer_impl, "gc": assembly.gc_settings(args.gc_every),
+            "preset": args.preset, "activation_checkpointing": args.activation_checkpointing, "seed": args.seed,
         },
         versions={"torch": torch.__version__, "numpy": numpy.__version__, "cuda": torch.version.cuda,
                   "hip": torch.version.hip,
@@ -239,6 +313,9 @@ def main() -> None:
         first = []
     losses = first + train(args, probe, step, next_batch, tokens_per_step, sync, device)
     memory, basis = peak_memory(device)
+    if device.type == "cuda":  # the GPU's own time for a step's passes, beside the timed step (diagnosis)
+        probe.result(gpu_pass_s=gpu_pass_seconds(args, model, wrapped, optimizer, device, amp, next_batch,
+                                                 where["world"]))
     results = final_results(losses, memory, where["world"], device)
     probe.result(**results, peak_memory_basis=basis)
     probe.end()

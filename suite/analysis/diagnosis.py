@@ -26,6 +26,7 @@ AMP, 30% busy with about 30 ms of CPU per step: host.
 
 from bisect import bisect_left
 
+from suite.analysis import utilisation
 from suite.instack.cpu_binding import parse_cpu_list
 
 INPUT_BOUND = 0.2  # waiting for data this share of the step: the input pipeline bounds the run
@@ -178,9 +179,11 @@ def usable_cores(record: dict) -> int | None:
 
 
 def steps(record: dict) -> float | None:
-    global_batch = record["config"].get("global_batch")
-    images = record["metrics"].get("timed_images")
-    return images / global_batch if global_batch and images else None
+    """Timed steps: the samples timed over a step's samples, both in the unit the throughput counts (tokens
+    for a token case, whose global_batch counts sequences)."""
+    per_step = utilisation.samples_per_step(record)
+    samples = record["metrics"].get("timed_images")
+    return samples / per_step if per_step and samples else None
 
 
 def step_seconds(record: dict) -> float | None:

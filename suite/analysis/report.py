@@ -1,8 +1,10 @@
 """Records -> self-contained HTML pages (Plotly, its JavaScript embedded once per page) and a CSV.
 
 reports/index.html        one row per case x stack x cluster, links to the case pages
-reports/case-<case>.html  throughput (log y), MFU, speedup, efficiency (and epoch time) vs devices,
-                          with the case's published figures as dashed series
+reports/case-<case>.html  throughput (log y, in the case's unit: img/s, tokens/s), MFU, speedup,
+                          efficiency (and epoch time) vs devices, with the case's published figures as
+                          dashed series; one series per cluster, stack and configuration (what_ran.py:
+                          model, size, batch, dtype, data, lock, parallel mode, compile, preset, ...)
 reports/frameworks.html   the same work in every framework (a table of the --same-work records, rows whose
                           configuration differs flagged), then all cases side by side: per-device
                           throughput and efficiency
@@ -19,7 +21,7 @@ from pathlib import Path
 import plotly.graph_objects as go
 from plotly.offline import get_plotlyjs
 
-from suite.analysis import site_check
+from suite.analysis import site_check, what_ran
 from suite.analysis.same_work import parallel_table_html
 from suite.analysis.scaling import exchange_for, fit, from_points
 from suite.analysis.utilisation import is_valid, mfu_cell, reference_mfu
@@ -29,7 +31,8 @@ from suite.records.read import Point, case_references, case_spec, latest, load_p
 
 @dataclass
 class Series:
-    """Records of one case on one cluster with one stack and one configuration, latest per device count."""
+    """Records of one case on one cluster with one stack and one configuration (what_ran: the work and the
+    settings that change its speed), latest per device count."""
 
     case: str
     cluster: str
@@ -37,6 +40,11 @@ class Series:
     config_label: str
     points: list[Point]
     distinct: str = ""  # what tells this series from another of the same label (its data, its lock)
+    settings: tuple = ()  # what_ran.settings_of its points
+
+    @property
+    def unit(self) -> str:
+        return what_ran.unit_of(self.points[-1])
 
     @property
     def name(self) -> str:
@@ -63,15 +71,30 @@ class Series:
 
 
 def build_series(points: list[Point]) -> list[Series]:
+    """One series per case, cluster, stack, configuration and settings (parallel mode, compile, ...):
+    records that differ in what they ran are never drawn as one line."""
     groups: dict[tuple, dict[int, Point]] = defaultdict(dict)
-    newest = latest(points, lambda p: (p.case, p.cluster, p.stack, p.config_key, p.devices))
+    newest = latest(points, lambda p: (p.case, p.cluster, p.stack, p.config_key, what_ran.precision(p),
+                                       what_ran.settings_of(p), p.devices))
     for (*series_key, devices), p in newest.items():
         groups[tuple(series_key)][devices] = p
     series = []
-    for (case, cluster, stack, _), by_devices in sorted(groups.items(), key=lambda kv: kv[0][:3]):
+    for (case, cluster, stack, _, _, settings), by_devices in sorted(groups.items(), key=lambda kv: kv[0][:3]):
         ordered = [by_devices[d] for d in sorted(by_devices)]
-        series.append(Series(case, cluster, stack, ordered[0].config_label, ordered))
-    return distinguish(series)
+        series.append(Series(case, cluster, stack, what_ran.configuration(ordered[0]), ordered, settings=settings))
+    return distinguish(name_settings(series))
+
+
+def name_settings(series: list[Series]) -> list[Series]:
+    """Each series' label gets the settings that tell it from the case's other series, and any set."""
+    by_case: dict[str, list[Series]] = defaultdict(list)
+    for s in series:
+        by_case[s.case].append(s)
+    for group in by_case.values():
+        differ = what_ran.varying([s.settings for s in group])
+        for s in group:
+            s.config_label = ", ".join([s.config_label, *what_ran.shown_settings(s.case, s.settings, differ)])
+    return series
 
 
 # config_key's fields, as a legend names them where they tell two series apart
@@ -122,13 +145,14 @@ def _trace(series: Series, ys: list[float], errors: list[float | None] | None = 
     if errors and any(e is not None for e in errors):
         error_y = {"type": "data", "array": [e or 0 for e in errors], "visible": True}
     return go.Scatter(x=[p.devices for p in series.points], y=ys, mode="lines+markers", error_y=error_y,
-                      name=series.label, hovertext=[_hover(p) for p in series.points], hoverinfo="x+y+text")
+                      name=series.label, hovertext=[_hover(p) for p in series.points],
+                      hoverinfo="x+y+text")
 
 
 def _hover(point: Point) -> str:
     """The point's hover text, with its MFU where the record has one."""
     used = point.record["metrics"].get("utilisation")
-    return point.hover() + (f"<br>MFU {mfu_cell(used)}" if used else "")
+    return what_ran.hover(point) + (f"<br>MFU {mfu_cell(used)}" if used else "")
 
 
 def _reference_traces(case: str, key: str, transform=None, min_points: int = 1) -> list[go.Scatter]:
@@ -159,7 +183,7 @@ def _model_traces(case: str, series: list[Series]) -> list[go.Scatter]:
         model = fit(data.points, exchange_for(spec, data.devices_per_node), data.batch_per_device)
         top = max(data.points)
         xs = sorted(set(data.points) | {2 * top, 4 * top})
-        traces.append(go.Scatter(x=xs, y=[model.throughput(n) for n in xs], mode="lines", name=f"model: {s.name}",
+        traces.append(go.Scatter(x=xs, y=[model.throughput(n) for n in xs], mode="lines", name=f"model: {s.label}",
                                  line={"dash": "dot"}, hovertext=[model.describe()] * len(xs), hoverinfo="x+y+text"))
     return traces
 
@@ -182,7 +206,35 @@ def _y_scale_switch(fig: go.Figure) -> go.Figure:
     return fig
 
 
+def one_count_sentence(series: list[Series]) -> str | None:
+    """Where no series has two device counts, the sentence that stands in for speedup and efficiency."""
+    if not series or any(len(s.points) > 1 for s in series):
+        return None
+    counts = sorted({p.devices for s in series for p in s.points})
+    if len(counts) == 1:
+        return ("Speedup and efficiency need runs at two or more device counts; these records have only "
+                f"{counts[0]} device{'s' if counts[0] != 1 else ''}.")
+    return ("Speedup and efficiency need runs of one configuration at two or more device counts; each "
+            f"configuration here ran at one only ({', '.join(map(str, counts[:-1]))} or {counts[-1]} devices).")
+
+
+def case_parts(case: str, series: list[Series]) -> list[go.Figure | str]:
+    """The case page's plots in order, and where no series has two device counts, in the place of the
+    speedup and efficiency plots, the sentence saying why there are none (the published figures' speedup
+    drawn still where the case has some of two or more counts)."""
+    figures = case_figures(case, series)
+    sentence = one_count_sentence(series)
+    if sentence is None:
+        return figures
+    at = next((i for i, f in enumerate(figures) if any(what in f.layout.title.text for what in
+                                                       ("speedup", "time per epoch"))), len(figures))
+    return [*figures[:at], f'<p class="note">{html.escape(sentence)}</p>', *figures[at:]]
+
+
 def case_figures(case: str, series: list[Series]) -> list[go.Figure]:
+    """Throughput, MFU (where records have it), speedup and efficiency (where a series or a published
+    figure has two device counts), epoch time (epoch-based cases)."""
+    unit = what_ran.units_label(s.unit for s in series)
     throughput = go.Figure([_trace(s, [p.throughput["mean"] for p in s.points],
                                    [p.throughput["ci95"] for p in s.points])
                             for s in series] + _reference_traces(case, "throughput") + _model_traces(case, series))
@@ -195,12 +247,13 @@ def case_figures(case: str, series: list[Series]) -> list[go.Figure]:
                                      line={"dash": "dot", "color": "grey"}))
     efficiency = go.Figure([_trace(s, [s.efficiency(p) for p in s.points]) for s in scaling]
                            + _reference_traces(case, "throughput", _efficiencies, min_points=2))
-    figures = [_y_scale_switch(_axes(throughput, f"{case}: throughput (mean ± 95% CI)", "images/s, all devices",
+    figures = [_y_scale_switch(_axes(throughput, f"{case}: throughput (mean ± 95% CI)", f"{unit}, all devices",
                                      log_y=True))]
     if any(p.record["metrics"].get("utilisation") for s in series for p in s.points):
         figures.append(mfu_figure(case, series))
-    figures += [_axes(speedup, f"{case}: speedup over the smallest device count", "speedup"),
-                _axes(efficiency, f"{case}: parallel efficiency", "efficiency %")]
+    if speedup.data:  # nothing at two device counts: no empty axes (case_parts says why)
+        figures += [_axes(speedup, f"{case}: speedup over the smallest device count", "speedup"),
+                    _axes(efficiency, f"{case}: parallel efficiency", "efficiency %")]
     if (any(p.epoch_seconds for s in series for p in s.points)
             or any("epoch_seconds" in r for r in case_references(case))):
         epochs = go.Figure([_trace(s, [p.epoch_seconds for p in s.points]) for s in series]
@@ -232,9 +285,13 @@ def mfu_figure(case: str, series: list[Series]) -> go.Figure:
 
 
 def frameworks_figures(series: list[Series]) -> list[go.Figure]:
+    """Per-device throughput of every series (each case in its own unit, named where they differ), and
+    the parallel efficiency of those of two or more device counts (none: no plot)."""
+    units = {s.unit for s in series}
+
     def per_device(s):
         trace = _trace(s, [p.throughput["per_device"] for p in s.points])
-        trace.name = f"{s.case}: {trace.name}"
+        trace.name = f"{s.case}{f' ({s.unit})' if len(units) > 1 else ''}: {trace.name}"
         return trace
 
     def efficiency(s):
@@ -243,9 +300,14 @@ def frameworks_figures(series: list[Series]) -> list[go.Figure]:
         return trace
 
     scaling = [s for s in series if len(s.points) > 1]
-    return [_y_scale_switch(_axes(go.Figure([per_device(s) for s in series]), "per-device throughput, all cases",
-                                  "images/s per device", log_y=True)),
-            _axes(go.Figure([efficiency(s) for s in scaling]), "parallel efficiency, all cases", "efficiency %")]
+    y_title = (f"{what_ran.units_label(units)} per device" if len(units) == 1 else
+               f"per device, each case in its unit ({what_ran.units_label(units)})")
+    figures = [_y_scale_switch(_axes(go.Figure([per_device(s) for s in series]), "per-device throughput, all cases",
+                                     y_title, log_y=True))]
+    if scaling:
+        figures.append(_axes(go.Figure([efficiency(s) for s in scaling]), "parallel efficiency, all cases",
+                             "efficiency %"))
+    return figures
 
 
 def same_work_table(points: list[Point]) -> str:
@@ -267,7 +329,8 @@ def same_work_table(points: list[Point]) -> str:
 
 
 def joules_per_image(point: Point) -> float | None:
-    """Energy per image over the timed window (GPUs and CPU packages where measured), else None."""
+    """Energy per sample (image, token: what the throughput counts) over the timed window (GPUs and CPU
+    packages where measured), else None."""
     return (point.record["metrics"].get("telemetry") or {}).get("joules_per_image")
 
 
@@ -280,7 +343,7 @@ def bound_cell(point: Point) -> str:
 
 
 def published_cell(point: Point) -> str:
-    """The index's cell: this run's img/s per device over the published figure's, the GPU and precision
+    """The index's cell: this run's throughput per device over the published figure's, the GPU and precision
     that figure is for and its MFU; its source as the cell's tooltip."""
     found = point.record["metrics"].get("published")
     if not found:
@@ -291,9 +354,12 @@ def published_cell(point: Point) -> str:
     return f'<td title="{html.escape(found["source"])}">{html.escape(text)}</td>'
 
 
-def _joules_cell(point: Point) -> str:
+def _joules_cell(point: Point, named: bool = False) -> str:
+    """Energy per sample; `named`: with its unit (J/img, J/token), where the heading names none."""
     value = joules_per_image(point)
-    return "-" if value is None else f"{value:.3g}"
+    if value is None:
+        return "-"
+    return f"{value:.3g}" + (f" J/{what_ran.sample_word(what_ran.unit_of(point))}" if named else "")
 
 
 def telemetry_figures(series: list[Series]) -> list[go.Figure]:
@@ -334,26 +400,40 @@ td,th{{border:1px solid #ccc;padding:4px 6px;text-align:left}} .plot{{margin-bot
 """
 
 
-def _page(title: str, body: str, figures: list[go.Figure]) -> str:
-    plots = "".join(f'<div class="plot">{f.to_html(full_html=False, include_plotlyjs=False)}</div>' for f in figures)
-    script = f"<script>{get_plotlyjs()}</script>" if figures else ""
+def _page(title: str, body: str, parts: list[go.Figure | str]) -> str:
+    """A page of `body`, then `parts`: plots, and HTML (a sentence in the place of a plot) as it is."""
+    plots = "".join(f if isinstance(f, str) else
+                    f'<div class="plot">{f.to_html(full_html=False, include_plotlyjs=False)}</div>' for f in parts)
+    script = f"<script>{get_plotlyjs()}</script>" if any(not isinstance(f, str) for f in parts) else ""
     return PAGE.format(title=html.escape(title), plotly=script, body=body + plots)
+
+
+def index_heads(units: set[str]) -> tuple[str, str, str]:
+    """The index's throughput, per-device and energy headings: in the unit where all rows share one
+    (img/s there, img/s per device, J/img), else plain, each cell then naming its unit."""
+    if len(units) == 1:
+        [unit] = units
+        return f"{unit} there", f"{unit} per device", f"J/{what_ran.sample_word(unit)}"
+    return "throughput there", "throughput per device", "energy per sample"
 
 
 def _index_body(series: list[Series], points: list[Point], skipped: int) -> str:
     dates = sorted(p.finished_at for p in points)
     span = f"{dates[0]} to {dates[-1]}" if dates else "no records"
+    units = {s.unit for s in series} or {what_ran.DEFAULT_UNIT}
     rows = []
     for s in series:
         top = s.points[-1]
         tp = top.throughput
         ci = f" ± {tp['ci95']:.1f}" if tp["ci95"] is not None else ""
+        unit = "" if len(units) == 1 else f" {html.escape(s.unit)}"  # the heading names a unit all share
         rows.append(
             f"<tr><td><a href=\"case-{html.escape(s.case)}.html\">{html.escape(s.case)}</a></td>"
             f"<td>{html.escape(s.stack)}</td><td>{html.escape(s.cluster)}</td><td>{html.escape(s.config_label)}</td>"
             f"<td>{', '.join(str(p.devices) for p in s.points)}</td><td>{top.devices}</td>"
-            f"<td>{tp['mean']:.1f}{ci}</td><td>{tp['per_device']:.1f}</td><td>{_joules_cell(top)}</td>"
-            f"<td>{s.efficiency(top):.0f}%</td>{bound_cell(top)}"
+            f"<td>{tp['mean']:.1f}{ci}{unit}</td><td>{tp['per_device']:.1f}{unit}</td>"
+            f"<td>{html.escape(_joules_cell(top, named=len(units) > 1))}</td>"
+            f"<td>{f'{s.efficiency(top):.0f}%' if len(s.points) > 1 else '-'}</td>{bound_cell(top)}"
             f"<td>{html.escape(mfu_cell(top.record['metrics'].get('utilisation')))}</td>"
             f"{published_cell(top)}"
             f"<td>{html.escape(top.finished_at)}</td></tr>")
@@ -361,13 +441,14 @@ def _index_body(series: list[Series], points: list[Point], skipped: int) -> str:
             f"<a href=\"frameworks.html\">All cases side by side</a> · <a href=\"site-check.html\">Site checks</a> · "
             f"<a href=\"summary.csv\">CSV</a></p>"
             "<table><tr><th>case</th><th>stack</th><th>cluster</th><th>configuration</th><th>devices measured</th>"
-            "<th>largest</th><th>img/s there</th><th>img/s per device</th><th>J/img</th><th>efficiency</th>"
-            "<th>bound</th><th>MFU</th><th>vs published</th><th>latest</th></tr>"
+            "<th>largest</th>" + "".join(f"<th>{html.escape(h)}</th>" for h in index_heads(units))
+            + "<th>efficiency</th><th>bound</th><th>MFU</th><th>vs published</th><th>latest</th></tr>"
             + "".join(rows) + "</table>")
 
 
-CSV_COLUMNS = ["case", "stack", "cluster", "devices", "nodes", "throughput", "ci95", "per_device", "speedup",
-               "efficiency_pct", "epoch_seconds", "model", "image_size", "batch_per_device", "dtype", "run_id",
+CSV_COLUMNS = ["case", "stack", "cluster", "devices", "nodes", "throughput", "unit", "ci95", "per_device", "speedup",
+               "efficiency_pct", "epoch_seconds", "model", "image_size", "batch_per_device", "dtype",
+               *(s.name.replace(" ", "_").replace("-", "_") for s in what_ran.SETTINGS), "run_id",
                "finished_at", "joules_per_image", "bound", "published_ratio", "flops_per_sample",
                "achieved_flops_per_s", "mfu_datasheet", "mfu_measured"]
 
@@ -376,10 +457,11 @@ def _csv_rows(series: list[Series]):
     for s in series:
         for p in s.points:
             cfg, used = p.record["config"], p.record["metrics"].get("utilisation") or {}
-            yield [s.case, s.stack, s.cluster, p.devices, p.nodes, p.throughput["mean"], p.throughput["ci95"],
-                   p.throughput["per_device"], s.speedup(p), s.efficiency(p), p.epoch_seconds, cfg.get("model"),
-                   cfg.get("image_size"), cfg.get("batch_per_device"), cfg.get("dtype"), p.record["run_id"],
-                   p.finished_at,
+            scales = len(s.points) > 1  # one device count: no speedup or efficiency to state
+            yield [s.case, s.stack, s.cluster, p.devices, p.nodes, p.throughput["mean"], what_ran.unit_of(p),
+                   p.throughput["ci95"], p.throughput["per_device"], s.speedup(p) if scales else None,
+                   s.efficiency(p) if scales else None, p.epoch_seconds, cfg.get("model"), cfg.get("image_size"),
+                   cfg.get("batch_per_device"), cfg.get("dtype"), *s.settings, p.record["run_id"], p.finished_at,
                    joules_per_image(p), (p.record["metrics"].get("diagnosis") or {}).get("verdict"),
                    (p.record["metrics"].get("published") or {}).get("ratio"),
                    used.get("flops_per_sample"), used.get("achieved_flops_per_s"),
@@ -401,13 +483,15 @@ def write_report(results_dir: Path, out_dir: Path, warn=print) -> list[Path]:
     for case in cases:
         case_series = [s for s in series if s.case == case]
         body = '<p><a href="index.html">all cases</a></p>'
-        written.append(_write(out_dir / f"case-{case}.html", _page(f"{case}", body, case_figures(case, case_series)
+        written.append(_write(out_dir / f"case-{case}.html", _page(f"{case}", body, case_parts(case, case_series)
                                                                     + telemetry_figures(case_series))))
+    sentence = one_count_sentence(series) if series else None
     written.append(_write(out_dir / "frameworks.html",
                           _page("All cases side by side",
                                 '<p><a href="index.html">index</a></p>' + same_work_table(points)
                                 + parallel_table_html(points),
-                                frameworks_figures(series))))
+                                frameworks_figures(series)
+                                + ([f'<p class="note">{html.escape(sentence)}</p>'] if sentence else []))))
     written.append(_write(out_dir / "site-check.html", _page("Site checks", '<p><a href="index.html">index</a></p>'
                                                              + site_check.report_body(results_dir, warn), [])))
     written.append(_write(out_dir / "index.html",

@@ -48,7 +48,7 @@ def utilisation(record: dict) -> dict | None:
 def samples_per_step(record: dict) -> float | None:
     """The samples of one step of all devices, in the unit the throughput counts (and the FLOPs per
     sample are per): tokens for a case measured in tokens/s, else config.global_batch."""
-    if record["metrics"]["throughput"].get("unit") == "tokens/s":
+    if (record["metrics"].get("throughput") or {}).get("unit") == "tokens/s":
         return (record["config"].get("reported_by_case") or {}).get("global_tokens_per_step")
     return record["config"].get("global_batch")
 

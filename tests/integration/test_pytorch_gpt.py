@@ -1,7 +1,8 @@
 """pytorch-gpt: real runs of the GPT case on this machine's CPUs through the suite's CLI (2 ranks, Gloo):
-DistributedDataParallel and FSDP2 start from the same loss, measured in tokens/s; the data script
-tokenizes a folder of text by bytes, each rank reads its own windows of it, and the loss falls on it;
-bad input is refused before launch."""
+DistributedDataParallel and FSDP2 start from the same loss, measured in tokens/s; at one rank the model
+trains bare and FSDP2 says that it saves nothing; --preset h100 compiles the model with its loss under DDP,
+in bf16 with fused AdamW; the data script tokenizes a folder of text by bytes, each rank reads its own
+windows of it, and the loss falls on it; bad input is refused before launch."""
 
 import json
 import subprocess
@@ -67,12 +68,13 @@ def test_ddp_and_fsdp_start_from_the_same_loss_and_count_tokens(suite_cli, torch
     set_requires_gradient_sync) must still be exchanged at the last, or the ranks drift apart and the
     two no longer train alike; ddp recomputes its blocks' activations, which changes no number, and, the
     first run on the tests' empty FLOP cache, counts its FLOPs without the recomputation."""
-    losses = {}
+    losses, record_of = {}, {}
     for parallel, launcher, more in (("ddp", "ranks", ("--activation-checkpointing",)), ("fsdp", "torchrun", ())):
         result = suite_cli("run", *CASE, "--gpus-per-node", "2", case_args=(
             *TINY, "--parallel", parallel, "--launcher", launcher, "--grad-accum", "2", *more))
         record = checked_record(result, suite_cli)
         reported, results = record["config"]["reported_by_case"], results_of(record)
+        record_of[parallel] = reported
         assert (reported["parallel"], reported["launcher"], reported["backend"]) == (parallel, launcher, "gloo")
         assert record["config"]["global_batch"] == 16 and reported["global_tokens_per_step"] == 16 * 32
         assert (reported["grad_accum"], reported["activation_checkpointing"]) == (2, bool(more))
@@ -90,8 +92,12 @@ def test_ddp_and_fsdp_start_from_the_same_loss_and_count_tokens(suite_cli, torch
         assert results["formula_parameters_convention"].startswith("nanoGPT's")
         assert "reset after the matmul peak" in results["peak_memory_basis"]
         assert "MFU " in result.stdout and "of the measured fp32 matmul peak" in result.stdout
+        assert (reported["optimizer_impl"], reported["compile_mode"], reported["gc"]) == ("foreach", None,
+                                                                                           {"automatic": True})
+        assert "gpu_pass_s" not in results  # timed on GPUs only
         losses[parallel] = results["first_losses"]
     assert reported["fsdp"]["sharded_modules"] == 3 and reported["fsdp"]["reshard_after_forward"] is True
+    assert "world_1_note" not in reported["fsdp"] and record_of["ddp"]["ddp"]["wrapped"] is True
     assert losses["fsdp"][0] == pytest.approx(losses["ddp"][0], rel=1e-5)
     assert losses["fsdp"][-1] == pytest.approx(losses["ddp"][-1], rel=1e-3)  # and they train alike
     # the two side by side: the same work (model, context, global batch), tokens/s, MFU, peak memory
@@ -105,6 +111,38 @@ def test_ddp_and_fsdp_start_from_the_same_loss_and_count_tokens(suite_cli, torch
     write_report(suite_cli.results, tmp_path / "report", warn=lambda message: None)
     page = (tmp_path / "report" / "frameworks.html").read_text()
     assert "under each data-parallel strategy" in page and page.count("<td>16 x 32 tokens</td>") == 2
+
+
+def test_at_one_rank_the_model_trains_bare_and_fsdp_says_that_it_saves_nothing(suite_cli, torch_stack):
+    """Two micro-batches a step at a world of one: DDP leaves the model unwrapped (gradient_sync has
+    nothing to switch), FSDP2 keeps its one shard gathered from forward to backward; both train alike and
+    their records say why."""
+    reported, losses = {}, {}
+    for parallel in ("ddp", "fsdp"):
+        result = suite_cli("run", *CASE, "--gpus-per-node", "1", case_args=(
+            *TINY, "--parallel", parallel, "--grad-accum", "2"))
+        record = checked_record(result, suite_cli)
+        reported[parallel] = record["config"]["reported_by_case"][parallel]
+        losses[parallel] = results_of(record)["first_losses"]
+    assert reported["ddp"]["wrapped"] is False and reported["ddp"]["why"].startswith("world size 1: nothing")
+    assert reported["fsdp"]["reshard_after_forward"] is False and "saves no memory" in reported["fsdp"]["world_1_note"]
+    assert losses["ddp"] == pytest.approx(losses["fsdp"], rel=1e-5) and len(losses["ddp"]) == 7
+
+
+def test_the_h100_preset_compiles_the_model_with_its_loss_under_ddp_in_bf16_with_fused_adamw(suite_cli, torch_stack):
+    """--preset h100 on two CPU ranks at the tiny sizes (their batch wins): the model with its loss compiled,
+    then wrapped by DDP, bf16 autocast, fused AdamW, automatic garbage collection off; the record names each,
+    and the compiled steps train."""
+    result = suite_cli("run", *CASE, "--gpus-per-node", "2", case_args=("--preset", "h100", *TINY))
+    record = checked_record(result, suite_cli)
+    reported, results = record["config"]["reported_by_case"], results_of(record)
+    assert (reported["preset"], reported["compile"], reported["compile_mode"]) == ("h100", True, "default")
+    assert reported["compiled"] == "the model with its loss as one graph, then DistributedDataParallel"
+    assert (reported["optimizer_impl"], reported["dtype"], reported["micro_batch"]) == ("fused", "amp-bfloat16", 4)
+    assert reported["gc"]["automatic"] is False and reported["gc"]["collect_every_steps"] == 50
+    assert reported["ddp"]["wrapped"] is True and results["compile_seconds"] > 0
+    losses = results["first_losses"]
+    assert len(losses) == 8 and losses[-1] < losses[0], losses  # the compiled step first, then 1 + 3 x 2
 
 
 def test_the_data_script_tokenizes_the_text_files_by_bytes(text_data):

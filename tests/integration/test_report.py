@@ -8,7 +8,7 @@ import sys
 
 import pytest
 from conftest import ROOT, component_unavailable, tiny
-from support.fixture_records import make_record
+from support.fixture_records import make_record, make_token_record
 
 from suite.base.errors import UsageError
 from suite.inputs.cases import known_cases, load_case
@@ -102,6 +102,51 @@ def test_pages_render_offline_in_chromium(report_dir, page, plots, chromium):
     png = shot.read_bytes()  # a whole page drawn: the PNG's own header, not its size (fonts vary)
     width, height = struct.unpack(">II", png[16:24])
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and width == 1280 and height >= 900
+
+
+@pytest.fixture(scope="module")
+def token_report(tmp_path_factory):
+    """pytorch-gpt's ddp and fsdp records of one batch size, at one device count (as a first run on one
+    GPU node leaves them), reported."""
+    base = tmp_path_factory.mktemp("token-report")
+    results, runs = base / "results", base / "runs"
+    for parallel, rate in [("ddp", 1000.0), ("fsdp", 900.0)]:
+        make_token_record(results, runs, parallel=parallel, devices=2, per_device=(rate,))
+    out = base / "site"
+    subprocess.run([sys.executable, "-m", "suite", "report", "--results-dir", str(results), "--out", str(out)],
+                   cwd=ROOT, capture_output=True, text=True, check=True)
+    return out
+
+
+def test_a_token_case_page_says_what_ran(token_report, chromium):
+    """Its throughput axis in tokens/s, no image size, ddp and fsdp as two series, and a sentence where
+    speedup and efficiency would be empty axes: as Chromium draws the page."""
+    from playwright.sync_api import sync_playwright
+
+    page = token_report / "case-pytorch-gpt.html"
+    assert "None px" not in page.read_text()
+    errors = []
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=chromium, args=FLAGS)
+        tab = browser.new_page(viewport={"width": 1280, "height": 900})
+        tab.on("pageerror", lambda e: errors.append(str(e)))
+        tab.goto(page.as_uri())
+        tab.wait_for_selector(".js-plotly-plot .main-svg", timeout=30_000)
+        drawn = tab.eval_on_selector_all(".js-plotly-plot", """els => els.map(e => ({
+            title: e.querySelector('.gtitle')?.textContent,
+            y: e.querySelector('.ytitle')?.textContent,
+            legend: [...e.querySelectorAll('.legendtext')].map(t => t.textContent)}))""")
+        text = tab.inner_text("body")
+        browser.close()
+    assert errors == []
+    [throughput] = [d for d in drawn if "throughput" in d["title"]]
+    assert throughput["y"] == "tokens/s, all devices"
+    ours = [name for name in throughput["legend"] if name.startswith("cluster-a")]
+    assert len(ours) == 2 and sorted(name.split(", ")[3] for name in ours) == ["ddp", "fsdp"], ours
+    assert all("px" not in name and "None" not in name for d in drawn for name in d["legend"])
+    assert not any(w in d["title"] for d in drawn for w in ("speedup", "efficiency"))
+    assert "Speedup and efficiency need runs at two or more device counts; these records have only 2 devices." in text
+    assert "None px" not in text and "images/s" not in text
 
 
 def test_records_are_validated_without_rechecking_the_schema_each_time(tmp_path, monkeypatch):

@@ -7,7 +7,7 @@ from pathlib import Path
 from suite.analysis.utilisation import utilisation
 from suite.execution import interconnect_check
 from suite.execution.request import RunRequest, recorded
-from suite.inputs.cases import Case, load_case
+from suite.inputs.cases import Case, known_cases, load_case
 from suite.inputs.hostfiles import Host, World
 from suite.instack.probe import Probe
 from suite.records import telemetry_window
@@ -17,16 +17,20 @@ from suite.records.write import RunContext, build_record, new_run_id, utc_now, w
 
 def make_record(results: Path, runs: Path, *, case="pytorch-synthetic", cluster="cluster-a", stack=None,
                 devices=1, per_device=(10.0,), repetitions=1, batch=32, epochs=None, nodes=1,
-                extra_metrics=None, work=None, device=("cpu", "float32"), data=None) -> dict:
+                extra_metrics=None, work=None, device=("cpu", "float32"), data=None, options=(),
+                reported=None) -> dict:
     """One record whose throughput per repetition is devices x per_device[i] img/s (approximately:
     each rank reports 3 iterations of 100 images at the matching rate). `devices` are spread evenly
     over `nodes` hosts; extra_metrics(world, run_dir) -> what goes into `metrics` beside throughput;
     work: (FLOPs per sample, measured peak FLOP/s per device, precision) the ranks report, and the
-    record's utilisation made of them as a run makes it; device: (name, dtype) the case reports."""
-    base = load_case("pytorch-synthetic")
+    record's utilisation made of them as a run makes it; device: (name, dtype) the case reports.
+    A case measured in tokens (its case.toml's unit, e.g. pytorch-gpt) is made from its own case.toml
+    and counts tokens/s; options: its command-line options beyond --batch-size; reported: what its
+    ranks report in their start line beside the device (make_token_record)."""
+    base = load_case(case if case in known_cases() and "unit" in load_case(case).spec else "pytorch-synthetic")
     spec = {**base.spec, "name": case, "stack": stack or base.stack}
     world = World(tuple(Host(f"node{n + 1}", devices // nodes) for n in range(nodes)), f"hostfiles/{cluster}")
-    options = base.parse_options(["--batch-size", str(batch)])
+    options = base.parse_options(["--batch-size", str(batch), *options])
     ctx = RunContext(new_run_id(case, nodes, devices), Case(case, base.dir, spec), options, world, "local", "local",
                      ["python", "-m", "suite", "run"], utc_now(), request=recorded(RunRequest(case=case)))
     reps = []
@@ -34,10 +38,12 @@ def make_record(results: Path, runs: Path, *, case="pytorch-synthetic", cluster=
         rate = per_device[index % len(per_device)]
         rep_dir = runs / ctx.run_id / f"rep-{index}"
         for rank in range(devices):
-            probe = Probe(rank, devices, rank, devices, run_dir=str(rep_dir))
+            probe = Probe(rank, devices, rank, devices, run_dir=str(rep_dir),
+                          samples=spec["unit"] if "unit" in spec else "images")
             name, dtype = device
             probe.start(config={"dtype": dtype, "device_type": "cpu" if name == "cpu" else "cuda", "device_name": name,
-                                **({"data": data} if data else {})}, versions={"torch": "2.13.0"})
+                                **({"data": data} if data else {}), **(reported or {})},
+                        versions={"torch": "2.13.0"})
             if work:
                 probe.work(flops_per_sample=work[0], source="fixture", precision=work[2])
                 probe.measured_peak(flops_per_s=work[1], precision=work[2], matrix=4096, seconds=1.0)
@@ -58,6 +64,28 @@ def make_record(results: Path, runs: Path, *, case="pytorch-synthetic", cluster=
     if work:
         record["metrics"]["utilisation"] = utilisation(record)
     write_record(record, results)
+    return record
+
+
+def make_token_record(results: Path, runs: Path, *, case="pytorch-gpt", parallel="ddp", compile=False,
+                      context=32, batch=4, reported=None, without=(), **kwargs) -> dict:
+    """A record of a token case (pytorch-gpt, jax-gpt) in tokens/s, its ranks reporting what train.py's
+    start line holds (model gpt, its name, context, parallel mode; pytorch-gpt's compile and its mode,
+    optimizer implementation, preset); reported: more of it; without: keys to leave out of it and of
+    the record's options (a record older than those settings)."""
+    said = {"model": "gpt", "model_name": "gpt2-small", "layers": 12, "heads": 12, "width": 768, "context": context,
+            "batch_per_device": batch, "micro_batch": batch, "grad_accum": 1, "parallel": parallel}
+    options = ["--parallel", parallel, "--context", str(context)]
+    if case == "pytorch-gpt":
+        said |= {"compile": compile, "compile_mode": "default" if compile else None, "optimizer": "AdamW",
+                 "optimizer_impl": "foreach", "preset": None, "activation_checkpointing": False}
+        options += ["--compile"] if compile else []
+    said = {k: v for k, v in {**said, **(reported or {})}.items() if k not in without}
+    record = make_record(results, runs, case=case, batch=batch, options=options, reported=said, **kwargs)
+    if without:
+        for key in without:
+            record["config"]["options"].pop(key.replace("_", "-"), None)
+        (results / f"{record['run_id']}.json").write_text(json.dumps(record))  # as an older run wrote it
     return record
 
 
