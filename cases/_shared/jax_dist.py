@@ -10,6 +10,7 @@ import os
 import subprocess
 
 from suite.instack.cpu_binding import bind_cpus
+from suite.instack.jax_platforms import jax_gpu_platform
 
 
 def place() -> dict:
@@ -32,33 +33,16 @@ def first_slurm_node() -> str:
     return nodes[0]
 
 
-def gpus_visible() -> bool:
-    """Whether this process is meant to use GPUs: the stack has JAX's CUDA plugin (the cuda flavour), nvidia-smi
-    lists a GPU and CUDA_VISIBLE_DEVICES leaves one. (The cpu flavour on a GPU host trains on the CPU, and the
-    probe then refuses a run the runner asked on GPUs.)"""
-    from importlib.metadata import PackageNotFoundError, version
-
-    if os.environ.get("CUDA_VISIBLE_DEVICES", None) == "":
-        return False
-    try:
-        version("jax-cuda12-plugin")
-    except PackageNotFoundError:
-        return False
-    try:
-        listed = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30).stdout
-    except (OSError, subprocess.TimeoutExpired):
-        return False
-    return "GPU" in listed
-
-
 def start(where: dict, no_cuda: bool) -> str:
     """Sets JAX up for this process and joins the others; the platform its devices are ("gpu" or "cpu").
 
     On a CPU: this process bound to its share of the node's cores where --cpu-bind asks (the share's
     size in where["threads"]), JAX's CPU platform alone, and Gloo for the collectives between processes.
-    On GPUs: one GPU per process, its local rank's."""
+    On GPUs, where the stack has JAX's CUDA or ROCm plugin and the host lists a GPU
+    (suite/instack/jax_platforms.py; the cpu flavour on a GPU host trains on the CPU, and the probe then
+    refuses a run the runner asked on GPUs): one GPU per process, its local rank's."""
     where["threads"] = bind_cpus(where["local_rank"], where["local_world"])
-    on_gpu = not no_cuda and gpus_visible()
+    on_gpu = not no_cuda and jax_gpu_platform() is not None
     if not on_gpu:
         os.environ["JAX_PLATFORMS"] = "cpu"
     import jax

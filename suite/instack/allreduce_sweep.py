@@ -13,6 +13,8 @@ import json
 import os
 import time
 
+from suite.instack.jax_platforms import jax_gpu_platform
+
 
 def torch_api():
     import torch
@@ -53,22 +55,10 @@ def horovod_api():
             lambda t: hvd.allreduce_(t, op=hvd.Sum), sync, hvd.shutdown)
 
 
-def jax_gpus() -> bool:
-    """Whether this process should take a GPU: the stack has JAX's CUDA plugin and the host lists a GPU
-    that CUDA_VISIBLE_DEVICES leaves visible (as cases/_shared/jax_dist.py decides for the cases)."""
-    import shutil
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        version("jax-cuda12-plugin")
-    except PackageNotFoundError:
-        return False
-    return os.environ.get("CUDA_VISIBLE_DEVICES") != "" and shutil.which("nvidia-smi") is not None
-
-
 def jax_api():
     env = os.environ
-    gpu = jax_gpus()
+    platform = jax_gpu_platform()  # "cuda", "rocm" or None, as the JAX cases decide
+    gpu = platform is not None
     if not gpu:
         env["JAX_PLATFORMS"] = "cpu"
     import jax
@@ -102,8 +92,8 @@ def jax_api():
             last[0].block_until_ready()
 
     implementation = f"jax {jax.__version__} jitted sum over {len(jax.devices())} devices (XLA all-reduce" \
-                     f"{', Gloo' if not gpu else ', NCCL'})"
-    return (jax.process_index(), jax.process_count(), implementation, "cuda" if gpu else "cpu", buffer,
+                     f"{', RCCL' if platform == 'rocm' else ', NCCL' if gpu else ', Gloo'})"
+    return (jax.process_index(), jax.process_count(), implementation, platform or "cpu", buffer,
             allreduce, sync, jax.distributed.shutdown)
 
 
