@@ -4,8 +4,10 @@ to the token embedding (`Embed.attend`). Weights are initialised as GPT-2 does (
 projections scaled by 1/sqrt(2 x layers), biases zero). Parameters stay float32; `dtype` is the
 arithmetic of the products (bfloat16 on GPUs, as pytorch-gpt's autocast).
 
-Attention is written out (QK^T, a causal mask, softmax, AV) so that XLA counts its products in full, as
-the formula does."""
+Attention (`attention`): "einsum" writes it out (QK^T, a causal mask, softmax, AV) so that XLA counts its
+products in full, as the formula does; "xla" and "cudnn" call `jax.nn.dot_product_attention(..., is_causal=True,
+implementation=...)`, the latter cuDNN's fused (flash) kernel on NVIDIA GPUs, a custom call whose FLOPs XLA's
+cost analysis does not count."""
 
 import math
 
@@ -20,9 +22,29 @@ def normal(std: float):
     return nn.initializers.normal(stddev=std)
 
 
+ATTENTIONS = ("einsum", "xla", "cudnn")
+
+
+def causal_attention(q, k, v, attention: str, dtype):
+    """Causal self-attention of (batch, length, heads, head width) q, k, v, by `attention` (ATTENTIONS)."""
+    if attention not in ATTENTIONS:
+        raise ValueError(f"attention {attention!r} is none of {ATTENTIONS}")
+    if attention != "einsum":
+        import jax
+
+        return jax.nn.dot_product_attention(q, k, v, is_causal=True, implementation=attention)
+    length, head = q.shape[1], q.shape[-1]
+    scores = jnp.einsum("bqhd,bkhd->bhqk", q, k) / math.sqrt(head)
+    causal = jnp.tril(jnp.ones((length, length), dtype=bool))
+    scores = jnp.where(causal, scores.astype(jnp.float32), jnp.finfo(jnp.float32).min)
+    weights = nn.softmax(scores, axis=-1).astype(dtype)
+    return jnp.einsum("bhqk,bkhd->bqhd", weights, v)
+
+
 class Block(nn.Module):
     config: GPTConfig
     dtype: jnp.dtype = jnp.float32
+    attention: str = "einsum"
 
     @nn.compact
     def __call__(self, x):
@@ -33,11 +55,7 @@ class Block(nn.Module):
         h = nn.LayerNorm(epsilon=1e-5, dtype=self.dtype, name="norm_1")(x)
         qkv = nn.Dense(3 * width, kernel_init=normal(0.02), dtype=self.dtype, name="qkv")(h)
         q, k, v = (t.reshape(batch, length, c.heads, head) for t in jnp.split(qkv, 3, axis=-1))
-        scores = jnp.einsum("bqhd,bkhd->bhqk", q, k) / math.sqrt(head)
-        causal = jnp.tril(jnp.ones((length, length), dtype=bool))
-        scores = jnp.where(causal, scores.astype(jnp.float32), jnp.finfo(jnp.float32).min)
-        weights = nn.softmax(scores, axis=-1).astype(self.dtype)
-        y = jnp.einsum("bhqk,bkhd->bqhd", weights, v).reshape(batch, length, width)
+        y = causal_attention(q, k, v, self.attention, self.dtype).reshape(batch, length, width)
         x = x + nn.Dense(width, kernel_init=residual_init, dtype=self.dtype, name="attention_proj")(y)
         h = nn.LayerNorm(epsilon=1e-5, dtype=self.dtype, name="norm_2")(x)
         h = nn.gelu(nn.Dense(4 * width, kernel_init=normal(0.02), dtype=self.dtype, name="fc")(h), approximate=True)
@@ -47,6 +65,7 @@ class Block(nn.Module):
 class GPT(nn.Module):
     config: GPTConfig
     dtype: jnp.dtype = jnp.float32
+    attention: str = "einsum"  # ATTENTIONS
 
     @nn.compact
     def __call__(self, tokens):
@@ -56,7 +75,7 @@ class GPT(nn.Module):
         positions = nn.Embed(c.context, c.width, embedding_init=normal(0.02), name="position_embedding")
         x = embed(tokens) + positions(jnp.arange(tokens.shape[1]))[None]
         for index in range(c.layers):
-            x = Block(c, self.dtype, name=f"block_{index}")(x)
+            x = Block(c, self.dtype, self.attention, name=f"block_{index}")(x)
         x = nn.LayerNorm(epsilon=1e-5, dtype=self.dtype, name="norm")(x)
         return embed.attend(x.astype(self.dtype)).astype(jnp.float32)  # the head, tied to the embedding
 

@@ -9,8 +9,12 @@ same axis along its largest dimension that divides (XLA gathers the parameters f
 reduce-scatters the gradients, as MaxText's FSDP does). --data synthetic trains on a fixed batch of
 random tokens; --data tokens on windows of $SUITE_DATA_DIR/tokens/train.bin (pytorch-gpt's token file
 and windows), each process its own. A step is --grad-accum micro-batches (unrolled inside the step).
-The step is compiled before the warmup (its time recorded, not timed); XLA's own FLOP count of the
-compiled step is the work, the formula beside it. Options come from case.toml."""
+--attention picks how attention is computed (choose_attention: cuDNN's fused kernel on GPUs that have it
+under bf16, written out elsewhere). The step is compiled before the warmup (its time recorded, not timed);
+the work is the formula, XLA's own FLOP count of the compiled step beside it (short of the attention's
+products under cuDNN, a custom call XLA does not count). On GPUs, after the timed window, a few steps run
+back to back and are timed as the device's time per step (gpu_pass_s, for the diagnosis). Options come from
+case.toml."""
 
 import time
 
@@ -23,6 +27,11 @@ from suite.instack.probe import Probe, announce
 CASE = "jax-gpt"
 FIRST_LOSSES = 20  # steps whose loss the record lists one by one
 XLA_COUNTED = "XLA's cost analysis of the compiled train step (compiled.cost_analysis()['flops']), per token"
+CUDNN_UNCOUNTED = ("; the attention runs as cuDNN's custom call, which XLA counts as no FLOPs: the count lacks "
+                   "the attention's products (about 12 L H Q T per token), the formula has them")
+CUDNN_MIN_CAPABILITY = 8.0  # cuDNN's fused attention in JAX: Ampere (sm80) and later
+CUDNN_MAX_HEAD = 128  # head widths it takes: a multiple of 8, at most 128
+DEVICE_STEPS = 5  # steps dispatched back to back after the timed window, timed as the device's per step
 
 
 def main() -> None:
@@ -39,16 +48,41 @@ def main() -> None:
     devices = jax.devices()
     mesh = Mesh(np.array(devices), ("data",))
     wanted = args.precision if args.precision != "auto" else ("bf16" if platform == "gpu" else "fp32")
-    state = TrainState(args, config, mesh, wanted)
+    capability = float(getattr(devices[0], "compute_capability", 0) or 0) if platform == "gpu" else 0.0
+    attention = choose_attention(args.attention, platform, wanted, capability, config.width // config.heads)
+    state = TrainState(args, config, mesh, wanted, attention)
     probe = Probe(where["rank"], where["world"], where["local_rank"], where["local_world"], samples="tokens")
     next_batch, data = batches(args, where, config, state, probe)
     # the start line before compiling: a process on another device than the runner asked for stops here
     probe.start(config=start_config(args, config, state, platform, where, data), versions=versions())
     compiled = compile_step(probe, state, next_batch, config, wanted, platform)
     losses = train(probe, compiled, state, next_batch, args, platform)
+    if platform == "gpu":  # the device's time for a step, beside the timed step (the diagnosis)
+        probe.result(gpu_pass_s=device_step_seconds(compiled, state, next_batch()),
+                     gpu_pass_basis=f"{DEVICE_STEPS} train steps dispatched back to back after the timed window, "
+                                    "one batch, block_until_ready after the last: wall seconds / steps (the "
+                                    "device's time where the host dispatches faster than the device runs)")
     report_end(probe, losses, jax.local_devices()[0])
     if where["world"] > 1:
         jax.distributed.shutdown()
+
+
+def choose_attention(asked: str, platform: str, wanted: str, capability: float, head: int) -> str:
+    """The attention implementation the run uses (gpt.py's ATTENTIONS): einsum and xla as asked; cudnn (and
+    auto) cuDNN's fused kernel on a GPU of compute capability 8 or later under bf16 with a head width it takes,
+    and elsewhere the same jax.nn.dot_product_attention in XLA (cudnn) or attention written out (auto)."""
+    if asked in ("einsum", "xla"):
+        return asked
+    fits = (platform == "gpu" and wanted == "bf16" and capability >= CUDNN_MIN_CAPABILITY
+            and head % 8 == 0 and head <= CUDNN_MAX_HEAD)
+    if fits:
+        return "cudnn"
+    return "xla" if asked == "cudnn" else "einsum"
+
+
+def counted_source(attention: str) -> str:
+    """Where counted_flops_per_token comes from, and what it lacks under cuDNN's attention."""
+    return XLA_COUNTED + (CUDNN_UNCOUNTED if attention == "cudnn" else "")
 
 
 def model_config(args):
@@ -64,7 +98,7 @@ class TrainState:
     """The model, its optimizer, their shardings over the mesh's data axis, their state on the devices, and
     the jitted train step over them."""
 
-    def __init__(self, args, config, mesh, wanted: str):
+    def __init__(self, args, config, mesh, wanted: str, attention: str):
         import jax
         import jax.numpy as jnp
         import optax
@@ -74,7 +108,8 @@ class TrainState:
 
         self.config, self.mesh, self.parallel, self.devices = config, mesh, args.parallel, mesh.devices.size
         self.dtype = jnp.bfloat16 if wanted == "bf16" else jnp.float32
-        self.model = GPT(config, self.dtype)
+        self.attention = attention
+        self.model = GPT(config, self.dtype, attention)
         self.optimizer = optax.adamw(args.lr, b1=0.9, b2=0.95, eps=1e-8, weight_decay=0.1)
         sample = jnp.zeros((1, config.context), dtype=jnp.int32)
         init = lambda key: self.model.init(key, sample)["params"]  # noqa: E731
@@ -178,6 +213,7 @@ def start_config(args, config, state: TrainState, platform: str, where: dict, da
         "vocab_size": config.vocab, "device_type": "cuda" if platform == "gpu" else "cpu",
         "device_name": jax.devices()[0].device_kind if platform == "gpu" else "cpu",
         "dtype": "amp-bfloat16" if state.dtype == jnp.bfloat16 else "float32", **data,
+        "attention": state.attention, "attention_asked": args.attention,
         "batch_per_device": state.batch * state.accum, "global_batch": state.batch * state.accum * devices,
         "micro_batch": state.batch, "grad_accum": state.accum, "tokens_per_device_per_step": tokens,
         "global_tokens_per_step": tokens * devices, "lr": args.lr,
@@ -205,10 +241,12 @@ def compile_step(probe, state: TrainState, next_batch, config, wanted: str, plat
     counted_parameters = parameters_counted(state.params, config)
     formula = training_flops_per_token(config, counted_parameters, config.context)
     device = jax.local_devices()[0]
+    # the formula is the work whatever the attention: XLA's count lacks cuDNN's attention (counted_source)
     probe.work(flops_per_sample=formula, precision=precision_of(wanted, platform, device),
                source=f"6 N + 12 L H Q T per token (PaLM appendix B, nanoGPT), N = {counted_parameters:,} "
-                      f"({N_CONVENTION}); {XLA_COUNTED}: {counted:,.0f}")
-    probe.result(counted_flops_per_token=counted, counted_flops_source=XLA_COUNTED, formula_flops_per_token=formula,
+                      f"({N_CONVENTION}); {counted_source(state.attention)}: {counted:,.0f}")
+    probe.result(counted_flops_per_token=counted, counted_flops_source=counted_source(state.attention),
+                 formula_flops_per_token=formula,
                  formula_parameters=counted_parameters, formula_parameters_convention=N_CONVENTION,
                  compile_seconds=compile_seconds)
     record_matmul_peak(probe, device, wanted, platform)
@@ -239,6 +277,20 @@ def train(probe, compiled, state: TrainState, next_batch, args, platform: str) -
     timed_iterations(probe, args.num_iters, min_seconds(args.min_seconds, platform == "gpu"),
                      tokens * args.num_batches_per_iter, one_iteration, sync, agree)
     return losses
+
+
+def device_step_seconds(compiled, state: TrainState, batch) -> float:
+    """Seconds a step takes on the device: DEVICE_STEPS steps on one batch (no data read between them)
+    dispatched back to back, timed from a drained queue to block_until_ready after the last, over their count.
+    Every process runs them (their collectives); the state trains on, their losses are not recorded."""
+    import jax
+
+    jax.block_until_ready((state.params, state.opt_state))
+    began = time.perf_counter()
+    for _ in range(DEVICE_STEPS):
+        state.params, state.opt_state, loss = compiled(state.params, state.opt_state, *batch)
+    jax.block_until_ready((state.params, state.opt_state, loss))
+    return (time.perf_counter() - began) / DEVICE_STEPS
 
 
 def report_end(probe, losses: list, device) -> None:

@@ -10,7 +10,9 @@ synthetic trains on a fixed random batch on the devices, each process its own. T
 the warmup (its time recorded, not timed); the work is the products as the other ResNet cases count them,
 XLA's own count of the compiled step beside it. --data imagefolder reads pytorch-ddp's class folders of
 JPEGs (pipeline.py), each process its share, the model's classes those of the tree; the steps are timed
-as with synthetic data, the wait for each batch apart. Options come from case.toml."""
+as with synthetic data, the wait for each batch apart. On GPUs, after the timed window, a few steps run back
+to back and are timed as the device's time per step (gpu_pass_s, for the diagnosis). Options come from
+case.toml."""
 
 import time
 
@@ -25,6 +27,7 @@ FIRST_LOSSES = 20  # steps whose loss the record lists one by one
 MODEL_NAMES = {"resnet50": "resnet50-v1.5", "resnet18": "resnet18"}  # as the record names them
 FORMULA = "the products of a forward and backward pass as torch.utils.flop_counter counts them (resnet.py)"
 XLA_COUNTED = "XLA's cost analysis of the compiled train step (compiled.cost_analysis()['flops']), per image"
+DEVICE_STEPS = 5  # steps dispatched back to back after the timed window, timed as the device's per step
 
 
 def main() -> None:
@@ -49,6 +52,11 @@ def main() -> None:
     probe.start(config=start_config(args, state, platform, where), versions=versions())
     compiled = compile_step(probe, state, next_batch, args, wanted, platform)
     losses = train(probe, compiled, state, next_batch, args, platform)
+    if platform == "gpu":  # the device's time for a step, beside the timed step (the diagnosis)
+        probe.result(gpu_pass_s=device_step_seconds(compiled, state, next_batch()),
+                     gpu_pass_basis=f"{DEVICE_STEPS} train steps dispatched back to back after the timed window, "
+                                    "one batch, block_until_ready after the last: wall seconds / steps (the "
+                                    "device's time where the host dispatches faster than the device runs)")
     report_end(probe, losses, jax.local_devices()[0])
     if folder:
         folder.close()
@@ -223,6 +231,21 @@ def train(probe, compiled, state: TrainState, next_batch, args, platform: str) -
     timed_iterations(probe, args.num_iters, min_seconds(args.min_seconds, platform == "gpu"),
                      state.batch * args.num_batches_per_iter, one_iteration, sync, agree)
     return losses
+
+
+def device_step_seconds(compiled, state: TrainState, batch) -> float:
+    """Seconds a step takes on the device: DEVICE_STEPS steps on one batch (no data read between them)
+    dispatched back to back, timed from a drained queue to block_until_ready after the last, over their count.
+    Every process runs them (their collectives); the state trains on, their losses are not recorded."""
+    import jax
+
+    jax.block_until_ready((state.params, state.stats, state.opt_state))
+    began = time.perf_counter()
+    for _ in range(DEVICE_STEPS):
+        state.params, state.stats, state.opt_state, loss = compiled(state.params, state.stats, state.opt_state,
+                                                                    *batch)
+    jax.block_until_ready((state.params, state.stats, state.opt_state, loss))
+    return (time.perf_counter() - began) / DEVICE_STEPS
 
 
 def report_end(probe, losses: list, device) -> None:

@@ -1,8 +1,9 @@
 """jax-gpt: real runs of the JAX/Flax GPT on this machine's CPUs through the suite's CLI. Two processes joined by
 jax.distributed (Gloo between them), one mesh of both devices: data-parallel and sharded (fsdp) start from the same
 weights and data, so from the same loss, and train alike; both count tokens/s, and XLA's FLOP count of the compiled
-step stands beside the formula. One process alone trains on pytorch-gpt's token file, written in the jax stack. A
-run asked on GPUs where JAX finds only the CPU fails."""
+step stands beside the formula, attention written out (--attention einsum, the default). One process alone trains on
+pytorch-gpt's token file, written in the jax stack, with --attention cudnn, which on a CPU runs
+jax.nn.dot_product_attention in XLA. A run asked on GPUs where JAX finds only the CPU fails."""
 
 import os
 import socket
@@ -47,6 +48,7 @@ def test_dp_and_fsdp_over_two_processes_train_alike_and_count_tokens(suite_cli, 
         reported, [results] = record["config"]["reported_by_case"], record["metrics"]["results"]
         assert record["execution"]["launcher"] == "jaxdist" and record["execution"]["processes"] == 2
         assert (reported["processes"], reported["devices"], reported["parallel"]) == (2, 2, parallel)
+        assert (reported["attention"], reported["attention_asked"]) == ("einsum", "einsum")
         assert reported["global_batch"] == 16 and reported["global_tokens_per_step"] == 16 * 64
         shards = reported[parallel]
         assert shards["sharded_parameters"] == (shards["parameter_arrays"] if parallel == "fsdp" else 0)
@@ -76,19 +78,23 @@ def test_dp_and_fsdp_over_two_processes_train_alike_and_count_tokens(suite_cli, 
 
 def test_one_process_trains_on_the_token_file_its_data_script_writes_in_the_jax_stack(suite_cli, jax_stack, tmp_path):
     """pytorch-gpt's data script run in the jax stack (`make data CASE=jax-gpt SYNTHETIC=1`: no Pillow there), then
-    one process alone (no coordination service) on windows of the file: the loss falls."""
+    one process alone (no coordination service) on windows of the file, cuDNN's attention asked where there is
+    none (XLA's dot_product_attention runs, the record says so): the loss falls."""
     data = tmp_path / "data"
     done = subprocess.run([sys.executable, "-m", "suite", "data", *CASE, "--synthetic", "--data-dir", str(data)],
                           cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     result = suite_cli("run", *CASE, "--gpus-per-node", "1", "--data-dir", str(data),
-                       case_args=(*tiny("jax-gpt"), "--data", "tokens", "--parallel", "fsdp"))
+                       case_args=(*tiny("jax-gpt"), "--data", "tokens", "--parallel", "fsdp", "--attention", "cudnn"))
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     [record] = records_in(suite_cli.results)
     reported, [results] = record["config"]["reported_by_case"], record["metrics"]["results"]
     assert record["status"] == "ok" and reported["data"] == "tokens-synthetic" and reported["processes"] == 1
     assert reported["data_path"] == str((data / "tokens" / "train.bin").resolve()) and reported["tokenizer"] == "bytes"
     assert results["last_step_loss"] < results["first_step_loss"]
+    assert (reported["attention"], reported["attention_asked"]) == ("xla", "cudnn")  # no cuDNN on a CPU
+    assert results["counted_flops_source"] == results["counted_flops_source"].split(";")[0]  # XLA counts it all
+    assert "gpu_pass_s" not in results  # CPUs: no device time per step
 
 
 def test_a_run_asked_on_gpus_where_jax_finds_only_the_cpu_fails(suite_cli, jax_stack, tmp_path, monkeypatch):
