@@ -18,8 +18,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import parse_qsl
 
-from scipy import stats
-
 from suite.base.errors import UsageError
 from suite.base.stats import fmt_number
 from suite.records.index import Selection, devices_list
@@ -80,6 +78,8 @@ def _latest(points: list[Point]) -> dict[tuple, Point]:
 def _beyond_noise(a: Point, b: Point) -> tuple[bool, float | None]:
     ra, rb = a.throughput["repetitions"], b.throughput["repetitions"]
     if len(ra) >= 2 and len(rb) >= 2:
+        from scipy import stats  # here: its import costs every `suite` command half a second
+
         p_value = float(stats.ttest_ind(ra, rb, equal_var=False).pvalue)
         return p_value < 0.05, p_value
     lo_a, hi_a = _interval(a)

@@ -15,9 +15,6 @@ non-negative least squares on the step times, or bandwidth and latency come from
 import math
 from dataclasses import dataclass
 
-import numpy as np
-from scipy.optimize import nnls
-
 from suite.base.stats import fmt_number, speedup_efficiency
 from suite.records.read import latest
 
@@ -77,6 +74,9 @@ def fit(points: dict[int, float], exchange: Exchange, batch_per_device: int,
     given (a cluster profile), only the compute time is fitted."""
     if not points:
         raise ValueError("no measurements to fit the scaling model to")
+    import numpy as np  # here, not at the top: scipy costs every `suite` command half a second to import
+    from scipy.optimize import nnls
+
     devices = sorted(points)
     steps = np.array([n * batch_per_device / points[n] for n in devices])
     traffic = np.array([exchange.traffic(n) for n in devices])

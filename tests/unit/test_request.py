@@ -149,3 +149,16 @@ def test_what_reads_records_imports_no_running_code(module):
 def test_profiles_and_cases_used_above_exist():
     load_cluster("juwels-booster")
     load_case("mxnet-imagenet")
+
+
+@pytest.mark.parametrize("module", ["suite.cli", "suite.execution.run", "suite.analysis.scaling",
+                                    "suite.analysis.compare"])
+def test_commands_start_without_scipy(module):
+    """scipy (and numpy) are imported where a fit or a test needs them: at the top of a module the `suite`
+    command imports, they cost every command, and every rank's runner, half a second."""
+    import subprocess
+
+    code = f"import sys, {module}; print(' '.join(sorted({{m.split('.')[0] for m in sys.modules}})))"
+    done = subprocess.run([sys.executable, "-c", code], cwd=Path(cli.__file__).parent.parent, capture_output=True,
+                          text=True, check=True)
+    assert "suite" in done.stdout.split() and {"scipy", "numpy"} & set(done.stdout.split()) == set()
