@@ -18,7 +18,7 @@ from conftest import MEASURED, ROOT, records_in, tiny
 from support.cluster_fixtures import LOOPBACK_HOSTS, NODE_NAMES, ensure_installed
 from support.docker_fixtures import CPU_STACKS, OTHER_CASES
 from support.image_runs import check_site_then_rerun, ok_record, suite
-from support.pairwise import across
+from support.pairwise import across, on_this_machine
 
 from suite.execution import plugins
 from suite.records.schema import validate
@@ -191,7 +191,8 @@ def test_every_case_across_two_hosts_in_its_stacks_image(ch_images, request, tmp
     assert all(shutil.which("ch-run") in p["argv"] and metas[stack]["image"] in p["argv"] for p in processes)
 
 
-@pytest.mark.parametrize("case", sorted(OTHER_CASES))
+# in `make test` the cases that cross no hosts in this runtime's image (tests/support/pairwise.py)
+@pytest.mark.parametrize("case", on_this_machine("charliecloud", OTHER_CASES))
 def test_the_case_trains_in_its_stacks_image(ch_images, case, tmp_path):
     """Each case, two ranks on this machine, every process through ch-run in its stack's image."""
     folder, metas = ch_images

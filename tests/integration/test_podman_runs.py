@@ -20,7 +20,7 @@ from conftest import MEASURED, ROOT, records_in, tiny
 from support.cluster_fixtures import NODE_NAMES, ensure_installed
 from support.docker_fixtures import CPU_STACKS, OTHER_CASES
 from support.image_runs import check_site_then_rerun, ok_record, suite
-from support.pairwise import across
+from support.pairwise import across, on_this_machine
 
 from suite.execution.plan import StackEnv
 from suite.records.schema import validate
@@ -331,7 +331,8 @@ def test_every_case_as_srun_steps_on_two_slurm_nodes_in_its_stacks_image(every_i
     assert all(podman_bin in p["argv"] and cpu_images[stack]["image"] in p["argv"] for p in processes)
 
 
-@pytest.mark.parametrize("case", sorted(OTHER_CASES))
+# in `make test` the cases that cross no hosts in this runtime's image (tests/support/pairwise.py)
+@pytest.mark.parametrize("case", on_this_machine("podman", OTHER_CASES))
 def test_the_case_trains_in_its_stacks_image(every_image_dir, cpu_images, case, tmp_path):
     """Each case, two ranks on this machine, every process a `podman run` of its stack's image (root's Podman)."""
     folder, env = every_image_dir

@@ -5,8 +5,9 @@ each image runtime runs every case on this machine (runtime × case, so every la
 pytorch-ddp across two hosts under SLURM and over ssh (runtime × scheduler); the local runtime runs every
 case on the two SLURM nodes and over ssh (case × scheduler). What is left, a launcher crossing hosts inside
 an image, is covered once for each (case, scheduler): ACROSS_IN_IMAGES names the runtime that does it in
-`make test`. Every other such run carries the `full_product` marker, which `make test` leaves out and
-`make test-all` runs (CONTRIBUTING.md, "The tests")."""
+`make test`. A case that crosses hosts in a runtime's image has run in that image: its run on this machine
+there adds nothing to the pairs. Every other such run carries the `full_product` marker, which `make test`
+leaves out and `make test-all` runs (CONTRIBUTING.md, "The tests")."""
 
 import pytest
 
@@ -32,6 +33,18 @@ FULL_PRODUCT = pytest.mark.full_product
 
 def in_make_test(runtime: str, case: str, where: str) -> bool:
     return ACROSS_IN_IMAGES.get((case, where)) == runtime
+
+
+def crosses_hosts(runtime: str, case: str) -> bool:
+    """Whether `make test` runs the case across two hosts in the runtime's image (so it runs there)."""
+    return any(in_make_test(runtime, case, where) for where in SCHEDULERS)
+
+
+def on_this_machine(runtime: str, cases) -> list:
+    """pytest parameters (case) for `runtime`'s runs of each case with two ranks on this machine: a case that
+    crosses hosts in the runtime's image in `make test` already ran there, so its run here is full_product."""
+    return [pytest.param(case, id=case, marks=FULL_PRODUCT if crosses_hosts(runtime, case) else ())
+            for case in sorted(cases)]
 
 
 def across(runtime: str, cases, schedulers=SCHEDULERS) -> list:
