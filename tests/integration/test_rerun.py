@@ -209,7 +209,8 @@ def assert_same_configuration(a: dict, b: dict) -> None:
 def comparison_line(stdout: str, case: str, with_p: bool) -> str:
     p = r"0\.\d{3}|1\.000" if with_p else "-"
     [line] = [line for line in stdout.splitlines() if line.startswith(case)]
-    assert re.search(rf" [+-]\d+\.\d% +({p})  (same|faster|slower)$", line), line
+    # a change that rounds to zero prints 0.0% without a sign (fmt_number)
+    assert re.search(rf" ([+-]\d+\.\d|0\.0)% +({p})  (same|faster|slower)$", line), line
     return line
 
 
