@@ -149,19 +149,17 @@ bench: $(VENV)/.installed
 # make test: what CI runs (.ci/run): ruff, the system packages, the unit tests under the other CPythons, then every
 # test under this one, less the runs across hosts in images that only repeat their pairs (tests/support/pairwise.py);
 # the log ends with the 25 slowest tests
+TEST_SELECT := -m "not full_product"
 test: $(VENV)/.installed
 	$(VENV)/bin/ruff check .
 	tools/install-test-deps.sh
 	tools/python-matrix.sh
-	$(VENV)/bin/python -m pytest -ra --durations=25 -m "not full_product" tests
+	$(VENV)/bin/python -m pytest -ra --durations=25 $(TEST_SELECT) tests
 
 # make test-all: make test with the full product of image runtime x case x scheduler (not in CI, for its time)
 .PHONY: test-all
-test-all: $(VENV)/.installed
-	$(VENV)/bin/ruff check .
-	tools/install-test-deps.sh
-	tools/python-matrix.sh
-	$(VENV)/bin/python -m pytest -ra --durations=25 tests
+test-all:
+	$(MAKE) test TEST_SELECT=
 
 # make test-pythons: only the unit tests under the other CPythons 3.10-3.13 of this machine (tools/python-matrix.sh)
 .PHONY: test-pythons
