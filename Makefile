@@ -146,15 +146,14 @@ rerun: $(VENV)/.installed
 bench: $(VENV)/.installed
 	$(VENV)/bin/python benchmarks/harness.py $(BENCH_ARGS)
 
-# make test: what CI runs (.ci/run): ruff, the system packages, the unit tests under the other CPythons, then every
-# test under this one, less the runs across hosts in images that only repeat their pairs (tests/support/pairwise.py);
-# the log ends with the 25 slowest tests
+# make test: what CI runs (.ci/run): ruff, the system packages, then every test under this CPython, less the runs
+# across hosts in images that only repeat their pairs (tests/support/pairwise.py), with the unit tests under the
+# other CPythons beside it (tools/python-matrix.sh); the log ends with their outcome and the 25 slowest tests
 TEST_SELECT := -m "not full_product"
 test: $(VENV)/.installed
 	$(VENV)/bin/ruff check .
 	tools/install-test-deps.sh
-	tools/python-matrix.sh
-	$(VENV)/bin/python -m pytest -ra --durations=25 $(TEST_SELECT) tests
+	tools/python-matrix.sh $(VENV)/bin/python -m pytest -ra --durations=25 $(TEST_SELECT) tests
 
 # make test-all: make test with the full product of image runtime x case x scheduler (not in CI, for its time)
 .PHONY: test-all

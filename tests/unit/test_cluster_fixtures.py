@@ -25,7 +25,9 @@ def test_a_missing_daemon_fails_under_ci_and_skips_elsewhere(tmp_path, what, var
     probe.write_text(PROBE.format(what=what))
     missing = tmp_path / "no-such-daemon"
     env = {name: value for name, value in os.environ.items() if name != "CI"}
-    env.update({variable: str(missing), "PYTHONPATH": str(ROOT / "tests"), **({"CI": ci} if ci else {})})
+    # the checkout too: the other CPythons' environments hold its dependencies, not the runner itself
+    path = os.pathsep.join((str(ROOT / "tests"), str(ROOT)))
+    env.update({variable: str(missing), "PYTHONPATH": path, **({"CI": ci} if ci else {})})
     done = subprocess.run([sys.executable, "-m", "pytest", "-p", "conftest", "-p", "no:cacheprovider", "-q",
                            str(probe)],
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
