@@ -18,7 +18,7 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 from cases._shared.memory import reset_peak_memory
-from suite.instack.matmul_peak import measure
+from suite.instack.matmul_peak import largest_side, measure
 from suite.instack.model_flops import cached
 
 COUNTED = "torch.utils.flop_counter: one forward and backward pass of the model at the run's sizes"
@@ -70,7 +70,6 @@ def tf32_allowed(products: str) -> bool:
 
 
 DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "tf32": torch.float32, "fp32": torch.float32}
-LARGEST = {"cuda": 8192}  # the largest matrix side; 4096 elsewhere
 
 
 def matmul_peak(device: torch.device, precision_name: str, seconds: float | None = None) -> dict:
@@ -91,7 +90,7 @@ def matmul_peak(device: torch.device, precision_name: str, seconds: float | None
     tf32_was = torch.backends.cuda.matmul.allow_tf32
     torch.backends.cuda.matmul.allow_tf32 = precision_name == "tf32"
     try:
-        return measure(square, multiply, precision_name, LARGEST.get(device.type, 4096), seconds=seconds)
+        return measure(square, multiply, precision_name, largest_side(device.type == "cuda"), seconds=seconds)
     finally:
         torch.backends.cuda.matmul.allow_tf32 = tf32_was
 

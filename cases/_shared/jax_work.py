@@ -4,7 +4,7 @@ device's measured matmul peak (suite/instack/matmul_peak.py, as every case's is)
 JAX is imported inside the functions: the module is imported after cases/_shared/jax_dist.py set JAX up."""
 
 from cases._shared.resident_memory import peak_resident, reset_peak_resident
-from suite.instack.matmul_peak import measure
+from suite.instack.matmul_peak import largest_side, measure
 
 
 def xla_flops(compiled) -> float:
@@ -54,7 +54,7 @@ def matmul_peak(device, wanted: str, platform: str) -> dict:
             out = mm(a)
         out.block_until_ready()
 
-    return measure(square, multiply, wanted, 8192 if platform == "gpu" else 4096)
+    return measure(square, multiply, wanted, largest_side(platform == "gpu"))
 
 
 def peak_memory(device) -> tuple[int, str]:

@@ -17,7 +17,7 @@ from pathlib import Path
 from cases._shared.mxnet_settings import precision
 from suite.instack.case_options import parse_case_args
 from suite.instack.cpu_binding import bind_cpus
-from suite.instack.matmul_peak import measure
+from suite.instack.matmul_peak import largest_side, measure
 from suite.instack.model_flops import training_flops_per_image
 from suite.instack.probe import Probe, announce
 
@@ -228,7 +228,7 @@ def matmul_peak(device, dtype: str, precision_name: str, shared_by: int, seconds
             mx.nd.FullyConnected(a, a, num_hidden=a.shape[0], no_bias=True)
         mx.nd.waitall()
 
-    largest = 8192 if device.device_type == "gpu" else 4096
+    largest = largest_side(device.device_type == "gpu")
     return measure(square, multiply, precision_name, largest, shared_by=shared_by, seconds=seconds)
 
 

@@ -7,7 +7,7 @@ timing every case shares (suite/instack/matmul_peak.py)."""
 import tensorflow as tf
 from tensorflow.python.framework.convert_to_constants import convert_variables_to_constants_v2
 
-from suite.instack.matmul_peak import measure
+from suite.instack.matmul_peak import largest_side, measure
 from suite.instack.model_flops import cached
 
 PROFILED = ("tf.compat.v1.profiler float operations (Conv2D, MatMul) of the model's forward graph at the run's "
@@ -66,5 +66,5 @@ def matmul_peak(device: str, precision: str, shared_by: int, seconds: float | No
                 out = tf.linalg.matmul(a, a)
             out[0, 0].numpy()  # the products run in order on the device: the last one done, all are
 
-    largest = 8192 if device.startswith("/gpu") else 4096
+    largest = largest_side(device.startswith("/gpu"))
     return measure(square, multiply, precision, largest, shared_by=shared_by, seconds=seconds)

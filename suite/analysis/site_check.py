@@ -39,10 +39,6 @@ class PathResult:
         if self.outcome not in OUTCOMES:
             raise ValueError(f"outcome must be one of {OUTCOMES}, got {self.outcome!r}")
 
-    def named(self) -> str:
-        """case/runtime/launcher: what --only is matched against."""
-        return f"{self.case}/{self.runtime}/{self.launcher}"
-
 
 @dataclass
 class SiteCheck:

@@ -11,7 +11,7 @@ from suite.analysis.site_check import EXIT_NOTHING_CHECKED
 from suite.base import paths
 from suite.base.errors import UsageError
 from suite.commands import common_args
-from suite.execution.request import add_site_env_options
+from suite.execution.request import add_site_env_options, request_of
 from suite.execution.site_paths import SiteEnv
 from suite.execution.site_runner import PATH_TIMEOUT_S, check_site
 
@@ -52,7 +52,7 @@ def make_request(args, case_args: list[str], argv: list[str]) -> CheckRequest:
     common_args.no_case_args(NAME, case_args)
     if args.timeout <= 0:
         raise UsageError(f"--timeout must be a positive number of seconds, got {args.timeout:g}")
-    return common_args.request_of(CheckRequest, args)
+    return request_of(CheckRequest, args)
 
 
 def run(req: CheckRequest) -> int:

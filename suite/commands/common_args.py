@@ -1,18 +1,12 @@
-"""What several commands share: their options, defined once, and the typed request of a command made
-from its parsed arguments."""
+"""What several commands share: their options, defined once, and the checks of what they are given.
+A command's typed request is made from its parsed arguments by suite.execution.request.request_of."""
 
 import argparse
-from dataclasses import fields
 from pathlib import Path
 
 from suite.base import paths
 from suite.base.errors import UsageError
 from suite.inputs.host_gpus import FLAVOURS
-
-
-def request_of(cls, args: argparse.Namespace, **given):
-    """An instance of the dataclass `cls` from the arguments of the same names (and `given`)."""
-    return cls(**{f.name: getattr(args, f.name) for f in fields(cls) if hasattr(args, f.name)}, **given)
 
 
 def fraction(text: str) -> float:
@@ -27,7 +21,7 @@ def no_case_args(name: str, case_args: list[str]) -> None:
         raise UsageError(f"{name} takes no case options; nothing goes after '--'")
 
 
-def folder_or_none(path: Path, given: str) -> None:
+def refuse_file_for_folder(path: Path, given: str) -> None:
     """Refuses a path that is there but is not a folder (a folder not there yet is left to the command)."""
     if path.exists() and not path.is_dir():
         raise UsageError(f"{given} {path} is a file, not a folder")

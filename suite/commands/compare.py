@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from suite.base.errors import UsageError
 from suite.commands import common_args
+from suite.execution.request import request_of
 
 NAME = "compare"
 HELP = "compare the throughput of records B against records A"
@@ -38,7 +39,7 @@ def add_arguments(parser) -> None:
 
 def make_request(args, case_args: list[str], argv: list[str]) -> CompareRequest:
     common_args.no_case_args(NAME, case_args)
-    return common_args.request_of(CompareRequest, args)
+    return request_of(CompareRequest, args)
 
 
 def run(req: CompareRequest) -> int:

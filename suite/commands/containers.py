@@ -6,6 +6,7 @@ from pathlib import Path
 
 from suite.base import paths
 from suite.commands import common_args
+from suite.execution.request import request_of
 
 NAME = "containers"
 HELP = "render, check or build the stacks' container images"
@@ -46,7 +47,7 @@ def add_arguments(parser) -> None:
 
 def make_request(args, case_args: list[str], argv: list[str]) -> ContainersRequest:
     common_args.no_case_args(NAME, case_args)
-    return common_args.request_of(ContainersRequest, args)
+    return request_of(ContainersRequest, args)
 
 
 def run(req: ContainersRequest) -> int:

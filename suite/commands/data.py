@@ -9,6 +9,7 @@ from pathlib import Path
 from suite.base import paths
 from suite.base.errors import UsageError
 from suite.commands import common_args
+from suite.execution.request import request_of
 from suite.inputs.cases import load_case
 
 NAME = "data"
@@ -38,7 +39,7 @@ def add_arguments(parser) -> None:
 
 
 def make_request(args, case_args: list[str], argv: list[str]) -> DataRequest:
-    return common_args.request_of(DataRequest, args, case_args=list(case_args))
+    return request_of(DataRequest, args, case_args=list(case_args))
 
 
 def run(req: DataRequest) -> int:

@@ -14,6 +14,7 @@ from suite.base.errors import UsageError
 from suite.commands import common_args
 from suite.execution import plugins
 from suite.execution.clusters import Cluster, load_cluster
+from suite.execution.request import request_of
 from suite.inputs.cases import known_cases, load_case
 from suite.inputs.host_gpus import GpuProbeError, host_gpus, pick_flavour
 from suite.instack.case_options import evaluate
@@ -105,7 +106,7 @@ def add_arguments(parser) -> None:
 
 def make_request(args, case_args: list[str], argv: list[str]) -> DoctorRequest:
     common_args.no_case_args(NAME, case_args)
-    return common_args.request_of(DoctorRequest, args)
+    return request_of(DoctorRequest, args)
 
 
 def run(req: DoctorRequest) -> int:

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from suite.base.errors import UsageError
 from suite.commands import common_args
+from suite.execution.request import request_of
 from suite.inputs.cases import load_case
 
 NAME = "install"
@@ -32,7 +33,7 @@ def add_arguments(parser) -> None:
 
 def make_request(args, case_args: list[str], argv: list[str]) -> InstallRequest:
     common_args.no_case_args(NAME, case_args)
-    return common_args.request_of(InstallRequest, args)
+    return request_of(InstallRequest, args)
 
 
 def stack_of(command: str, case: str | None, stack: str | None):

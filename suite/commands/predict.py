@@ -4,7 +4,7 @@ import argparse
 from dataclasses import dataclass
 from pathlib import Path
 
-from suite.analysis.network_figures import measured_network as measured
+from suite.analysis.network_figures import measured_network
 from suite.analysis.scaling import Measurements, exchange_for, fit
 from suite.analysis.scaling_validation import measurements
 from suite.base import paths
@@ -12,17 +12,18 @@ from suite.base.errors import UsageError
 from suite.base.stats import fmt_number
 from suite.commands import common_args
 from suite.execution.clusters import load_cluster
+from suite.execution.request import request_of
 from suite.inputs.cases import load_case
 from suite.inputs.counts import positive_ints
 from suite.records.read import load_points
 
 
-def measured_network(case_name: str, cluster: str | None, results_dir) -> dict:
+def network_from_records(case_name: str, cluster: str | None, results_dir) -> dict:
     """Bandwidth and latency from the interconnect checks in the records of the cluster (the one
     given, else the only one the case has records of), with a line saying where they come from."""
     points = load_points(results_dir, warn=lambda m: None)
     clusters = {cluster} if cluster else {p.cluster for p in points if p.case == case_name}
-    found = measured(p.record for p in points if p.cluster in clusters) if len(clusters) == 1 else None
+    found = measured_network(p.record for p in points if p.cluster in clusters) if len(clusters) == 1 else None
     return {**found[0], "source": found[1]} if found else {}
 
 
@@ -35,7 +36,7 @@ def predict(args: "PredictRequest") -> str:
         raise UsageError(f"no measurements at or below {args.fit_up_to} devices to fit")
     network = {}
     if not args.fit_network and not args.published:
-        network = measured_network(case.name, args.cluster, args.results_dir)
+        network = network_from_records(case.name, args.cluster, args.results_dir)
     if args.cluster and not args.fit_network and not network:
         profile = load_cluster(args.cluster).interconnect
         network = {**profile, "source": f"from the cluster profile ({profile.get('description', 'interconnect')})"} \
@@ -94,7 +95,7 @@ def add_arguments(parser) -> None:
 
 def make_request(args, case_args: list[str], argv: list[str]) -> PredictRequest:
     common_args.no_case_args(NAME, case_args)
-    return common_args.request_of(PredictRequest, args)
+    return request_of(PredictRequest, args)
 
 
 def run(req: PredictRequest) -> int:

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from suite.commands import common_args
+from suite.execution.request import request_of
 
 NAME = "query"
 HELP = "list the records of a results folder from its index (table or CSV)"
@@ -44,8 +45,8 @@ def add_arguments(parser) -> None:
 
 def make_request(args, case_args: list[str], argv: list[str]) -> QueryRequest:
     common_args.no_case_args(NAME, case_args)
-    common_args.folder_or_none(args.results_dir, "--results-dir")
-    return common_args.request_of(QueryRequest, args)
+    common_args.refuse_file_for_folder(args.results_dir, "--results-dir")
+    return request_of(QueryRequest, args)
 
 
 def run(req: QueryRequest) -> int:

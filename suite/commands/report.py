@@ -7,6 +7,7 @@ from pathlib import Path
 
 from suite.base import paths
 from suite.commands import common_args
+from suite.execution.request import request_of
 
 NAME = "report"
 HELP = "write HTML pages and a CSV from the result records"
@@ -28,9 +29,9 @@ def add_arguments(parser) -> None:
 
 def make_request(args, case_args: list[str], argv: list[str]) -> ReportRequest:
     common_args.no_case_args(NAME, case_args)
-    common_args.folder_or_none(args.results_dir, "--results-dir")
-    common_args.folder_or_none(args.out, "--out")
-    return common_args.request_of(ReportRequest, args)
+    common_args.refuse_file_for_folder(args.results_dir, "--results-dir")
+    common_args.refuse_file_for_folder(args.out, "--out")
+    return request_of(ReportRequest, args)
 
 
 def run(req: ReportRequest) -> int:

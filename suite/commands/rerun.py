@@ -8,6 +8,7 @@ from pathlib import Path
 from suite.base import paths
 from suite.base.errors import UsageError
 from suite.commands import common_args
+from suite.execution.request import request_of
 
 NAME = "rerun"
 HELP = ("run a record's case again as it ran (same options, world shape, runtime, stack, repetitions), refusing on "
@@ -50,7 +51,7 @@ def add_arguments(parser) -> None:
 def make_request(args, case_args: list[str], argv: list[str]) -> RerunRequest:
     if case_args:
         raise UsageError("rerun takes the case options from the record; nothing goes after '--'")
-    return common_args.request_of(RerunRequest, args, argv=list(argv))
+    return request_of(RerunRequest, args, argv=list(argv))
 
 
 def run(req: RerunRequest) -> int:

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from suite.commands import common_args
+from suite.execution.request import request_of
 
 NAME = "validate"
 HELP = "check result records against the record schema"
@@ -25,7 +26,7 @@ def add_arguments(parser) -> None:
 
 def make_request(args, case_args: list[str], argv: list[str]) -> ValidateRequest:
     common_args.no_case_args(NAME, case_args)
-    return common_args.request_of(ValidateRequest, args)
+    return request_of(ValidateRequest, args)
 
 
 def run(req: ValidateRequest) -> int:

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from suite.commands import common_args
 from suite.commands.install import stack_of
+from suite.execution.request import request_of
 from suite.inputs.host_gpus import FLAVOURS
 
 NAME = "wheels"
@@ -33,7 +34,7 @@ def add_arguments(parser) -> None:
 
 def make_request(args, case_args: list[str], argv: list[str]) -> WheelsRequest:
     common_args.no_case_args(NAME, case_args)
-    return common_args.request_of(WheelsRequest, args)
+    return request_of(WheelsRequest, args)
 
 
 def run(req: WheelsRequest) -> int:

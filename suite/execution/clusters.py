@@ -103,12 +103,16 @@ def _is_a(value, wanted: type) -> bool:
 
 
 def _with_defaults(table: dict, settings: dict, name: str, path: Path) -> dict:
-    """A plugin's table, each value of its declared type (checked further by the plugin itself)."""
+    """A plugin's table, each value of its declared type, each template holding only the placeholders
+    its setting fills (checked further by the plugin itself)."""
     for key, value in table.items():
         setting = settings[key]
         if not _is_a(value, setting.type):
             raise UsageError(f"cluster profile {path}: [{name}] {key} must be a {TYPE_WORDS[setting.type]} "
                              f"({setting.help}), got {value!r}")
+        for template in (value if isinstance(value, list) else [value]) if setting.fields else ():
+            if problem := plugins.template_problem(template, setting.fields):
+                raise UsageError(f"cluster profile {path}: [{name}] {key} = {template!r}: {problem}")
     return {**{k: s.default for k, s in settings.items() if s.default is not None}, **table}
 
 

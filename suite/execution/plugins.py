@@ -11,6 +11,7 @@ import importlib
 import importlib.util
 import pkgutil
 import shutil
+import string
 import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -35,6 +36,27 @@ class Setting:
     type: type
     default: Any = None
     help: str = ""
+    fields: tuple[str, ...] = ()  # a template's placeholders, e.g. ("stack",) for {stack}; (): not a template
+
+
+def template_problem(template: str, fields: tuple[str, ...]) -> str | None:
+    """What is wrong with a template of a profile setting (a placeholder other than `fields`, a brace
+    alone), or None: the profile checker asks this of every template, so `fill` never meets one."""
+    known = f"known: {', '.join('{' + f + '}' for f in fields)}"
+    try:
+        parts = list(string.Formatter().parse(template))
+    except ValueError as exc:
+        return f"{exc} ({known}; a brace itself is written twice)"
+    for _, name, spec, conversion in parts:
+        if name is not None and (name not in fields or spec or conversion):
+            placeholder = "{" + name + (f"!{conversion}" if conversion else "") + (f":{spec}" if spec else "") + "}"
+            return f"unknown placeholder {placeholder} ({known})"
+    return None
+
+
+def fill(template: str, **values: str) -> str:
+    """A template of a profile setting with its placeholders filled in (checked by template_problem)."""
+    return template.format_map(values)
 
 
 @dataclass(frozen=True)

@@ -138,12 +138,16 @@ def split_case_args(argv: list[str]) -> tuple[list[str], list[str]]:
     return list(argv), []
 
 
+def request_of(cls, args: argparse.Namespace, **given):
+    """An instance of the dataclass `cls` (a command's typed request) from the parsed arguments of the
+    same names, and `given`, which wins over them."""
+    return cls(**{**{f.name: getattr(args, f.name) for f in fields(cls) if hasattr(args, f.name)}, **given})
+
+
 def from_namespace(args: argparse.Namespace, case_args: list[str], argv: list[str] | None = None) -> RunRequest:
     """The request of parsed `run` options (fields of the same names), its case arguments and the
     command line as typed (None: the request's own)."""
-    given = {f.name: getattr(args, f.name) for f in fields(RunRequest) if hasattr(args, f.name)}
-    typed = [*SUITE, *argv] if argv else []
-    return RunRequest(**{**given, "case_args": list(case_args), "argv": typed})
+    return request_of(RunRequest, args, case_args=list(case_args), argv=[*SUITE, *argv] if argv else [])
 
 
 class _Parser(argparse.ArgumentParser):

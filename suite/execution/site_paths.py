@@ -13,10 +13,8 @@ from suite.execution.clusters import Cluster
 from suite.execution.plan import StackRequest
 from suite.inputs.cases import Case
 from suite.inputs.hostfiles import read_hostfile
+from suite.records.read import FRAMEWORKS
 from suite.stacks.locks import load_stack, lock_entries
-
-FRAMEWORKS = {"torch": "torch", "horovod": "horovod", "tensorflow": "tensorflow", "tensorflow-cpu": "tensorflow",
-              "mxnet": "mxnet", "jax": "jax"}  # lock package -> the framework a site's environment must have
 
 
 @dataclass(frozen=True)
@@ -55,6 +53,7 @@ class SitePath:
     per_node: int
 
     def named(self) -> str:
+        """case/runtime/launcher: what --only is matched against."""
         return f"{self.case.name}/{self.runtime}/{self.launcher}"
 
     def tiny_args(self) -> list[str]:
@@ -153,9 +152,10 @@ def data_problem(case: Case, cluster: Cluster | None, case_args: list[str]) -> s
 
 
 def stack_frameworks(stack: str) -> set[str]:
-    """The frameworks a stack's locks pin (torch, horovod, tensorflow, mxnet, jax)."""
+    """The frameworks a stack's locks pin (FRAMEWORKS' packages: torch, jax, mxnet, tensorflow, horovod), the
+    framework a site's environment must have; a -cpu build (tensorflow-cpu) pins its framework."""
     names = {pin.name.lower() for lock in load_stack(stack).dir.rglob("*.lock") for pin in lock_entries(lock)}
-    return {FRAMEWORKS[name] for name in names if name in FRAMEWORKS}
+    return {framework for framework in FRAMEWORKS if {framework, f"{framework}-cpu"} & names}
 
 
 def modules_problem(cluster: Cluster | None, stack: str, site: SiteEnv = PROFILES_SITE_ENV) -> str | None:

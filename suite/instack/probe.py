@@ -236,15 +236,22 @@ def visible_gpu(index: int) -> dict:
 
 def nvidia_smi_gpus() -> list[dict]:
     """index, uuid, bus_id and name of each GPU nvidia-smi lists (none without nvidia-smi)."""
+    return _query_gpus({"index": "index", "uuid": "uuid", "bus_id": "pci.bus_id", "name": "name"})
+
+
+def _query_gpus(fields: dict[str, str]) -> list[dict]:
+    """One dict per GPU nvidia-smi lists, of `fields` (our name -> nvidia-smi's --query-gpu name); none
+    without nvidia-smi. A line of another number of fields is not an answer to the query (a stand-in
+    nvidia-smi, an error) and is left out."""
     if not shutil.which("nvidia-smi"):
         return []
-    query = ["nvidia-smi", "--query-gpu=index,uuid,pci.bus_id,name", "--format=csv,noheader"]
+    query = ["nvidia-smi", f"--query-gpu={','.join(fields.values())}", "--format=csv,noheader"]
     try:
         out = subprocess.run(query, capture_output=True, text=True, timeout=30).stdout
     except (OSError, subprocess.TimeoutExpired):
         return []
     rows = [[part.strip() for part in line.split(",")] for line in out.strip().splitlines()]
-    return [dict(zip(("index", "uuid", "bus_id", "name"), row, strict=True)) for row in rows if len(row) == 4]
+    return [dict(zip(fields, row, strict=True)) for row in rows if len(row) == len(fields)]
 
 
 def _distribution_version(name: str) -> str | None:
@@ -328,19 +335,7 @@ def _memory_gib() -> float | None:
 
 
 def _gpus() -> list[dict]:
-    if not shutil.which("nvidia-smi"):
-        return []
-    query = ["nvidia-smi", "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"]
-    try:
-        out = subprocess.run(query, capture_output=True, text=True, timeout=30).stdout
-    except (OSError, subprocess.TimeoutExpired):
-        return []
-    gpus = []
-    for line in out.strip().splitlines():
-        parts = [part.strip() for part in line.split(",")]
-        if len(parts) == 3:  # anything else is not an answer to the query (a stand-in nvidia-smi, an error)
-            gpus.append(dict(zip(("name", "driver", "memory"), parts)))
-    return gpus
+    return _query_gpus({"name": "name", "driver": "driver_version", "memory": "memory.total"})
 
 
 if __name__ == "__main__":

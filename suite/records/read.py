@@ -123,7 +123,8 @@ def load_points(source: Path, warn=print, *selections: index.Selection,
 
 
 # The frameworks a case names in provenance.versions (its package -> the name tables show), in the order
-# a record's frameworks are named (the framework before the library that exchanges its gradients).
+# a record's frameworks are named (the framework before the library that exchanges its gradients); the
+# site check looks for the same packages in a site's environment (suite/execution/site_paths.py).
 FRAMEWORKS = {"torch": "PyTorch", "jax": "JAX", "mxnet": "MXNet", "tensorflow": "TensorFlow", "horovod": "Horovod"}
 
 

@@ -41,18 +41,21 @@ from suite.base import paths
 from suite.base.env_policy import forwarded_env
 from suite.base.errors import UsageError
 from suite.execution.plan import StackEnv, StackRequest
-from suite.execution.plugins import Setting
+from suite.execution.plugins import Setting, fill
 from suite.inputs.host_gpus import pick_flavour
 from suite.instack.file_digest import file_digest
 from suite.stacks import images
 from suite.stacks.images import bind_list
 from suite.stacks.locks import load_stack
 
+TEMPLATE_FIELDS = ("stack", "flavour", "image_dir")  # what `image` and `metadata` may hold, as {stack}
 PROFILE = {
     "image": Setting(str, None, "the image: a squashfs file or an enroot reference (REGISTRY#IMAGE:TAG); "
-                     "{stack}, {flavour} and {image_dir} are filled in (default: {image_dir}/{stack}-{flavour}.sqsh)"),
+                     "{stack}, {flavour} and {image_dir} are filled in (default: {image_dir}/{stack}-{flavour}.sqsh)",
+                     fields=TEMPLATE_FIELDS),
     "metadata": Setting(str, None, "the image's metadata (JSON, as `make containers` writes it) where it is not "
-                        "IMAGE.json beside a squashfs file nor the Docker build's; {stack}, {flavour}, {image_dir}"),
+                        "IMAGE.json beside a squashfs file nor the Docker build's; {stack}, {flavour}, {image_dir}",
+                        fields=TEMPLATE_FIELDS),
     "edf": Setting(bool, False, "pass image, mounts and environment as an environment definition file "
                    "(srun --environment=FILE.toml, CSCS's Container Engine) instead of --container-* options"),
     "mounts": Setting(list, [], "further mounts, SRC:DST[:FLAGS] (flags joined by +, e.g. ro); SRC must exist"),
@@ -153,14 +156,10 @@ def settings(cluster) -> dict:
     return spec
 
 
-def fill(template: str, stack: str, flavour: str, image_dir: Path) -> str:
-    return template.replace("{stack}", stack).replace("{flavour}", flavour).replace("{image_dir}", str(image_dir))
-
-
 def image_of(stack: str, flavour: str, image_dir: Path, spec: dict) -> str:
     """A squashfs file's absolute path, or an enroot reference as it is."""
     given = os.environ.get("SUITE_IMAGE") or fill(spec["image"] or "{image_dir}/{stack}-{flavour}.sqsh",
-                                                  stack, flavour, image_dir)
+                                                  stack=stack, flavour=flavour, image_dir=str(image_dir))
     if given.startswith(("/", ".", "~")) or given.endswith((".sqsh", ".squashfs")):
         return str(Path(given).expanduser().resolve())
     if not REFERENCE.match(given):
@@ -177,7 +176,7 @@ def read_meta(stack: str, flavour: str, image: str, image_dir: Path, spec: dict,
     if is_file_image(image) and not Path(image).is_file():
         raise UsageError(f"no {flavour} image of stack {stack} at {image}: {hint} (or set SUITE_IMAGE)")
     if spec["metadata"]:
-        where = Path(fill(spec["metadata"], stack, flavour, image_dir))
+        where = Path(fill(spec["metadata"], stack=stack, flavour=flavour, image_dir=str(image_dir)))
     elif is_file_image(image):
         where = Path(f"{image}.json")
     else:

@@ -15,7 +15,7 @@ from support import pyxis_spec
 from suite import cli
 from suite.base import paths
 from suite.base.errors import UsageError
-from suite.execution.clusters import Cluster
+from suite.execution.clusters import Cluster, load_cluster
 from suite.execution.plan import StackRequest
 from suite.runtimes import pyxis
 from suite.stacks import images
@@ -165,6 +165,31 @@ def test_a_mount_of_a_missing_folder_is_refused_in_one_line(site, capsys):
     assert code == 2 and err.count("\n") == 1, err
     assert "/no/such/folder does not exist on this host" in err
     assert not (site / "r").exists()
+
+
+@pytest.mark.parametrize("dry", [True, False])
+def test_an_unknown_placeholder_in_a_template_is_refused_in_one_line_before_anything(site, capsys, dry):
+    fake_image(site / "images")
+    (site / "site.toml").write_text('scheduler = "slurm"\nruntime = "pyxis"\n'
+                                    '[pyxis]\nimage = "/images/{stack}-{nosuchfield}.sqsh"\n')
+    code = cli.main(["run", "--cluster", "site", *(["--dry-run"] if dry else []), "--runs-dir", str(site / "runs"),
+                     "--results-dir", str(site / "r")])
+    out, err = capsys.readouterr()
+    assert code == 2 and err.count("\n") == 1 and "srun" not in out, err
+    assert "[pyxis] image = '/images/{stack}-{nosuchfield}.sqsh': unknown placeholder {nosuchfield} " \
+           "(known: {stack}, {flavour}, {image_dir})" in err
+    assert not (site / "r").exists() and not (site / "runs").exists()
+
+
+@pytest.mark.parametrize("template, said", [
+    ("/images/{stack!r}.sqsh", "unknown placeholder {stack!r}"), ("/images/{}.sqsh", "unknown placeholder {}"),
+    ("/images/{stack.upper}.sqsh", "unknown placeholder {stack.upper}"),
+    ("/images/{stack", "expected '}' before end of string"),
+])
+def test_a_placeholder_is_a_known_name_alone(site, template, said):
+    (site / "site.toml").write_text(f'scheduler = "slurm"\nruntime = "pyxis"\n[pyxis]\nmetadata = "{template}"\n')
+    with pytest.raises(UsageError, match=re.escape(said)):
+        load_cluster("site")
 
 
 @pytest.mark.parametrize("mounts, said", [

@@ -3,6 +3,7 @@ without it still read, report and compare, and the report's figures read from th
 ticks, which series a speedup plot holds, legend labels, log axes, the index's MFU and bound cells."""
 
 import json
+import re
 
 import pytest
 from support.fixture_records import make_record
@@ -286,9 +287,11 @@ def test_one_timing_routine_measures_every_cases_matmul_peak(monkeypatch):
     cases = Path(__file__).resolve().parents[2] / "cases"
     sources = {p.relative_to(cases).as_posix(): p.read_text() for p in cases.rglob("*.py")}
     timing = [name for name, text in sources.items() if "n**3" in text]
-    measuring = {name for name, text in sources.items() if "matmul_peak import measure" in text}
+    measuring = {name for name, text in sources.items() if re.search(r"matmul_peak import .*\bmeasure\b", text)}
     assert timing == [] and measuring == {"_shared/flops.py", "tf-cifar/work.py", "mxnet-imagenet/train.py",
                                           "_shared/jax_work.py"}
+    sizing = {name for name, text in sources.items() if "largest_side(" in text}  # the sides: one rule for all
+    assert sizing == measuring and not [name for name in measuring if "8192" in sources[name]]
 
 
 def test_the_matmul_peak_is_timed_for_the_seconds_set_and_a_bad_setting_is_refused_before_launch(tmp_path,
