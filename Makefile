@@ -190,8 +190,8 @@ locks: $(LOCK_TOOLS)/.installed
 clean-runs:
 	rm -rf runs
 
-# make gpu-check [RUNTIME=modules PYTHON=... | FLAVOUR=cuda] [GPU_CHECK_ARGS="--rounds 5 --min-seconds 60"]: on a GPU host,
-# the suite against a bare DDP loop and the published figures (benchmarks/gpu_check.py); exit 2 without a GPU
+# make gpu-check [RUNTIME=modules PYTHON=... | FLAVOUR=cuda] [GPU_CHECK_ARGS="--quick" | "--rounds 5 --only NAME ..."]: on a
+# GPU host, every case against its bare loop, its MFU and published figures (benchmarks/gpu_check.py); exit 2 without a GPU
 .PHONY: gpu-check
 gpu-check: $(VENV)/.installed
 	$(VENV)/bin/python benchmarks/gpu_check.py $(GPU_CHECK_ARGS) -- $(call opt,--runtime,$(RUNTIME)) \

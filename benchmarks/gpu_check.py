@@ -2,86 +2,313 @@
 published figures say it should? Needs no container engine: the stack is the local cuda flavour, or
 the site's environment (RUNTIME=modules), whatever the run options after `--` say.
 
-  1. pytorch-ddp with --preset dle (AMP, channels-last, batch 256 per GPU) on one GPU through the
-     suite, and the same training as a bare DDP loop (benchmarks/bare/pytorch_ddp.py) in the same
-     stack, in interleaved rounds (ABBA): suite / bare, with each round's ratio;
-  2. the suite's img/s per GPU / the published figure for this GPU and precision (case.toml);
-  3. both sides trained on a GPU (the suite's record and the bare loop say which device), on the same
-     host; the run's GPUs (NVML, those its ranks used) were busy over the timed window; MLPerf-style
-     MLLOG lines are in the run folder (where the stack has no mlperf_logging, that is said, not failed);
-  4. the run's diagnosis line.
+Every case the GPU host can run, one GPU each (ENTRIES; `--only NAME ...` narrows):
 
-Exit 0 when every run worked and every check holds; 1 when a run failed or a check did not hold (a
-side that trained on the CPU, GPUs idle over the window, the sides on different hosts); 2, with one
-line, on a host without an NVIDIA GPU (or with bad options).
+  pytorch-ddp-dle    pytorch-ddp --preset dle (AMP, channels-last, batch 256) against the bare DDP loop
+                     (benchmarks/bare/pytorch_ddp.py); img/s per GPU / the published figure for this GPU
+                     (case.toml [[reference]]: MLPerf v4.0's on an H100), target 0.8
+  pytorch-gpt        pytorch-gpt at its defaults (bf16 autocast, batch 8) against benchmarks/bare/pytorch_gpt.py
+  pytorch-gpt-h100   pytorch-gpt --preset h100 (bf16, torch.compile, fused AdamW, batch 32, gc every 50) against
+                     the same loop with the preset's options; MFU of the datasheet's dense bf16 peak, target 0.40
+  jax-gpt-h100       jax-gpt --preset h100 (bf16, cuDNN attention, batch 32) against benchmarks/bare/jax_gpt.py;
+                     MFU target 0.35
+  jax-resnet         jax-resnet at batch 256 (bf16 on a GPU) against benchmarks/bare/jax_resnet.py
 
-    python benchmarks/gpu_check.py [--rounds 3] [--min-seconds 30] [-- RUN OPTIONS, e.g. --runtime modules]
+Each case runs through the suite and as its bare loop in the same stack, in interleaved rounds (ABBA):
+suite / bare, target 0.98, with each round's ratio and their spread. Both sides must have trained on a
+GPU (the suite's record and the bare loop say which device: a side that fell back to the CPU fails), on
+the same host, with the same settings (dtype, batch, parameters, compile, attention ... as each side
+reports them); the run's GPUs (NVML, those its ranks used) busy over the timed window; MLPerf-style MLLOG
+lines in the run folder (where the stack has no mlperf_logging, that is said, not failed); and the run's
+diagnosis line. Published figures are shown where the case has one for this GPU, checked where a target is
+set. Both sides share compilation caches (JAX's persistent cache, Inductor's), so a round compiles anew
+only what no earlier run of the check compiled.
+
+Prints one line per check, `name: value (>= target[, MISSED])` (or `name: ok` / `name: FAILED: why`),
+and writes them all as JSON under reports/bench/. Exit 0 when every run worked and every check holds;
+1 when a run failed, a check did not hold or was not reached within --quick's budget; 2, with one line,
+on a host without an NVIDIA GPU (or with bad options).
+
+    python benchmarks/gpu_check.py [--quick | --tiny] [--rounds 3] [--min-seconds 30] [--only NAME ...]
+                                   [-- RUN OPTIONS, e.g. --runtime modules --python python3]
+
+--quick: one round (each side one process per case), 5-second timed windows, and a total budget of
+6 minutes on one H100 (QUICK_BUDGET_S): a side is not started with less than MIN_SIDE_S of it left, the
+suite's runs get the rest as their --timeout and a bare loop is stopped at it. --tiny: each case's [tiny]
+sizes, a check that the machinery works on any host; it measures nothing.
 """
 
 import argparse
 import json
+import math
 import os
+import signal
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from suite.analysis.diagnosis import run_gpus, summary_line, unmatched_gpus  # noqa: E402 (after sys.path is set)
+from suite.analysis.peaks import datasheet_peak  # noqa: E402 (after sys.path is set)
 from suite.analysis.references import summary_line as published_line  # noqa: E402 (after sys.path is set)
+from suite.analysis.utilisation import device_name_of  # noqa: E402 (after sys.path is set)
 from suite.base.errors import UsageError  # noqa: E402 (after sys.path is set)
 from suite.execution.request import from_argv  # noqa: E402 (after sys.path is set)
+from suite.inputs.cases import load_case  # noqa: E402 (after sys.path is set)
 from suite.inputs.host_gpus import host_gpus  # noqa: E402 (after sys.path is set)
+from suite.instack.case_options import option_args  # noqa: E402 (after sys.path is set)
 
-CASE = "pytorch-ddp"
-SIZES = {  # the preset's batch and DLE's image size; --tiny: a check that the machinery works, on any host
-    "full": {"batch-size": 256, "image-size": 224, "warmup": 20, "steps": 10},
-    "tiny": {"batch-size": 4, "image-size": 32, "warmup": 1, "steps": 2},
-}
-SUITE_VS_BARE = 0.95
-
-
-def suite_run(run_options: list[str], work: Path, min_seconds: float, size: dict) -> dict:
-    results = Path(tempfile.mkdtemp(dir=work))
-    sizes = ["--batch-size", str(size["batch-size"]), "--image-size", str(size["image-size"]),
-             "--num-warmup-batches", str(size["warmup"]), "--num-batches-per-iter", str(size["steps"]),
-             "--num-iters", "3"]
-    command = [sys.executable, "-m", "suite", "run", "--case", CASE, "--gpus-per-node", "1", "--results-dir",
-               str(results), "--runs-dir", str(work / "runs"), *run_options, "--", "--preset", "dle", *sizes,
-               "--min-seconds", f"{min_seconds:g}"]
-    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
-    found = sorted(results.glob("*.json"))
-    record = json.loads(found[0].read_text()) if found else None
-    if done.returncode != 0 or record is None or record["status"] != "ok":
-        why = record["reason"] if record else (done.stderr or done.stdout).strip().splitlines()[-1:]
-        raise RuntimeError(f"the suite's run failed: {why}")
-    return record
+SUITE_VS_BARE = 0.98  # suite / bare, every case
+REPORTS = ROOT / "reports" / "bench"  # where the results go
+QUICK_BUDGET_S = 360.0  # --quick: the whole check on one H100
+MIN_SIDE_S = 20.0  # --quick: a side is not started with less of the budget left
+MODES = {"full": {"rounds": 3, "min_seconds": 30.0}, "quick": {"rounds": 1, "min_seconds": 5.0},
+         "tiny": {"rounds": 3, "min_seconds": 30.0}}
+# the timed steps of every case beside its --min-seconds (an entry's options win): three iterations at
+# least, then as many as fill the window (cases/_shared/timed.py; the bare loops take the same rule)
+STEPS = {"num-warmup-batches": 10, "num-batches-per-iter": 10, "num-iters": 3}
+# the bare DDP loop's names for the case's options (None: the loop has no such option: it times until
+# --seconds and at least 3 iterations)
+DDP_NAMES = {"num-warmup-batches": "warmup", "num-batches-per-iter": "steps-per-iter", "min-seconds": "seconds",
+             "num-iters": None, "epochs": None, "workers": None}
 
 
-def bare_command(run_options: list[str], min_seconds: float, size: dict) -> tuple[list[str], dict]:
-    """The bare loop in the same stack the suite's run uses (prepared as the run prepares it)."""
-    from suite.execution.run import check, prepare
+@dataclass(frozen=True)
+class Entry:
+    """One case the check runs: through the suite (its --preset, then its options) and as its bare loop
+    (the preset's options expanded, then the same options), and the targets set on its figures.
 
-    req = from_argv(["run", "--case", CASE, "--gpus-per-node", "1", *run_options])
-    stack_env = prepare(req, check(req))
-    argv = stack_env.argv("python", str(ROOT / "benchmarks" / "bare" / "pytorch_ddp.py"), "--amp", "--channels-last",
-                          "--batch-size", str(size["batch-size"]), "--image-size", str(size["image-size"]),
-                          "--warmup", str(size["warmup"]), "--steps-per-iter", str(size["steps"]),
-                          "--seconds", f"{min_seconds:g}")
-    return argv, {**os.environ, **stack_env.env}
+    The seconds are estimates for the plan (--quick's budget arithmetic), not measurements: a suite run's
+    and a bare loop's time beside their timed window (start, imports, warmup, the suite's matmul peak and
+    record: about 16 s a suite run on the H100 of ../shared/NOTES.md, 2026-11-26, eleven runs in 8.5 minutes),
+    and a compilation's, the first and from the cache; `shared_cache`: both sides compile the same program
+    (torch.compile of the same graph), so only the first run compiles it afresh; JAX's two programs differ."""
+
+    name: str
+    case: str
+    bare: str  # under benchmarks/bare/
+    preset: str | None = None
+    options: tuple = ()  # ((option, value), ...): both sides, after the preset
+    bare_flags: tuple = ("--device", "auto")  # the bare loop's own, where it has them
+    mfu: float | None = None  # target of the MFU against the datasheet's dense bf16 peak
+    published: float | None = None  # target of img/s per GPU / the published figure for this GPU
+    suite_start_s: float = 16.0
+    bare_start_s: float = 8.0
+    compile_s: float = 0.0
+    cached_compile_s: float = 0.0
+    shared_cache: bool = False
+
+    def settings(self, size: str) -> dict:
+        """The case options both sides train with beside the preset: the entry's over the steps, or
+        with --tiny the case's [tiny] table over them."""
+        if size == "tiny":
+            return {**dict(self.options), **load_case(self.case).spec["tiny"]}
+        return {**STEPS, **dict(self.options)}
+
+    def suite_args(self, size: str, min_seconds: float) -> list[str]:
+        preset = ["--preset", self.preset] if self.preset else []
+        return [*preset, *option_args(self.settings(size)), "--min-seconds", f"{min_seconds:g}"]
+
+    def bare_args(self, size: str, min_seconds: float) -> list[str]:
+        preset = {k: v for k, v in load_case(self.case).spec.get("presets", {}).get(self.preset, {}).items()
+                  if k != "source"} if self.preset else {}
+        options = {**preset, **self.settings(size), "min-seconds": f"{min_seconds:g}"}
+        if self.bare == "pytorch_ddp.py":
+            options = {DDP_NAMES.get(k, k): v for k, v in options.items() if DDP_NAMES.get(k, k)}
+        return [*option_args(options), *self.bare_flags]
+
+    def plan_seconds(self, rounds: int, min_seconds: float) -> float:
+        runs = 2 * rounds
+        cold = 0 if not self.compile_s else (1 if self.shared_cache else 2)
+        compiling = cold * self.compile_s + (runs - cold) * self.cached_compile_s if self.compile_s else 0.0
+        return rounds * (self.suite_start_s + self.bare_start_s) + runs * min_seconds + compiling
 
 
-def bare_run(command: tuple[list[str], dict]) -> dict:
-    """The bare loop's line: throughput, device, host."""
-    argv, env = command
-    done = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True)
-    if done.returncode != 0:
-        raise RuntimeError(f"the bare loop failed: {(done.stderr or done.stdout).strip().splitlines()[-1:]}")
-    return json.loads(done.stdout.strip().splitlines()[-1])
+ENTRIES = (
+    Entry("pytorch-ddp-dle", "pytorch-ddp", "pytorch_ddp.py", preset="dle",
+          options=(("image-size", 224), ("num-warmup-batches", 20)), bare_flags=(), published=0.8),
+    Entry("pytorch-gpt", "pytorch-gpt", "pytorch_gpt.py"),
+    Entry("pytorch-gpt-h100", "pytorch-gpt", "pytorch_gpt.py", preset="h100", mfu=0.40,
+          compile_s=40.0, cached_compile_s=10.0, shared_cache=True),
+    Entry("jax-gpt-h100", "jax-gpt", "jax_gpt.py", preset="h100", mfu=0.35, compile_s=20.0, cached_compile_s=3.0),
+    Entry("jax-resnet", "jax-resnet", "jax_resnet.py", options=(("batch-size", 256),), compile_s=30.0,
+          cached_compile_s=3.0),
+)
+NAMES = [entry.name for entry in ENTRIES]
+
+
+def plan_seconds(entries, rounds: int, min_seconds: float) -> float:
+    """The check's estimated seconds: every entry's rounds of both sides (Entry says what is estimated)."""
+    return sum(entry.plan_seconds(rounds, min_seconds) for entry in entries)
+
+
+def targets(entries=ENTRIES) -> dict[str, float]:
+    """The checks that set a figure against a target, by name: every entry's suite / bare, and its MFU and
+    published figure where it has a target for them."""
+    found = {}
+    for entry in entries:
+        found[f"suite_vs_bare.{entry.name}"] = SUITE_VS_BARE
+        if entry.mfu is not None:
+            found[f"mfu.{entry.name}"] = entry.mfu
+        if entry.published is not None:
+            found[f"published.{entry.name}"] = entry.published
+    return found
+
+
+class Budget:
+    """--quick's total seconds (None: no limit), counted from its creation."""
+
+    def __init__(self, seconds: float | None, clock=time.monotonic):
+        self.seconds, self.clock, self.began = seconds, clock, clock()
+
+    def left(self) -> float | None:
+        return None if self.seconds is None else self.seconds - (self.clock() - self.began)
+
+    def before_side(self, what: str) -> float | None:
+        """The seconds a side may take (None: no limit); BudgetSpent where too few are left to start it."""
+        left = self.left()
+        if left is not None and left < MIN_SIDE_S:
+            raise BudgetSpent(f"not run: {left:.0f} s of the {self.seconds:.0f}-second budget left before {what}")
+        return left
+
+
+class BudgetSpent(RuntimeError):
+    pass
+
+
+# --- the two sides ---------------------------------------------------------------------------------
+
+class Sides:
+    """Runs an entry's suite side and bare side (tests put a fake in its place)."""
+
+    def __init__(self, run_options: list[str], work: Path, size: str, min_seconds: float, env: dict):
+        self.run_options, self.work, self.size, self.min_seconds, self.env = run_options, work, size, min_seconds, env
+        self.stacks: dict = {}  # case -> the stack environment its runs use
+
+    def suite(self, entry: Entry, timeout: float | None) -> dict:
+        results = Path(tempfile.mkdtemp(dir=self.work))
+        limit = ["--timeout", str(math.ceil(timeout))] if timeout is not None else []
+        command = [sys.executable, "-m", "suite", "run", "--case", entry.case, "--gpus-per-node", "1",
+                   "--results-dir", str(results), "--runs-dir", str(self.work / "runs"), *self.run_options, *limit,
+                   "--", *entry.suite_args(self.size, self.min_seconds)]
+        done = subprocess.run(command, cwd=ROOT, env=self.env, capture_output=True, text=True)
+        found = sorted(results.glob("*.json"))
+        record = json.loads(found[0].read_text()) if found else None
+        if done.returncode != 0 or record is None or record["status"] != "ok":
+            why = record["reason"] if record else last_line(done)
+            raise RuntimeError(f"the suite's run failed: {why}")
+        return record
+
+    def bare(self, entry: Entry, timeout: float | None) -> dict:
+        """The bare loop's line: throughput, device, host, the settings it trained with."""
+        argv, env = self.command(entry)
+        with subprocess.Popen(argv, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              start_new_session=True) as process:
+            try:
+                out, err = process.communicate(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)  # the loop and whatever it started, nothing else
+                process.communicate()
+                raise RuntimeError(f"the bare loop ran past the budget ({timeout:.0f} s were left)") from None
+        done = subprocess.CompletedProcess(argv, process.returncode, out, err)
+        lines = [line for line in out.splitlines() if line.startswith('{"samples"')]
+        if done.returncode != 0 or not lines:
+            raise RuntimeError(f"the bare loop failed: {last_line(done)}")
+        return json.loads(lines[-1])
+
+    def command(self, entry: Entry) -> tuple[list[str], dict]:
+        """The bare loop in the same stack the suite's run of the case uses (prepared as the run prepares it)."""
+        if entry.case not in self.stacks:  # prepared once per case (its stack), whatever the entries
+            from suite.execution.run import check, prepare
+
+            req = from_argv(["run", "--case", entry.case, "--gpus-per-node", "1", *self.run_options])
+            self.stacks[entry.case] = prepare(req, check(req))
+        stack_env = self.stacks[entry.case]
+        argv = stack_env.argv("python", str(ROOT / "benchmarks" / "bare" / entry.bare),
+                              *entry.bare_args(self.size, self.min_seconds))
+        return argv, {**self.env, **stack_env.env}
+
+
+def last_line(done: subprocess.CompletedProcess) -> str:
+    lines = (done.stderr or done.stdout or "").strip().splitlines()
+    return lines[-1] if lines else f"exit status {done.returncode}, no output"
+
+
+@dataclass
+class Outcome:
+    """What an entry's rounds gave: each round's figures, records and bare lines, or why they stopped."""
+
+    entry: Entry
+    values: dict = field(default_factory=lambda: {"suite": [], "bare": []})
+    records: list = field(default_factory=list)
+    bares: list = field(default_factory=list)
+    seconds: dict = field(default_factory=lambda: {"suite": [], "bare": []})
+    failure: str | None = None
+
+
+def run_entry(entry: Entry, sides, rounds: int, budget: Budget) -> Outcome:
+    """The entry's rounds, its sides in turns (ABBA), until they are done or one fails."""
+    outcome = Outcome(entry)
+    try:
+        for index in range(rounds):
+            for side in (("suite", "bare") if index % 2 == 0 else ("bare", "suite")):
+                timeout = budget.before_side(f"{entry.name}'s {side} side")
+                began = time.monotonic()
+                if side == "suite":
+                    outcome.records.append(sides.suite(entry, timeout))
+                    outcome.values["suite"].append(outcome.records[-1]["metrics"]["throughput"]["mean"])
+                else:
+                    outcome.bares.append(sides.bare(entry, timeout))
+                    outcome.values["bare"].append(outcome.bares[-1]["throughput"])
+                outcome.seconds[side].append(round(time.monotonic() - began, 1))
+    except UsageError:  # bad options: the whole check stops (exit 2)
+        raise
+    except RuntimeError as exc:
+        outcome.failure = str(exc)
+    except Exception as exc:  # e.g. the stack of the bare loop could not be installed: this case fails, not all
+        outcome.failure = f"{type(exc).__name__}: {exc}"
+    return outcome
+
+
+# --- the checks ------------------------------------------------------------------------------------
+
+@dataclass
+class Check:
+    """One line: a figure against its target (value, target), or a condition (value None); met None: not
+    checked (no figure to set against: said why), which fails nothing."""
+
+    name: str
+    met: bool | None
+    said: str
+    value: float | None = None
+    target: float | None = None
+
+    def line(self) -> str:
+        return f"{self.name}: {self.said}"
+
+
+def ratio_check(name: str, value: float, target: float, detail: str = "") -> Check:
+    met = value >= target
+    said = f"{value:.3f} (>= {target:g}{'' if met else ', MISSED'})" + (f"  {detail}" if detail else "")
+    return Check(name, met, said, value, target)
+
+
+def failed_figure(check: Check, why: str) -> Check:
+    """A figure's check failed whatever its value (a side trained on the CPU): the value is still shown."""
+    if check.value is None:
+        return Check(check.name, False, f"FAILED: {why}")
+    return Check(check.name, False, f"{check.value:.3f} (>= {check.target:g}, FAILED: {why})", check.value,
+                 check.target)
+
+
+def condition(name: str, problem: str | None) -> Check:
+    return Check(name, problem is None, "ok" if problem is None else f"FAILED: {problem}")
 
 
 def device_problem(record: dict, bare: dict) -> str | None:
@@ -92,8 +319,8 @@ def device_problem(record: dict, bare: dict) -> str | None:
         device = reported.get("device_name") or record["world"].get("device_type")
         return f"the suite's run trained on {device}, not a GPU"
     if bare.get("device_type") != "cuda":
-        return (f"the bare loop trained on {bare.get('device_name') or bare.get('device')}, not a GPU (torch in the "
-                "stack sees no GPU: a CPU build, FLAVOUR=cpu, or a driver older than its CUDA)")
+        return (f"the bare loop trained on {bare.get('device_name') or bare.get('device')}, not a GPU (the framework "
+                "in the stack sees no GPU: a CPU build, FLAVOUR=cpu, or a driver older than its CUDA)")
     return None
 
 
@@ -105,6 +332,18 @@ def host_problem(record: dict, bare: dict) -> str | None:
         return (f"the suite's run trained on {', '.join(suite_hosts)}, the bare loop on {bare.get('host')}: "
                 "run gpu-check on the host the run uses")
     return None
+
+
+# what both sides report of their training (the case in config.reported_by_case, the bare loop in its
+# config), which must be equal for the ratio to compare the same work
+SAME_WORK = ("model", "dtype", "parameters", "batch_per_device", "image_size", "compile", "optimizer_impl", "attention")
+
+
+def settings_problem(record: dict, bare: dict) -> str | None:
+    reported, theirs = record["config"].get("reported_by_case") or {}, bare.get("config") or {}
+    differ = [f"{key} {reported[key]!r} (suite) / {theirs[key]!r} (bare)" for key in SAME_WORK
+              if key in reported and key in theirs and reported[key] != theirs[key]]
+    return f"the sides trained differently: {'; '.join(differ)}" if differ else None
 
 
 def telemetry_problem(record: dict) -> str | None:
@@ -136,57 +375,159 @@ def mllog_line(record: dict) -> tuple[str, bool]:
     return f"FAILED: no :::MLLOG lines under {run_dir / 'ranks'}", False
 
 
-def check_host(run_options: list[str], rounds: int, min_seconds: float, size: dict, work: Path) -> int:
-    bare = bare_command(run_options, min_seconds, size)
-    values, records, bares, ok = {"suite": [], "bare": []}, [], [], True
-    for index in range(rounds):
-        for side in (("suite", "bare") if index % 2 == 0 else ("bare", "suite")):
-            if side == "suite":
-                records.append(suite_run(run_options, work, min_seconds, size))
-                values["suite"].append(records[-1]["metrics"]["throughput"]["mean"])
-            else:
-                bares.append(bare_run(bare))
-                values["bare"].append(bares[-1]["throughput"])
-    record = records[-1]
-    gpu = record["config"]["reported_by_case"].get("device_name")
-    ratio = statistics.fmean(values["suite"]) / statistics.fmean(values["bare"])
-    rounds_shown = [round(a / b, 3) for a, b in zip(values["suite"], values["bare"])]
-    met = ratio >= SUITE_VS_BARE
-    ok &= met
-    print(f"gpu: {gpu}; stack {record['provenance'].get('stack')}/{record['provenance'].get('stack_flavour')}, "
-          f"runtime {record['execution']['runtime']}")
-    print(f"suite_vs_bare.{CASE}: {ratio:.3f} (>= {SUITE_VS_BARE}{'' if met else ', MISSED'})  round ratios "
-          f"{rounds_shown}; suite img/s {[round(v) for v in values['suite']]}, "
-          f"bare {[round(v) for v in values['bare']]}")
-    published = record["metrics"].get("published")
-    print(published_line(published) if published else f"published: no figure for {gpu} at {record['config']['dtype']} "
-          f"in cases/{CASE}/case.toml")
-    for name, problem in (("device", device_problem(record, bares[-1])), ("host", host_problem(record, bares[-1])),
-                          ("telemetry", telemetry_problem(record))):
-        print(f"{name}: {'ok' if problem is None else 'FAILED: ' + problem}")
-        ok &= problem is None
-    said, holds = mllog_line(record)
-    print(f"mllog: {said}")
-    ok &= holds
-    if diagnosis := record["metrics"].get("diagnosis"):
-        print(f"diagnosis: {summary_line(diagnosis)}")
-    out = ROOT / "reports" / "bench" / f"{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}-gpu-check.json"
+def first_problem(pairs, judge) -> str | None:
+    return next((problem for pair in pairs if (problem := judge(*pair)) is not None), None)
+
+
+def mfu_check(entry: Entry, records: list[dict]) -> Check:
+    """The achieved FLOP/s per GPU (metrics.utilisation: the case's work per sample x samples/s per device),
+    mean over the rounds, / the datasheet's dense bf16 peak of this GPU: the preset's aim, whatever
+    precision the run's products had (the line names it)."""
+    name, device = f"mfu.{entry.name}", device_name_of(records[-1])
+    peak = datasheet_peak(device, "bf16")
+    if peak is None:
+        return Check(name, None, f"not checked: no datasheet bf16 peak for {device} (suite/analysis/peaks.py)")
+    found = [r["metrics"].get("utilisation") or {} for r in records]
+    if not all(f.get("achieved_flops_per_s_per_device") for f in found):
+        return Check(name, False, "FAILED: a record has no achieved FLOP/s (metrics.utilisation): the case "
+                                  "reported no work")
+    if invalid := next((f["invalid_reason"] for f in found if f.get("valid") is False), None):
+        return Check(name, False, f"FAILED: {invalid}")
+    achieved = statistics.fmean(f["achieved_flops_per_s_per_device"] for f in found)
+    detail = (f"{achieved / 1e12:.1f} TFLOP/s per GPU of the {peak['part']} datasheet's dense bf16 "
+              f"{peak['flops_per_s'] / 1e12:.1f} (products in {found[-1].get('precision')})")
+    return ratio_check(name, achieved / peak["flops_per_s"], entry.mfu, detail)
+
+
+def published_check(entry: Entry, records: list[dict]) -> Check:
+    """The mean per-GPU throughput over the rounds / the published figure for this GPU (metrics.published)."""
+    name, found = f"published.{entry.name}", records[-1]["metrics"].get("published")
+    if not found:
+        gpu = records[-1]["config"]["reported_by_case"].get("device_name")
+        return Check(name, None, f"not checked: no published figure for {gpu} at {records[-1]['config'].get('dtype')} "
+                                 f"in cases/{entry.case}/case.toml")
+    per_device = statistics.fmean(r["metrics"]["throughput"]["per_device"] for r in records)
+    published = found["published_per_device"]
+    return ratio_check(name, per_device / published, entry.published,
+                       f"{per_device:,.0f} {found.get('unit', 'img/s')} per GPU / {published:,.0f}, {found['source']}")
+
+
+def checks_of(outcome: Outcome) -> tuple[list[Check], list[str]]:
+    """The entry's check lines, and its lines of information (the published figure where it has no
+    target, the diagnosis)."""
+    entry, records, bares = outcome.entry, outcome.records, outcome.bares
+    ratio_name = f"suite_vs_bare.{entry.name}"
+    if outcome.failure or not records or not bares:
+        return [Check(ratio_name, False, f"FAILED: {outcome.failure or 'no round ran'}")], []
+    suite, bare = outcome.values["suite"], outcome.values["bare"]
+    rounds = [round(a / b, 3) for a, b in zip(suite, bare)]
+    unit = records[-1]["metrics"]["throughput"].get("unit", "img/s")
+    detail = (f"round ratios {rounds} (spread {max(rounds) - min(rounds):.3f}); suite {unit} "
+              f"{[round(v) for v in suite]}, bare {[round(v) for v in bare]}")
+    checks = [ratio_check(ratio_name, statistics.fmean(suite) / statistics.fmean(bare), SUITE_VS_BARE, detail)]
+    if entry.mfu is not None:
+        checks.append(mfu_check(entry, records))
+    if entry.published is not None:
+        checks.append(published_check(entry, records))
+    pairs = list(zip(records, bares))
+    if on_cpu := first_problem(pairs, device_problem):  # no figure of a run on the CPU holds for a GPU
+        checks = [failed_figure(c, on_cpu) for c in checks]
+    checks += [condition(f"device.{entry.name}", on_cpu),
+               condition(f"host.{entry.name}", first_problem(pairs, host_problem)),
+               condition(f"sides.{entry.name}", first_problem(pairs, settings_problem)),
+               condition(f"telemetry.{entry.name}", first_problem([(r,) for r in records], telemetry_problem))]
+    said, holds = mllog_line(records[-1])
+    checks.append(Check(f"mllog.{entry.name}", holds, said))
+    info = []
+    if entry.published is None and (published := records[-1]["metrics"].get("published")):
+        info.append(f"  {published_line(published)}")
+    if diagnosis := records[-1]["metrics"].get("diagnosis"):
+        info.append(f"  diagnosis: {summary_line(diagnosis)}")
+    return checks, info
+
+
+# --- the whole check -------------------------------------------------------------------------------
+
+def compile_caches(work: Path, environ=os.environ) -> dict:
+    """The environment of both sides: JAX's persistent compilation cache and Inductor's cache in the
+    check's folder (where the caller set none), so that a program is compiled afresh once per check."""
+    return {**environ, "JAX_COMPILATION_CACHE_DIR": environ.get("JAX_COMPILATION_CACHE_DIR") or str(work / "jax-cache"),
+            "TORCHINDUCTOR_CACHE_DIR": environ.get("TORCHINDUCTOR_CACHE_DIR") or str(work / "inductor-cache")}
+
+
+def check_host(entries, sides, rounds: int, min_seconds: float, budget: Budget, run_options: list[str]) -> int:
+    began, seconds = time.monotonic(), plan_seconds(entries, rounds, min_seconds)
+    limit = f"; budget {budget.seconds:.0f} s" if budget.seconds is not None else ""
+    print(f"plan: {', '.join(e.name for e in entries)}; {rounds} round(s) (ABBA), timed windows of {min_seconds:g} s; "
+          f"about {seconds:.0f} s by the estimates{limit}", flush=True)
+    results, all_checks, headed = {}, [], False
+    for entry in entries:
+        outcome = run_entry(entry, sides, rounds, budget)
+        if outcome.failure:
+            print(f"gpu-check FAILED: {entry.name}: {outcome.failure}", file=sys.stderr, flush=True)
+        if outcome.records and not headed:
+            record, headed = outcome.records[-1], True
+            print(f"gpu: {record['config']['reported_by_case'].get('device_name')}; stack "
+                  f"{record['provenance'].get('stack')}/{record['provenance'].get('stack_flavour')}, runtime "
+                  f"{record['execution']['runtime']}", flush=True)
+        checks, info = checks_of(outcome)
+        for line in [c.line() for c in checks] + info:
+            print(line, flush=True)
+        all_checks += checks
+        metrics = outcome.records[-1]["metrics"] if outcome.records else {}
+        results[entry.name] = {"case": entry.case, "preset": entry.preset, "failure": outcome.failure,
+                               **outcome.values, "seconds": outcome.seconds, "published": metrics.get("published"),
+                               "utilisation": metrics.get("utilisation")}
+    failed = [c.name for c in all_checks if c.met is False]
+    elapsed = time.monotonic() - began
+    limit = f" of the {budget.seconds:.0f}-second budget" if budget.seconds is not None else ""
+    print(f"gpu-check: {len(all_checks)} checks, {len(failed)} failed or missed"
+          + (f": {', '.join(failed)}" if failed else "") + f"; {elapsed:.0f} s{limit}", flush=True)
+    if not headed:  # no run of the suite finished: nothing measured to keep
+        return 1 if failed else 0
+    out = REPORTS / f"{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}-gpu-check.json"
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"gpu": gpu, "suite_vs_bare": ratio, "round_ratios": rounds_shown, **values,
-                               "published": published, "diagnosis": record["metrics"].get("diagnosis"),
-                               "run_options": run_options}, indent=2) + "\n")
+    out.write_text(json.dumps({
+        "rounds": rounds, "min_seconds": min_seconds, "plan_seconds": seconds, "budget_s": budget.seconds,
+        "elapsed_s": round(elapsed, 1),
+        "checks": {c.name: {"value": c.value, "target": c.target, "met": c.met, "said": c.said} for c in all_checks},
+        "entries": results, "run_options": run_options}, indent=2) + "\n")
     print(f"results: {out}")
-    return 0 if ok else 1
+    return 1 if failed else 0
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse(own: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    size = parser.add_mutually_exclusive_group()
+    size.add_argument("--quick", action="store_true", help=f"one round, 5-second windows, within "
+                      f"{QUICK_BUDGET_S:.0f} s on one H100")
+    size.add_argument("--tiny", action="store_true", help="each case's [tiny] sizes: checks the machinery, "
+                      "measures nothing")
+    parser.add_argument("--rounds", type=int, default=None, help="rounds of suite and bare loop, ABBA "
+                        "(default 3; --quick 1)")
+    parser.add_argument("--min-seconds", type=float, default=None, help="timed seconds of each run (default 30; "
+                        "--quick 5)")
+    parser.add_argument("--only", nargs="+", metavar="NAME", default=None, help=f"these cases only: {', '.join(NAMES)}")
+    args = parser.parse_args(own)
+    mode = MODES["quick" if args.quick else "tiny" if args.tiny else "full"]
+    args.rounds = mode["rounds"] if args.rounds is None else args.rounds
+    args.min_seconds = mode["min_seconds"] if args.min_seconds is None else args.min_seconds
+    return args
+
+
+def selected(only: list[str] | None) -> list[Entry]:
+    """The entries --only names (all without it); UsageError naming the unknown ones."""
+    if not only:
+        return list(ENTRIES)
+    if unknown := [name for name in only if name not in NAMES]:
+        raise UsageError(f"--only: no case {', '.join(unknown)} (the cases: {', '.join(NAMES)})")
+    return [entry for entry in ENTRIES if entry.name in only]
+
+
+def main(argv: list[str] | None = None, sides_factory=Sides) -> int:
     argv = sys.argv[1:] if argv is None else argv
     own, run_options = (argv[:argv.index("--")], argv[argv.index("--") + 1:]) if "--" in argv else (argv, [])
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rounds", type=int, default=3, help="rounds of suite and bare loop, ABBA (default 3)")
-    parser.add_argument("--min-seconds", type=float, default=30.0, help="timed seconds of each run (default 30)")
-    parser.add_argument("--tiny", action="store_true", help="batch 4 at 32 px: checks the machinery, measures nothing")
-    args = parser.parse_args(own)
+    args = parse(own)
     try:
         gpus = host_gpus()
     except UsageError as exc:  # the probe failed: say what it said, not that there is no GPU
@@ -199,15 +540,15 @@ def main(argv: list[str] | None = None) -> int:
         print("error: --rounds must be at least 1 and --min-seconds above 0", file=sys.stderr)
         return 2
     try:
+        entries = selected(args.only)
         with tempfile.TemporaryDirectory(prefix="gpu-check-") as work:
-            size = SIZES["tiny" if args.tiny else "full"]
-            return check_host(run_options, args.rounds, args.min_seconds, size, Path(work))
+            sides = sides_factory(run_options, Path(work), "tiny" if args.tiny else "full", args.min_seconds,
+                                  compile_caches(Path(work)))
+            budget = Budget(QUICK_BUDGET_S if args.quick else None)
+            return check_host(entries, sides, args.rounds, args.min_seconds, budget, run_options)
     except UsageError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    except RuntimeError as exc:
-        print(f"gpu-check FAILED: {exc}", file=sys.stderr)
-        return 1
 
 
 if __name__ == "__main__":
