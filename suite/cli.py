@@ -19,13 +19,14 @@ NOT_COMMANDS = frozenset({"common_args"})
 
 
 class Command(Protocol):
-    """What every module of suite/commands/ but NOT_COMMANDS defines, each member explicitly: a module that
-    lacks one stops the command line (`commands`) instead of vanishing from it."""
+    """What every module of suite/commands/ but NOT_COMMANDS defines; CommandDefaults gives the members a
+    module may leave out. A module that lacks any other stops the command line (`commands`) instead of
+    vanishing from it. A command parses and calls: its work is in the layers below (CONTRIBUTING.md)."""
 
     NAME: str  # the command's name on the command line
     HELP: str  # its line in `python -m suite --help`
-    EPILOG: str | None  # the text after its options in `python -m suite NAME --help`; None: none
-    FORMATTER: type[argparse.HelpFormatter]  # how that help is laid out
+    EPILOG: str | None  # the text after its options in `python -m suite NAME --help`; None (default): none
+    FORMATTER: type[argparse.HelpFormatter]  # how that help is laid out (default: argparse.HelpFormatter)
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         """Its options, each with its help (and Make variable)."""
@@ -38,16 +39,28 @@ class Command(Protocol):
         """Does the command; returns its exit status."""
 
 
+class CommandDefaults:
+    """The members of the contract a command module may leave out, as it then gets them."""
+
+    EPILOG = None
+    FORMATTER = argparse.HelpFormatter
+
+
+def member(module: ModuleType, name: str) -> Any:
+    """A member of a command module's contract: its own, else the default of CommandDefaults."""
+    return getattr(module, name, getattr(CommandDefaults, name, None))
+
+
 def contract_problems(module: ModuleType) -> list[str]:
     """What a command module lacks of the contract, one phrase each; [] where it meets it."""
     members = [*Command.__annotations__, *(m for m in vars(Command) if not m.startswith("_"))]
-    problems = [f"no {m}" for m in members if not hasattr(module, m)]
+    problems = [f"no {m}" for m in members if not hasattr(module, m) and not hasattr(CommandDefaults, m)]
     for name in ("NAME", "HELP"):
         if hasattr(module, name) and not (isinstance(getattr(module, name), str) and getattr(module, name)):
             problems.append(f"{name} is not a non-empty string")
-    if hasattr(module, "EPILOG") and not isinstance(module.EPILOG, (str, type(None))):
+    if not isinstance(member(module, "EPILOG"), (str, type(None))):
         problems.append("EPILOG is neither a string nor None")
-    formatter = getattr(module, "FORMATTER", argparse.HelpFormatter)
+    formatter = member(module, "FORMATTER")
     if not (isinstance(formatter, type) and issubclass(formatter, argparse.HelpFormatter)):
         problems.append("FORMATTER is not an argparse.HelpFormatter class")
     problems += [f"{m} is not a function" for m in ("add_arguments", "make_request", "run")
@@ -75,7 +88,8 @@ def build_cli(found: dict[str, ModuleType] | None = None) -> argparse.ArgumentPa
                                      description="Distributed deep-learning training benchmarks for HPC clusters.")
     sub = parser.add_subparsers(dest="command", required=True)
     for name, module in (found or commands()).items():
-        command = sub.add_parser(name, help=module.HELP, epilog=module.EPILOG, formatter_class=module.FORMATTER)
+        command = sub.add_parser(name, help=module.HELP, epilog=member(module, "EPILOG"),
+                                 formatter_class=member(module, "FORMATTER"))
         module.add_arguments(command)
     return parser
 

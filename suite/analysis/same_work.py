@@ -1,7 +1,7 @@
 """The same work in every framework, as a table of records: each case with a `[same_work]` table in
 its case.toml trains, with `--same-work`, ResNet-50 v1.5 at 224 px, 1000 classes, batch 32 per
 device, float32, on a random batch in device memory. `python -m suite compare-frameworks`
-(suite/commands/compare_frameworks.py) prints this table after its runs; the report's frameworks page shows
+(suite/execution/same_work_runs.py) prints this table after its runs; the report's frameworks page shows
 it too. A row whose configuration (model, image size, batch, dtype, data, parameter count) differs
 from the most common one is flagged with what differs. Below it, for cases that train one model under
 several data-parallel strategies (pytorch-gpt: ddp and fsdp; jax-gpt: dp and fsdp), the records of each case

@@ -1,6 +1,5 @@
 """`suite cases`: the cases and their options."""
 
-import argparse
 from dataclasses import dataclass
 
 from suite.commands import common_args
@@ -9,8 +8,6 @@ from suite.instack.case_options import build_parser
 
 NAME = "cases"
 HELP = "list the cases and their options"
-EPILOG = None
-FORMATTER = argparse.HelpFormatter
 
 
 @dataclass(frozen=True)

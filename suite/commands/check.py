@@ -3,7 +3,6 @@ path the profile (or this host) offers, each case at its [tiny] sizes through ea
 one table (suite/execution/site_runner.py runs them). Exit 0: every path that ran passed; 1: an available
 path failed; 3: no path was available here, so nothing was checked; 130: interrupted."""
 
-import argparse
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,8 +18,6 @@ NAME = "check"
 HELP = ("the acceptance test of a port: every path the profile (or this host) offers, each case at its tiny sizes "
         "through each runtime and launcher, in one table (ok, failed, not available here, and why); exit 1 when an "
         f"available path failed, {EXIT_NOTHING_CHECKED} when none was available")
-EPILOG = None
-FORMATTER = argparse.HelpFormatter
 
 
 @dataclass(frozen=True)

@@ -6,6 +6,7 @@ from pathlib import Path
 
 from suite.base import paths
 from suite.base.errors import UsageError
+from suite.inputs.cases import load_case
 from suite.inputs.host_gpus import FLAVOURS
 
 
@@ -43,6 +44,15 @@ def flavour(parser, help="the stack's cpu or cuda build (default: cuda where thi
 def stack_choice(parser, what: str) -> None:
     parser.add_argument("--case", help=f"{what} the stack this case uses")
     parser.add_argument("--stack", help=f"{what} this stack (folder under containers/)")
+
+
+def stack_of(command: str, case: str | None, stack: str | None):
+    """The stack of --stack, else of --case's case; refuses neither given."""
+    from suite.stacks.locks import load_stack
+
+    if not (case or stack):
+        raise UsageError(f"{command} needs --case NAME or --stack NAME")
+    return load_stack(stack or load_case(case).stack)
 
 
 def tolerance(parser, help: str) -> None:

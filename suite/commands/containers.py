@@ -1,6 +1,5 @@
 """`suite containers render|check|build`: the stacks' container images (suite/execution/image_builds.py)."""
 
-import argparse
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -10,8 +9,6 @@ from suite.execution.request import request_of
 
 NAME = "containers"
 HELP = "render, check or build the stacks' container images"
-EPILOG = None
-FORMATTER = argparse.HelpFormatter
 
 
 @dataclass(frozen=True)

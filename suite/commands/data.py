@@ -1,6 +1,5 @@
 """`suite data`: prepare a case's dataset with the case's data script, inside the case's local stack."""
 
-import argparse
 import os
 import subprocess
 from dataclasses import dataclass, field
@@ -14,8 +13,6 @@ from suite.inputs.cases import load_case
 
 NAME = "data"
 HELP = "prepare a case's dataset (download, pack, or generate with --synthetic)"
-EPILOG = None
-FORMATTER = argparse.HelpFormatter
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,5 @@
 """`suite install`: a case's (or a stack's) local stack, ahead of a run."""
 
-import argparse
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -8,12 +7,9 @@ from pathlib import Path
 from suite.base.errors import UsageError
 from suite.commands import common_args
 from suite.execution.request import request_of
-from suite.inputs.cases import load_case
 
 NAME = "install"
 HELP = "install the local stack of a case or stack"
-EPILOG = None
-FORMATTER = argparse.HelpFormatter
 
 
 @dataclass(frozen=True)
@@ -36,21 +32,13 @@ def make_request(args, case_args: list[str], argv: list[str]) -> InstallRequest:
     return request_of(InstallRequest, args)
 
 
-def stack_of(command: str, case: str | None, stack: str | None):
-    from suite.stacks.locks import load_stack
-
-    if not (case or stack):
-        raise UsageError(f"{command} needs --case NAME or --stack NAME")
-    return load_stack(stack or load_case(case).stack)
-
-
 def run(req: InstallRequest) -> int:
     from suite.stacks.locks import ensure_installed, local_flavour
 
     if req.wheels and not req.wheels.is_dir():
         raise UsageError(f"WHEELS={req.wheels} is not a folder (fill one with `make wheels`)")
     try:
-        installed = ensure_installed(local_flavour(stack_of(NAME, req.case, req.stack), req.flavour),
+        installed = ensure_installed(local_flavour(common_args.stack_of(NAME, req.case, req.stack), req.flavour),
                                      wheels=req.wheels)
     except RuntimeError as exc:
         print(f"error: {exc}", file=sys.stderr)

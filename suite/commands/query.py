@@ -1,6 +1,5 @@
 """`suite query`: the records of a results folder from its index, as a table or CSV (suite/records/query.py)."""
 
-import argparse
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -10,8 +9,6 @@ from suite.execution.request import request_of
 
 NAME = "query"
 HELP = "list the records of a results folder from its index (table or CSV)"
-EPILOG = None
-FORMATTER = argparse.HelpFormatter
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,5 @@
 """`suite report`: HTML pages and a CSV from the result records (suite/analysis/report.py)."""
 
-import argparse
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -11,8 +10,6 @@ from suite.execution.request import request_of
 
 NAME = "report"
 HELP = "write HTML pages and a CSV from the result records"
-EPILOG = None
-FORMATTER = argparse.HelpFormatter
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,6 @@
 """`suite rerun RECORD.json`: the record's run point again, on the hosts at hand, and how it compares
 (suite/execution/rerun.py)."""
 
-import argparse
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -13,8 +12,6 @@ from suite.execution.request import request_of
 NAME = "rerun"
 HELP = ("run a record's case again as it ran (same options, world shape, runtime, stack, repetitions), refusing on "
         "drift, and compare with it")
-EPILOG = None
-FORMATTER = argparse.HelpFormatter
 
 
 @dataclass(frozen=True)

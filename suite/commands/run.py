@@ -15,7 +15,7 @@ starts, e.g.  python -m suite run --case pytorch-synthetic --gpus-per-node 2 -- 
 """
 
 
-def case_options_help() -> str:
+def _case_options_help() -> str:
     """CASE_OPTIONS, then each case's options as its own parser shows them."""
     sections = []
     for name in known_cases():
@@ -24,7 +24,7 @@ def case_options_help() -> str:
     return CASE_OPTIONS + "\n" + "\n".join(sections)
 
 
-EPILOG = case_options_help()
+EPILOG = _case_options_help()
 FORMATTER = argparse.RawDescriptionHelpFormatter
 
 

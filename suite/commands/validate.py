@@ -1,6 +1,5 @@
 """`suite validate`: result records checked against the record schema."""
 
-import argparse
 import json
 import sys
 from dataclasses import dataclass
@@ -11,8 +10,6 @@ from suite.execution.request import request_of
 
 NAME = "validate"
 HELP = "check result records against the record schema"
-EPILOG = None
-FORMATTER = argparse.HelpFormatter
 
 
 @dataclass(frozen=True)

@@ -1,21 +1,17 @@
 """`suite wheels`: every file of a stack's locks into a folder, for installing where there is no network."""
 
-import argparse
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from suite.commands import common_args
-from suite.commands.install import stack_of
 from suite.execution.request import request_of
 from suite.inputs.host_gpus import FLAVOURS
 
 NAME = "wheels"
 HELP = ("download every file of a stack's locks (hash-checked, sdists included) into a folder, for installing "
         "where there is no network")
-EPILOG = None
-FORMATTER = argparse.HelpFormatter
 
 
 @dataclass(frozen=True)
@@ -41,7 +37,7 @@ def run(req: WheelsRequest) -> int:
     from suite.stacks import wheelhouse
     from suite.stacks.locks import load_flavour
 
-    stack = stack_of(NAME, req.case, req.stack)
+    stack = common_args.stack_of(NAME, req.case, req.stack)
     for flavour in [load_flavour(stack, name) for name in (req.flavour or FLAVOURS)]:
         if flavour.no_local and not req.flavour:
             print(f"wheels: {flavour.id} left out: {flavour.no_local}")

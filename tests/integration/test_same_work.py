@@ -13,7 +13,7 @@ from support.fixture_records import make_record
 
 from suite.analysis.report import write_report
 from suite.analysis.same_work import build_rows, format_table
-from suite.commands.compare_frameworks import same_work_cases
+from suite.execution.same_work_runs import same_work_cases
 from suite.inputs.cases import load_case
 from suite.instack.case_options import parse_case_args
 from suite.records.read import Point

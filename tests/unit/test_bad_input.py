@@ -14,8 +14,8 @@ from conftest import ROOT, write
 
 from suite.base import paths
 from suite.base.errors import UsageError
-from suite.commands.doctor import data_lines
 from suite.execution.clusters import Cluster
+from suite.execution.doctor import data_lines
 from suite.inputs.cases import load_case
 from suite.inputs.host_gpus import GpuProbeError, count_from_probe
 from suite.runtimes.modules import Setup, probe_steps, read_probe

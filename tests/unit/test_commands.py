@@ -45,9 +45,10 @@ def test_a_command_module_meets_the_command_contract(name):
 
 
 def test_a_module_that_does_not_meet_the_contract_stops_the_command_line(tmp_path, monkeypatch):
-    """A module in suite/commands/ without EPILOG and FORMATTER, and with a HELP that is not text, is named
-    with what it lacks, instead of vanishing from the commands (or failing later, in one command's --help)."""
-    (tmp_path / "half.py").write_text('NAME = "half"\nHELP = 3\n\ndef add_arguments(parser):\n    pass\n\n'
+    """A module in suite/commands/ with an EPILOG that is not text, a HELP that is not text and a run that is not
+    a function, or without a NAME, is named with what it lacks, instead of vanishing from the commands (or
+    failing later, in one command's --help)."""
+    (tmp_path / "half.py").write_text('NAME = "half"\nHELP = 3\nEPILOG = 3\n\ndef add_arguments(parser):\n    pass\n\n'
                                       'def make_request(args, case_args, argv):\n    return None\n\nrun = None\n')
     (tmp_path / "nameless.py").write_text('"""A command that forgot its NAME."""\n')
     monkeypatch.setattr(suite.commands, "__path__", [*suite.commands.__path__, str(tmp_path)])
@@ -56,13 +57,26 @@ def test_a_module_that_does_not_meet_the_contract_stops_the_command_line(tmp_pat
     with pytest.raises(RuntimeError) as refused:
         cli.commands()
     said = str(refused.value)
-    assert said.startswith("suite/commands/half.py is not a command: no EPILOG; no FORMATTER; "
-                           "HELP is not a non-empty string; run is not a function"), said
+    assert said.startswith("suite/commands/half.py is not a command: HELP is not a non-empty string; "
+                           "EPILOG is neither a string nor None; run is not a function"), said
     (tmp_path / "half.py").unlink()
-    with pytest.raises(RuntimeError, match="nameless.py is not a command: no NAME; no HELP; no EPILOG"):
+    with pytest.raises(RuntimeError, match="nameless.py is not a command: no NAME; no HELP; no add_arguments; "
+                                           "no make_request; no run "):
         cli.commands()
     for name in ("half", "nameless"):
         sys.modules.pop(f"suite.commands.{name}", None)
+
+
+def test_a_command_without_epilog_and_formatter_gets_the_contract_s_defaults():
+    """EPILOG and FORMATTER are the contract's two members with defaults (cli.CommandDefaults): none of the
+    commands that take them repeats them."""
+    plain = [name for name, module in COMMANDS.items() if not {"EPILOG", "FORMATTER"} & set(vars(module))]
+    assert "doctor" in plain and "predict" in plain
+    assert all(vars(module).get("EPILOG", "") is not None for module in COMMANDS.values())
+    assert all(vars(module).get("FORMATTER") is not argparse.HelpFormatter for module in COMMANDS.values())
+    parsers = cli.build_cli()._subparsers._group_actions[0].choices
+    assert parsers["doctor"].epilog is None and parsers["doctor"].formatter_class is argparse.HelpFormatter
+    assert parsers["compare"].formatter_class is argparse.RawDescriptionHelpFormatter and parsers["compare"].epilog
 
 
 def test_options_shared_by_run_and_compare_frameworks_are_defined_once():

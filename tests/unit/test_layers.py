@@ -5,6 +5,7 @@ or scheduler module with importlib, given its name; no module of a folder below 
 
 import ast
 import sys
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -163,3 +164,124 @@ def test_test_files_have_names_of_their_own():
     unit/ and integration/ stop the whole run at collection."""
     names = [p.name for p in sorted((SUITE.parent / "tests").rglob("test_*.py"))]
     assert sorted({n for n in names if names.count(n) > 1}) == []
+
+
+# A command parses and calls (CONTRIBUTING.md, "A command"): what a command module may hold.
+CONTRACT_FUNCTIONS = {"add_arguments", "make_request", "run"}
+RUN_LINES = 20  # the longest function but add_arguments (options and their help): a call, and what it prints
+MODULE_LINES = 80
+PRIVATE_HELPERS = 2
+
+
+def engine_parts(path: Path) -> list[str]:
+    """What of a command module is more than parsing and calling, one phrase each; [] where nothing is. The rule:
+    at module level only the docstring, imports, UPPER_CASE constants (NAME, HELP, EPILOG, FORMATTER...),
+    dataclasses of fields alone (its typed request), the contract's functions and at most PRIVATE_HELPERS
+    private ones (`_name`); no function but add_arguments over RUN_LINES lines; the module at most MODULE_LINES.
+    A public function, a class with methods or a long run is an engine: it goes into the layers below."""
+    text = path.read_text()
+    lines = len(text.splitlines())
+    found = [f"{lines} lines (at most {MODULE_LINES})"] if lines > MODULE_LINES else []
+    helpers = []
+    for node in ast.parse(text).body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            if node.name not in CONTRACT_FUNCTIONS:
+                helpers.append(node.name)
+                if not node.name.startswith("_"):
+                    found.append(f"function {node.name} (not of the contract)")
+            if node.name != "add_arguments" and (length := node.end_lineno - node.lineno + 1) > RUN_LINES:
+                found.append(f"function {node.name} of {length} lines (at most {RUN_LINES})")
+        elif isinstance(node, ast.ClassDef):
+            decorators = {ast.unparse(d.func if isinstance(d, ast.Call) else d) for d in node.decorator_list}
+            fields_only = all(isinstance(n, (ast.AnnAssign, ast.Pass))
+                              or isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant) for n in node.body)
+            if not (decorators & {"dataclass", "dataclasses.dataclass"} and fields_only):
+                found.append(f"class {node.name} (not a dataclass of fields)")
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            names = [t.id if isinstance(t, ast.Name) else ast.unparse(t)
+                     for t in (node.targets if isinstance(node, ast.Assign) else [node.target])]
+            found += [f"name {name} (not an UPPER_CASE constant)" for name in names if not name.isupper()]
+        elif not (isinstance(node, (ast.Import, ast.ImportFrom))
+                  or isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)):
+            found.append(f"{type(node).__name__.lower()} statement at line {node.lineno}")
+    if len(helpers) > PRIVATE_HELPERS:
+        found.append(f"{len(helpers)} functions besides the contract's (at most {PRIVATE_HELPERS})")
+    return found
+
+
+def commands_imported(path: Path) -> list[str]:
+    """The other commands (and the entry point) a module of suite/commands/ imports: the modules there that
+    are not commands (NOT_COMMANDS, e.g. common_args) are what commands share."""
+    from suite.cli import NOT_COMMANDS
+
+    return sorted(name for name in suite_imports(path) if name.startswith("suite.cli")
+                  or (parts := name.split("."))[:2] == ["suite", "commands"] and len(parts) > 2
+                  and parts[2] not in NOT_COMMANDS)
+
+
+def command_files() -> list[Path]:
+    from suite.cli import NOT_COMMANDS
+
+    return [p for p in sorted((SUITE / "commands").glob("*.py")) if p.stem not in {"__init__", *NOT_COMMANDS}]
+
+
+@pytest.mark.parametrize("path", command_files(), ids=lambda p: p.name)
+def test_a_command_parses_and_calls_and_imports_no_other_command(path):
+    assert engine_parts(path) == []
+    assert commands_imported(path) == []
+
+
+def test_the_command_rule_catches_an_engine_and_an_import_of_another_command(tmp_path):
+    """The checks themselves, on a command that grew an engine (what doctor, predict and compare-frameworks
+    once were) and on one that borrows from another command (what wheels once did)."""
+    long_body = "".join(f"    print(name, {i})\n" for i in range(RUN_LINES))
+    engine = tmp_path / "doctor.py"
+    engine.write_text(textwrap.dedent('''\
+        """`suite doctor`."""
+        from dataclasses import dataclass
+
+        from suite.commands import common_args
+        from suite.commands.install import stack_of
+
+        NAME = "doctor"
+        lines = []
+
+
+        @dataclass
+        class Request:
+            cluster: str
+
+            def check(self):
+                pass
+
+
+        class Line:
+            text: str
+
+
+        if NAME:
+            pass
+
+
+        def _short():
+            pass
+
+
+        def _shorter():
+            pass
+
+
+        def run(req):
+            return doctor(req.cluster)
+
+
+        def doctor(name):
+        ''') + long_body)
+    assert engine_parts(engine) == [
+        "name lines (not an UPPER_CASE constant)", "class Request (not a dataclass of fields)",
+        "class Line (not a dataclass of fields)", "if statement at line 23", "function doctor (not of the contract)",
+        f"function doctor of {RUN_LINES + 1} lines (at most {RUN_LINES})",
+        f"3 functions besides the contract's (at most {PRIVATE_HELPERS})"]
+    assert commands_imported(engine) == ["suite.commands.install", "suite.commands.install.stack_of"]
+    (tmp_path / "long.py").write_text('"""A long one."""\n' + "X = 1\n" * MODULE_LINES)
+    assert engine_parts(tmp_path / "long.py") == [f"{MODULE_LINES + 1} lines (at most {MODULE_LINES})"]

@@ -8,8 +8,7 @@ import pytest
 
 from suite.base import paths
 from suite.base.errors import UsageError
-from suite.commands import doctor
-from suite.execution import clusters, plugins
+from suite.execution import clusters, doctor, plugins
 from suite.execution.plan import Launch, Plan, Process, StackEnv
 from suite.inputs.cases import known_cases, load_case
 from suite.inputs.hostfiles import Host, World

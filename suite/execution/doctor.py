@@ -1,0 +1,81 @@
+"""What a cluster profile needs on this machine and whether it is there, one line each (`ok:`, `missing:`, or
+`optional:` for data that only an option reads): the scheduler's commands, the GPUs, the runtime (container
+tool and images, or local stacks), the cases' data, and that the hosts can be reached (`suite doctor`).
+Nothing is installed or started."""
+
+import re
+from pathlib import Path
+
+from suite.base import paths
+from suite.base.errors import UsageError
+from suite.execution import plugins
+from suite.execution.clusters import Cluster, load_cluster
+from suite.inputs.cases import known_cases, load_case
+from suite.inputs.host_gpus import GpuProbeError, host_gpus, pick_flavour
+from suite.instack.case_options import evaluate
+
+
+def doctor(cluster_name: str | None, case_names: list[str] | None = None, flavour: str | None = None) -> int:
+    """Prints the profile's lines (for `case_names`, else every case); 1 when anything a default run needs
+    is missing, else 0."""
+    cluster = load_cluster(cluster_name) if cluster_name else Cluster("localhost", paths.HOSTFILES / "localhost")
+    cases = [load_case(name) for name in (case_names or known_cases())]
+    print(f"cluster {cluster.name}: scheduler {cluster.scheduler}, runtime {cluster.runtime}"
+          f"{' (an example profile: adapt it first)' if cluster.example else ''}")
+    stacks = sorted({case.stack for case in cases})
+    lines = [*plugin_lines("schedulers", cluster.scheduler, cluster), gpu_line(flavour),
+             *plugin_lines("runtimes", cluster.runtime, cluster, stacks, flavour), *data_lines(cluster, cases)]
+    for line in lines:
+        print(line)
+    return 1 if any(line.startswith("missing:") for line in lines) else 0
+
+
+def gpu_line(flavour: str | None) -> str:
+    try:
+        gpus = host_gpus()
+    except GpuProbeError as exc:
+        return f"missing: {exc}"
+    chosen = pick_flavour(flavour, gpus)
+    how = "as asked (FLAVOUR)" if flavour else "for this host"
+    return f"ok: {gpus} NVIDIA GPU(s) here (nvidia-smi -L); stacks in their {chosen} flavour {how}"
+
+
+def plugin_lines(kind: str, name: str, *args) -> list[str]:
+    try:
+        plugin = plugins.load(kind, name)
+    except UsageError as exc:
+        return [f"missing: {exc}"]
+    return plugin.doctor_lines(*args)
+
+
+def data_lines(cluster: Cluster, cases: list) -> list[str]:
+    """A line per case that reads files: `missing:` (a failure) only where the case's default run needs
+    them; data that only an option asks for (--data tokens) is `optional:`."""
+    data_dir = Path(cluster.data_dir or paths.data_dir())
+    lines = []
+    for case in cases:
+        required = case.spec.get("data", {}).get("requires", [])
+        if not required:
+            continue
+        missing = [rel for rel in required if not (data_dir / rel).exists()]
+        status, needed_for = data_need(case)
+        lines.append(f"ok: data of {case.name}{needed_for} under {data_dir}" if not missing else
+                     f"{status}: data of {case.name}{needed_for} under {data_dir}: {missing[0]}"
+                     f"{f' and {len(missing) - 1} more' if len(missing) > 1 else ''} "
+                     f"(make data CASE={case.name}, SYNTHETIC=1 for a small set)")
+    return lines
+
+
+def data_need(case) -> tuple[str, str]:
+    """Whether the case's default run reads its data ("missing", "") or only an option does ("optional",
+    " for --data tokens")."""
+    data = case.spec["data"]
+    defaults = case.parse_options([])
+    if data.get("unless_option") and defaults.get(data["unless_option"]):
+        return "optional", f" without --{data['unless_option']}"
+    when = data.get("when")
+    if when is None or evaluate(when, {k.replace("-", "_"): v for k, v in defaults.items()}):
+        return "missing", ""
+    if plain := re.fullmatch(r"(\w+) == '([^']*)'", when):
+        return "optional", f" for --{plain[1].replace('_', '-')} {plain[2]}"
+    return "optional", f" where {when}"
