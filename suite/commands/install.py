@@ -37,7 +37,7 @@ def make_request(args, case_args: list[str], argv: list[str]) -> InstallRequest:
 
 
 def stack_of(command: str, case: str | None, stack: str | None):
-    from suite.stacks.locks import load_stack
+    from suite.stacks.recipes import load_stack
 
     if not (case or stack):
         raise UsageError(f"{command} needs --case NAME or --stack NAME")
@@ -45,7 +45,7 @@ def stack_of(command: str, case: str | None, stack: str | None):
 
 
 def run(req: InstallRequest) -> int:
-    from suite.stacks.locks import ensure_installed, local_flavour
+    from suite.stacks.install import ensure_installed, local_flavour
 
     if req.wheels and not req.wheels.is_dir():
         raise UsageError(f"WHEELS={req.wheels} is not a folder (fill one with `make wheels`)")
