@@ -49,7 +49,8 @@ sys.path.insert(0, str(ROOT))
 from suite.inputs.cases import load_case, option_args  # noqa: E402 (after sys.path is set)
 from suite.inputs.host_gpus import host_gpus  # noqa: E402 (after sys.path is set)
 from suite.instack.cpu_binding import parse_cpu_list  # noqa: E402 (after sys.path is set)
-from suite.stacks.locks import ensure_installed, load_stack  # noqa: E402 (after sys.path is set)
+from suite.stacks.install import ensure_installed  # noqa: E402 (after sys.path is set)
+from suite.stacks.recipes import load_stack  # noqa: E402 (after sys.path is set)
 
 # pytorch-gpt on a CPU: a model small enough for 2 cores, large enough that a step (2,048 tokens) takes
 # over 0.2 s there, so that the suite's per-iteration work is weighed against real steps

@@ -36,7 +36,8 @@ def suite_cli(tmp_path):
 @pytest.fixture(scope="session")
 def pytorch_stack():
     """The real pytorch-horovod stack, installed once (a few minutes on a fresh machine)."""
-    from suite.stacks.locks import ensure_installed, load_stack
+    from suite.stacks.install import ensure_installed
+    from suite.stacks.recipes import load_stack
 
     return ensure_installed(load_stack("pytorch-horovod"))
 

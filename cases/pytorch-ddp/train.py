@@ -26,8 +26,107 @@ from cases._shared.torch_resnet import MODELS
 from suite.instack.case_options import parse_case_args
 from suite.instack.probe import Probe, announce
 
+CASE = "pytorch-ddp"
 DEFAULTS = {"synthetic": (32, 224), "imagefolder": (64, 160)}  # batch per device, image size
 MODEL_NAMES = {"resnet50": "resnet50-v1.5", "resnet18": "resnet18", "tiny-cnn": "tiny-cnn"}  # as the record names them
+
+
+def main() -> None:
+    announce()
+    args = parse_case_args(__file__)
+    where = place()
+    device, backend = join_process_group(args, where)
+    batch = args.batch_size or DEFAULTS[args.data][0]
+    size = args.image_size or DEFAULTS[args.data][1]
+    loader, sampler = image_loader(args, where, size, batch, device) if args.data == "imagefolder" else (None, None)
+    classes = len(loader.dataset.classes) if loader else args.num_classes
+    net = Training(args, device, batch, size, classes, where["world"])
+    fixed = random_batch(batch, size, classes, device, net.memory_format, seed=42 + where["rank"])
+    probe = Probe(where["rank"], where["world"], where["local_rank"], where["local_world"])
+    probe.start(config=start_config(args, net, backend, where, loader), versions=versions(device, backend))
+    report_work(probe, {"case": CASE, "model": args.model, "image_size": size, "classes": classes}, net.bare,
+                *fixed, F.cross_entropy, device, amp_dtype(device) if args.amp else None)
+    if args.compile:  # compilation happens at the first step: before the warmup, measured apart
+        probe.result(compile_seconds=first_step_seconds(net, fixed))
+    if loader:
+        train_epochs(args, probe, net.step, loader, sampler, Normalise(device, net.memory_format), net.sync)
+    else:
+        train_synthetic(args, probe, net.step, batch, net.sync, fixed, device, net.model)
+    if device.type == "cuda":  # the GPU's own time for a step's pass, beside the timed step (diagnosis)
+        probe.result(gpu_pass_s=pass_gpu_seconds(forward_backward(args, net.model, device, fixed)))
+    probe.end()
+    leave_process_group()
+
+
+def join_process_group(args, where: dict) -> tuple[torch.device, str]:
+    """This process's device, and the process group it joins with its backend (gloo, nccl)."""
+    device = pick_device(where, args.no_cuda)
+    torch.backends.cudnn.benchmark = device.type == "cuda"
+    backend = pick_backend(CASE, args.backend, device)
+    dist.init_process_group(backend)
+    return device, backend
+
+
+def image_loader(args, where: dict, size: int, batch: int, device):
+    """This rank's loader of the class folders under $SUITE_DATA_DIR/imagefolder/train, and its sampler."""
+    root = train_root()
+    loader, sampler = make_loader(root, size, batch, where["rank"], where["world"], args.workers,
+                                  pin=device.type == "cuda")
+    if len(loader) == 0:
+        raise SystemExit(f"{CASE}: {len(sampler)} images per rank in {root}: less than one batch of {batch}")
+    return loader, sampler
+
+
+class Training:
+    """The model wrapped in DistributedDataParallel (then compiled, with --compile), SGD with momentum at a
+    rate that grows with the world, the train step, and the device's sync."""
+
+    def __init__(self, args, device, batch: int, size: int, classes: int, world: int):
+        self.device, self.batch, self.size, self.classes = device, batch, size, classes
+        self.memory_format = torch.channels_last if args.channels_last else torch.contiguous_format
+        self.bare = MODELS[args.model](num_classes=classes).to(device, memory_format=self.memory_format)
+        self.ddp_settings = {"bucket_cap_mb": args.bucket_cap_mb, "static_graph": args.static_graph,
+                             "gradient_as_bucket_view": args.gradient_as_bucket_view}
+        model = DistributedDataParallel(self.bare, device_ids=[device.index] if device.type == "cuda" else None,
+                                        **self.ddp_settings)
+        self.parameters = sum(p.numel() for p in model.parameters())
+        self.model = torch.compile(model) if args.compile else model
+        self.lr = 0.01 * world
+        optimizer = torch.optim.SGD(self.model.parameters(), lr=self.lr, momentum=0.9)
+        self.step = make_step(args, self.model, optimizer, device)
+        self.sync = torch.cuda.synchronize if device.type == "cuda" else None
+
+
+def start_config(args, net: Training, backend: str, where: dict, loader) -> dict:
+    """The probe's start line: the model, its batch, where it runs and how it exchanges."""
+    device = net.device
+    return {
+        "model": args.model, "model_name": MODEL_NAMES[args.model], "parameters": net.parameters,
+        "device_type": device.type,
+        "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+        "dtype": f"amp-{str(amp_dtype(device)).removeprefix('torch.')}" if args.amp else "float32",
+        **data_facts(args), "batch_per_device": net.batch, "global_batch": net.batch * where["world"],
+        "image_size": net.size, "classes": net.classes, "lr": net.lr, "threads_per_worker": torch.get_num_threads(),
+        "backend": backend, "launcher": args.launcher, "ddp": net.ddp_settings, "compile": args.compile,
+        "channels_last": args.channels_last, "loader_workers": args.workers if loader else None,
+        "images_per_rank_per_epoch": len(loader) * net.batch if loader else None,
+    }
+
+
+def versions(device, backend: str) -> dict:
+    return {"torch": torch.__version__, "numpy": numpy.__version__, "pillow": PIL.__version__,
+            "cuda": torch.version.cuda, "hip": torch.version.hip,
+            "cudnn": torch.backends.cudnn.version() if device.type == "cuda" else None,
+            "nccl": ".".join(map(str, torch.cuda.nccl.version())) if backend == "nccl" else None}
+
+
+def first_step_seconds(net: Training, fixed) -> float:
+    """--compile: the first step, where compilation happens, timed on its own."""
+    started = time.perf_counter()
+    net.step(*fixed)
+    if net.sync:
+        net.sync()
+    return time.perf_counter() - started
 
 
 def amp_dtype(device: torch.device) -> torch.dtype:
@@ -125,76 +224,6 @@ def train_epochs(args, probe, step, loader, sampler, normalise, sync) -> None:
             losses.append(step(*normalise(*batch)))
             images += len(batch[1])
         probe.epoch_end(images=images, sync=sync, total=args.epochs, loss=float(torch.stack(losses).mean()))
-
-
-def main() -> None:
-    announce()
-    args = parse_case_args(__file__)
-    where = place()
-    device = pick_device(where, args.no_cuda)
-    torch.backends.cudnn.benchmark = device.type == "cuda"
-    backend = pick_backend("pytorch-ddp", args.backend, device)
-    dist.init_process_group(backend)
-    batch = args.batch_size or DEFAULTS[args.data][0]
-    size = args.image_size or DEFAULTS[args.data][1]
-    memory_format = torch.channels_last if args.channels_last else torch.contiguous_format
-    loader = sampler = None
-    classes = args.num_classes
-    if args.data == "imagefolder":
-        root = train_root()
-        loader, sampler = make_loader(root, size, batch, where["rank"], where["world"], args.workers,
-                                      pin=device.type == "cuda")
-        classes = len(loader.dataset.classes)
-        if len(loader) == 0:
-            raise SystemExit(f"pytorch-ddp: {len(sampler)} images per rank in {root}: less than one batch of {batch}")
-
-    model = MODELS[args.model](num_classes=classes).to(device, memory_format=memory_format)
-    ddp_settings = {"bucket_cap_mb": args.bucket_cap_mb, "static_graph": args.static_graph,
-                    "gradient_as_bucket_view": args.gradient_as_bucket_view}
-    bare = model
-    model = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None, **ddp_settings)
-    parameters = sum(p.numel() for p in model.parameters())
-    if args.compile:
-        model = torch.compile(model)
-    lr = 0.01 * where["world"]
-    step = make_step(args, model, torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9), device)
-    sync = torch.cuda.synchronize if device.type == "cuda" else None
-    fixed = random_batch(batch, size, classes, device, memory_format, seed=42 + where["rank"])
-
-    probe = Probe(where["rank"], where["world"], where["local_rank"], where["local_world"])
-    probe.start(
-        config={
-            "model": args.model, "model_name": MODEL_NAMES[args.model], "parameters": parameters,
-            "device_type": device.type,
-            "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
-            "dtype": f"amp-{str(amp_dtype(device)).removeprefix('torch.')}" if args.amp else "float32",
-            **data_facts(args), "batch_per_device": batch, "global_batch": batch * where["world"],
-            "image_size": size, "classes": classes, "lr": lr, "threads_per_worker": torch.get_num_threads(),
-            "backend": backend, "launcher": args.launcher, "ddp": ddp_settings, "compile": args.compile,
-            "channels_last": args.channels_last, "loader_workers": args.workers if loader else None,
-            "images_per_rank_per_epoch": len(loader) * batch if loader else None,
-        },
-        versions={"torch": torch.__version__, "numpy": numpy.__version__, "pillow": PIL.__version__,
-                  "cuda": torch.version.cuda, "hip": torch.version.hip,
-                  "cudnn": torch.backends.cudnn.version() if device.type == "cuda" else None,
-                  "nccl": ".".join(map(str, torch.cuda.nccl.version())) if backend == "nccl" else None},
-    )
-    report_work(probe, {"case": "pytorch-ddp", "model": args.model, "image_size": size, "classes": classes}, bare,
-                *fixed, F.cross_entropy, device, amp_dtype(device) if args.amp else None)
-    if args.compile:  # compilation happens at the first step: before the warmup, measured apart
-        started = time.perf_counter()
-        step(*fixed)
-        if sync:
-            sync()
-        probe.result(compile_seconds=time.perf_counter() - started)
-    if loader:
-        train_epochs(args, probe, step, loader, sampler, Normalise(device, memory_format), sync)
-    else:
-        train_synthetic(args, probe, step, batch, sync, fixed, device, model)
-    if device.type == "cuda":  # the GPU's own time for a step's pass, beside the timed step (diagnosis)
-        probe.result(gpu_pass_s=pass_gpu_seconds(forward_backward(args, model, device, fixed)))
-    probe.end()
-    leave_process_group()
 
 
 if __name__ == "__main__":

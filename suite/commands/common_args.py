@@ -48,7 +48,7 @@ def stack_choice(parser, what: str) -> None:
 
 def stack_of(command: str, case: str | None, stack: str | None):
     """The stack of --stack, else of --case's case; refuses neither given."""
-    from suite.stacks.locks import load_stack
+    from suite.stacks.recipes import load_stack
 
     if not (case or stack):
         raise UsageError(f"{command} needs --case NAME or --stack NAME")

@@ -43,7 +43,7 @@ def run(req: DataRequest) -> int:
     from suite.execution.clusters import load_cluster
     from suite.execution.plan import StackRequest
     from suite.runtimes import local
-    from suite.stacks.locks import load_stack
+    from suite.stacks.recipes import load_stack
 
     case = load_case(req.case)
     if case.data_script is None:

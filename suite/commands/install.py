@@ -33,7 +33,7 @@ def make_request(args, case_args: list[str], argv: list[str]) -> InstallRequest:
 
 
 def run(req: InstallRequest) -> int:
-    from suite.stacks.locks import ensure_installed, local_flavour
+    from suite.stacks.install import ensure_installed, local_flavour
 
     if req.wheels and not req.wheels.is_dir():
         raise UsageError(f"WHEELS={req.wheels} is not a folder (fill one with `make wheels`)")

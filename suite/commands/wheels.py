@@ -35,7 +35,7 @@ def make_request(args, case_args: list[str], argv: list[str]) -> WheelsRequest:
 
 def run(req: WheelsRequest) -> int:
     from suite.stacks import wheelhouse
-    from suite.stacks.locks import load_flavour
+    from suite.stacks.recipes import load_flavour
 
     stack = common_args.stack_of(NAME, req.case, req.stack)
     for flavour in [load_flavour(stack, name) for name in (req.flavour or FLAVOURS)]:

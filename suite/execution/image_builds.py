@@ -10,7 +10,7 @@ from suite.base.errors import UsageError
 from suite.execution import plugins
 from suite.stacks import wheelhouse
 from suite.stacks.images import BuildInputs, Recipe, build_dir
-from suite.stacks.locks import DESCRIPTION, FLAVOURS, Flavour, described_flavours, load_flavour, load_stack
+from suite.stacks.recipes import DESCRIPTION, FLAVOURS, Flavour, described_flavours, load_flavour, load_stack
 
 
 def image_runtimes() -> list:

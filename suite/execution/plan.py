@@ -10,7 +10,7 @@ from suite.inputs.hostfiles import Host, World
 
 @dataclass(frozen=True)
 class StackRequest:
-    """What a runtime is asked to prepare: a stack (suite.stacks.locks.Stack), and what the run and the
+    """What a runtime is asked to prepare: a stack (suite.stacks.recipes.Stack), and what the run and the
     cluster profile say about where it comes from."""
 
     stack: Any

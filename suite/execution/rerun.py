@@ -29,7 +29,7 @@ from suite.records.provenance import git_state
 from suite.records.read import load_point
 from suite.records.schema import SCHEMA_VERSION, validate
 from suite.records.write import new_run_id
-from suite.stacks.locks import load_flavour
+from suite.stacks.recipes import load_flavour
 
 
 def rerun(asked) -> int:

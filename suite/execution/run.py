@@ -1,18 +1,17 @@
-"""The run engine behind `suite run` and `suite rerun`: a request's inputs checked, its stack installed, each
-repetition of each point launched and one record written per point."""
+"""The run engine behind `suite run`, `suite rerun` and `suite compare-frameworks`: a request's inputs checked,
+its stack installed, each repetition of each point launched and one record written per point. What the console
+shows, a dry run's plans and each point's summary, is printed by suite/execution/console.py."""
 
 import math
 import re
-import shlex
 import signal
 import sys
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from suite.analysis.diagnosis import diagnose, summary_line
+from suite.analysis.diagnosis import diagnose
 from suite.analysis.references import comparison
-from suite.analysis.references import summary_line as published_line
 from suite.analysis.sweeps import (
     load_baseline,
     new_sweep_id,
@@ -20,7 +19,6 @@ from suite.analysis.sweeps import (
     summarize_sweep,
     write_sweep,
 )
-from suite.analysis.utilisation import summary_line as utilisation_line
 from suite.analysis.utilisation import utilisation
 from suite.base import paths
 from suite.base.env_policy import masked_env
@@ -28,6 +26,7 @@ from suite.base.errors import INTERRUPTED, RunFailed, UsageError
 from suite.base.log import log
 from suite.execution import plugins, strays
 from suite.execution.clusters import Cluster, load_cluster
+from suite.execution.console import DryRun, DryRunPoint, print_dry_run, print_summary
 from suite.execution.interconnect_check import run_check, wanted
 from suite.execution.plan import Launch, Plan, StackEnv, StackRequest, first_failure
 from suite.execution.plugins import BatchJob
@@ -45,7 +44,7 @@ from suite.records.read import Point
 from suite.records.system_description import system_description
 from suite.records.telemetry_window import summarize as summarize_telemetry
 from suite.records.write import RunContext, build_record, new_run_id, utc_now, write_record
-from suite.stacks.locks import Stack, load_stack
+from suite.stacks.recipes import Stack, load_stack
 
 
 @dataclass
@@ -180,7 +179,8 @@ def run(req: RunRequest) -> int:
     record per combination; with several combinations, a sweep summary with speedup at the end."""
     checked = check(req)
     if req.dry_run:
-        return dry_run(req, checked)
+        print_dry_run(dry_run_plan(req, checked))
+        return 0
     sweep_id = new_sweep_id(checked.case.name) if len(checked.worlds) > 1 else None
     stack_env, failure = None, None
     req.runs_dir.mkdir(parents=True, exist_ok=True)  # a container runtime binds it, so it must exist now
@@ -361,44 +361,26 @@ def run_context(req: RunRequest, checked: Checked, world: World, sweep_id: str |
                       checked.cluster, req.rerun_of, checked.cpu_bind, recorded(req), device_asked(checked, world))
 
 
-def dry_run(req: RunRequest, checked: Checked) -> int:
-    """Prints every point's plan (each process with its host, argv and environment) and how the
-    scheduler would start it; starts nothing and writes no record. What a real run would refuse on
-    this machine (no container tool or image, no data) is said in warning lines: a plan for a
-    cluster is often written elsewhere."""
+def dry_run_plan(req: RunRequest, checked: Checked) -> DryRun:
+    """What a dry run shows (suite.execution.console.print_dry_run): the stack prepared without installing,
+    what a real run would refuse on this machine (no container tool or image, no data), and every point's plan
+    with how the scheduler would start it; starts nothing and writes no record."""
+    stack, refused = None, []
     try:
         stack_env = prepare(req, checked, install=False)
-        prov = stack_env.provenance
-        print(f"stack {prov.get('stack')}/{prov.get('stack_flavour') or 'site environment'}: "
-              f"{prov.get('stack_location')}")
+        stack = stack_env.provenance
         check_stack(req, checked, stack_env)
     except (UsageError, RuntimeError, OSError) as exc:
-        print(f"warning: on this machine: {exc}")
+        refused.append(str(exc))
         stack_env = StackEnv(checked.runtime.name, f"<{checked.runtime.name} stack {checked.stack.name}>/bin")
-    for warning in checked.warnings:
-        print(f"warning: on this machine: {warning}")
-    if setup := checked.runtime.job_lines(stack_request(req, checked, install=False)):
-        print(f"every process of runtime {checked.runtime.name} starts after:\n"
-              + "\n".join(f"  {line}" for line in setup))
+    setup = list(checked.runtime.job_lines(stack_request(req, checked, install=False)))
+    points = []
     for world in checked.worlds:
         ctx = run_context(req, checked, world, None)
-        rep_dir = req.runs_dir / ctx.run_id / "rep-0"
-        plan = plan_point(req, checked, world, stack_env, rep_dir)
-        print(f"== {ctx.run_id}: {checked.case.name} on {world.nodes} node(s), {world.devices} device(s) "
-              f"from {world.source}; runtime {ctx.runtime}, scheduler {ctx.scheduler}, "
-              f"launcher {checked.launcher.name}")
-        for p in plan.processes:
-            env = " ".join(f"{k}={shlex.quote(str(v))}" for k, v in masked_env(p.env).items())
-            print(f"process {p.name} on {p.host}\n  argv: {shlex.join(p.argv)}\n  env: {env}\n  cwd: {p.cwd}")
-        if req.telemetry_interval:
-            print("beside them: a telemetry sampler on each host (suite/instack/telemetry_sampler.py, "
-                  f"every {req.telemetry_interval:g} s)")
-        if wanted(req.precheck, world.nodes):
-            print("before the timed run: the interconnect check (suite/instack/allreduce_sweep.py) "
-                  "through the same launcher")
-        print(checked.scheduler.describe(plan, batch_job(req, checked, ctx)))
-    print("dry run: nothing was started and no record was written")
-    return 0
+        plan = plan_point(req, checked, world, stack_env, req.runs_dir / ctx.run_id / "rep-0")
+        points.append(DryRunPoint(ctx, checked.launcher.name, plan, wanted(req.precheck, world.nodes),
+                                  checked.scheduler.describe(plan, batch_job(req, checked, ctx))))
+    return DryRun(stack, [*refused, *checked.warnings], checked.runtime.name, setup, req.telemetry_interval, points)
 
 
 def exit_description(returncode: int | None) -> str:
@@ -407,45 +389,3 @@ def exit_description(returncode: int | None) -> str:
         oom = " (out of memory? lower the batch or image size)" if -returncode == signal.SIGKILL else ""
         return f"was killed by signal {-returncode} ({signal.Signals(-returncode).name}){oom}"
     return f"exited with {returncode}"
-
-
-def configuration(cfg: dict) -> str:
-    """What trained, from the record's config: the values the case reported, else those asked for; a value
-    neither says (a run that failed before its first step, an option left to the case) is left out."""
-    parts = [cfg.get("model"), cfg.get("batch_per_device") and f"batch {cfg['batch_per_device']}/device",
-             cfg.get("image_size") and f"{cfg['image_size']} px", cfg.get("dtype"),
-             cfg.get("data") and f"{cfg['data']} data"]
-    return ", ".join(str(part) for part in parts if part) or "nothing reported by the case"
-
-
-def peak_memory_line(record: dict) -> str | None:
-    """The ranks' peak memory as the case measured it (its results' peak_memory_bytes), or None."""
-    for results in record["metrics"].get("results") or []:
-        if peaks := results.get("peak_memory_bytes"):
-            basis = f": {results['peak_memory_basis']}" if results.get("peak_memory_basis") else ""
-            return (f"peak memory per device: {max(peaks) / 2**20:,.1f} MiB at most, {min(peaks) / 2**20:,.1f} MiB "
-                    f"at least, over {len(peaks)} device(s){basis}")
-    return None
-
-
-def print_summary(record: dict, path: Path) -> None:
-    cfg, world, tp = record["config"], record["world"], record["metrics"]["throughput"]
-    print(f"\n== {record['case']}: {configuration(cfg)}")
-    device = f" ({world['device_type']})" if world.get("device_type") else ""
-    print(f"   {world['nodes']} node(s), {world['devices']} device(s){device}, hosts {', '.join(world['hosts'])}")
-    if tp["mean"] is not None:
-        ci = f" ± {tp['ci95']:.2f}" if tp["ci95"] is not None else ""
-        unit = tp.get("unit", "img/s")
-        print(f"   throughput: {tp['mean']:.2f}{ci} {unit} total, {tp['per_device']:.2f} {unit} per device "
-              f"(mean{' ± 95% CI' if ci else ''}, n={tp['n']} {tp['ci95_basis']})")
-    if diagnosis := record["metrics"].get("diagnosis"):
-        print(f"   {summary_line(diagnosis)}")
-    if used := record["metrics"].get("utilisation"):
-        print(f"   {utilisation_line(used)}")
-    if memory := peak_memory_line(record):
-        print(f"   {memory}")
-    if published := record["metrics"].get("published"):
-        print(f"   {published_line(published)}")
-    if record["status"] != "ok":
-        print(f"   FAILED: {record['reason']}", file=sys.stderr)
-    print(f"   record: {path}")

@@ -14,7 +14,8 @@ from suite.execution.plan import StackRequest
 from suite.inputs.cases import Case
 from suite.inputs.hostfiles import read_hostfile
 from suite.records.read import FRAMEWORKS
-from suite.stacks.locks import load_stack, lock_entries
+from suite.stacks.locks import lock_entries
+from suite.stacks.recipes import load_stack
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,7 @@ from suite.inputs.host_gpus import host_gpus, pick_flavour
 from suite.stacks import base_images, images
 from suite.stacks.base_images import parse_dpkg_list
 from suite.stacks.images import Recipe, bind_list
-from suite.stacks.locks import Stack, load_stack
+from suite.stacks.recipes import Stack, load_stack
 
 SESSION_LABEL = f"{images.LABEL}.session"
 IMAGES = "a Docker engine"  # what it builds images with (make containers TOOL=docker)

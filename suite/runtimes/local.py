@@ -5,7 +5,8 @@ index or from a wheel folder (WHEELS, for machines without network)."""
 from suite.base import paths
 from suite.base.errors import UsageError
 from suite.execution.plan import StackEnv, StackRequest
-from suite.stacks.locks import ensure_installed, find_installed, load_stack, local_flavour, local_prefix
+from suite.stacks.install import ensure_installed, find_installed, local_flavour, local_prefix
+from suite.stacks.recipes import load_stack
 
 
 def prepare(want: StackRequest, log=print) -> StackEnv:

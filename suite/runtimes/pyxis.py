@@ -46,7 +46,7 @@ from suite.inputs.host_gpus import pick_flavour
 from suite.instack.file_digest import file_digest
 from suite.stacks import images
 from suite.stacks.images import bind_list
-from suite.stacks.locks import load_stack
+from suite.stacks.recipes import load_stack
 
 TEMPLATE_FIELDS = ("stack", "flavour", "image_dir")  # what `image` and `metadata` may hold, as {stack}
 PROFILE = {

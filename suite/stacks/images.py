@@ -23,12 +23,12 @@ from suite import __version__
 from suite.base import paths
 from suite.base.errors import UsageError
 from suite.base.jsonfile import write_json_atomic
-from suite.stacks import base_images, locks
-from suite.stacks.locks import DESCRIPTION, Flavour, Stack, load_flavour
+from suite.stacks import base_images, install
+from suite.stacks.recipes import DESCRIPTION, Flavour, Stack, load_flavour
 
 PREFIX = "/opt/stack"  # the stack's environment in the image: bin/python, bin/horovodrun ...
 RECIPE = "/opt/recipe"  # the stack folder copied in: locks, post-install.sh, patches
-FACTS = f"{PREFIX}/{locks.FACTS}"
+FACTS = f"{PREFIX}/{install.FACTS}"
 PACKAGES = f"{PREFIX}/suite-packages.json"
 SYSTEM_PACKAGES = f"{PREFIX}/suite-system-packages.txt"  # dpkg's name=version of everything in the image
 # With WHEELS (a build argument; for apptainer build, the environment) pip installs only from that
@@ -55,7 +55,7 @@ def build_steps(fl: Flavour) -> list[list[str]]:
         path = ":".join([f"{PREFIX}/bin", *fl.build_path, "$PATH"])
         base_env = [f"export {' '.join(f'{k}={v}' for k, v in fl.build_env.items())}"] if fl.build_env else []
         steps.append([USE_WHEELS, *base_env, f'export PATH="{path}"', "mkdir -p /tmp/stack-build",
-                      "cd /tmp/stack-build", *locks.post_install_script(fl, RECIPE, PREFIX, FACTS).splitlines(),
+                      "cd /tmp/stack-build", *install.post_install_script(fl, RECIPE, PREFIX, FACTS).splitlines(),
                       "cd /", "rm -rf /tmp/stack-build"])
     steps.append([f"{PREFIX}/bin/python -m pip list --format=json > {PACKAGES}",
                   f"{base_images.DPKG_LIST} > {SYSTEM_PACKAGES}",

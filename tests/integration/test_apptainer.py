@@ -19,7 +19,7 @@ from suite.runtimes import apptainer
 from suite.runtimes.apptainer import definition
 from suite.stacks import images
 from suite.stacks.images import Recipe
-from suite.stacks.locks import load_flavour, load_stack
+from suite.stacks.recipes import load_flavour, load_stack
 
 ROOT = Path(__file__).resolve().parents[2]
 FLAVOUR = load_flavour(load_stack("pytorch"), "cpu")

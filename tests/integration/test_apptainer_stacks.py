@@ -17,7 +17,7 @@ from support.pairwise import on_this_machine
 from suite.base import paths
 from suite.instack.file_digest import file_digest
 from suite.records.schema import validate
-from suite.stacks.locks import load_flavour, load_stack
+from suite.stacks.recipes import load_flavour, load_stack
 
 
 def test_each_sif_holds_its_docker_image_and_is_described_like_a_built_one(apptainer_here, docker_sifs):

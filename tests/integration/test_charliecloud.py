@@ -23,7 +23,7 @@ from support.pairwise import across, on_this_machine
 from suite.execution import plugins
 from suite.records.schema import validate
 from suite.stacks import images
-from suite.stacks.locks import load_stack
+from suite.stacks.recipes import load_stack
 
 PY = sys.executable
 NOBODY = 65534

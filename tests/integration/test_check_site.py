@@ -18,7 +18,8 @@ from support.cluster_fixtures import NODE_NAMES
 from support.cluster_fixtures import ensure_installed as ensure_packages
 
 from suite.base import paths
-from suite.stacks.locks import MARKER, ensure_installed, load_stack
+from suite.stacks.install import MARKER, ensure_installed
+from suite.stacks.recipes import load_stack
 
 PATH = "pytorch-ddp/local/ranks"
 MODULES_PATH = "pytorch-ddp/modules/ranks"

@@ -21,7 +21,8 @@ from support.docker_fixtures import CPU_STACKS
 from suite.records.schema import validate
 from suite.runtimes import apptainer
 from suite.stacks import images, wheelhouse
-from suite.stacks.locks import load_stack, lock_pins
+from suite.stacks.locks import lock_pins
+from suite.stacks.recipes import load_stack
 
 ROOT = Path(__file__).resolve().parents[2]
 LOOPBACK = ("--nodes", "2", "--hostfile", str(ROOT / "hostfiles" / "loopback"))

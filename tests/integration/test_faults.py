@@ -82,7 +82,8 @@ def environ_of(pid: int) -> dict:
 
 
 def test_a_dying_parameter_server_ends_the_job(tmp_path):
-    from suite.stacks.locks import ensure_installed, load_stack
+    from suite.stacks.install import ensure_installed
+    from suite.stacks.recipes import load_stack
 
     ensure_installed(load_stack("mxnet"))
     runner = start_run(tmp_path, "--case", "mxnet-imagenet", "--nodes", "2", "--hostfile", "hostfiles/loopback",

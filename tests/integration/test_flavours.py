@@ -21,8 +21,10 @@ from suite.inputs import host_gpus
 from suite.inputs.cases import load_case
 from suite.inputs.hostfiles import Host, World
 from suite.launchers import torchrun
-from suite.stacks import lock_targets, locks, wheelhouse
-from suite.stacks.locks import load_flavour, load_stack, local_flavour, lock_pins
+from suite.stacks import lock_targets, wheelhouse
+from suite.stacks.install import MARKER, ensure_installed, install_argv, local_flavour, local_prefix
+from suite.stacks.locks import lock_pins
+from suite.stacks.recipes import load_flavour, load_stack
 
 
 @pytest.fixture
@@ -73,8 +75,8 @@ def test_an_image_only_flavour_stands_back_for_cpu_unless_asked_for(with_gpus):
 
 def test_flavours_differ_in_folder_and_recipe_and_read_container_toml():
     cpu, cuda = (load_flavour(load_stack("pytorch"), name) for name in ("cpu", "cuda"))
-    assert locks.local_prefix(cpu).name.startswith("pytorch-cpu-")
-    assert locks.local_prefix(cuda).name.startswith("pytorch-cuda-")
+    assert local_prefix(cpu).name.startswith("pytorch-cpu-")
+    assert local_prefix(cuda).name.startswith("pytorch-cuda-")
     assert cpu.recipe_sha256 != cuda.recipe_sha256
     assert cpu.pip_extra_index == "https://download.pytorch.org/whl/cpu" and not cuda.pip_extra_index
     assert cuda.lock_path == ROOT / "containers" / "pytorch" / "cuda" / "requirements.lock"
@@ -89,7 +91,7 @@ def test_this_hosts_pip_settings_have_the_cpu_build_so_no_extra_index_is_named()
     pinned_here = lock_targets.here() == lock_targets.Target("3.11", "x86_64")  # the lock's header says where
     assert cpu.extra_index_builds() == ((("torch", "2.13.0+cpu"),) if pinned_here else ())
     wheelhouse.pip_offers.cache_clear()
-    argv = locks.install_argv(cpu, "/stack/bin/python")
+    argv = install_argv(cpu, "/stack/bin/python")
     assert "--extra-index-url" not in argv and argv[-2:] == ["-r", str(cpu.lock_path)]
     assert "--require-hashes" in argv and "--no-deps" in argv
 
@@ -123,7 +125,7 @@ def test_a_cpu_stack_installs_from_a_wheel_folder_with_no_pip_settings_and_no_ne
     assert done.returncode == 0, done.stdout + done.stderr
     prefix = Path(done.stdout.strip().splitlines()[-1])
     assert prefix.parent == tmp_path / "home" and prefix.name.startswith("pytorch-cpu-")
-    info = json.loads((prefix / locks.MARKER).read_text())
+    info = json.loads((prefix / MARKER).read_text())
     assert info["installed_from"] == str(wheels.resolve()) and info["flavour"] == "cpu"
     assert info["packages"]["torch"] == lock_pins(cpu.lock_path)["torch"] == "2.13.0+cpu"  # the build the lock pins
 
@@ -201,7 +203,7 @@ def test_torchrun_gets_only_the_options_its_torch_has():
 
 def test_every_option_the_launcher_writes_is_one_the_stacks_torchrun_accepts():
     """The real torchrun of the pytorch stack parses the launcher's command line."""
-    installed = locks.ensure_installed(load_stack("pytorch"))
+    installed = ensure_installed(load_stack("pytorch"))
     argv = torchrun_argv(installed.info["packages"]["torch"])[1:]
     code = ("import sys; from torch.distributed.run import get_args_parser; "
             "a = get_args_parser().parse_args(sys.argv[1:]); print(a.nnodes, a.nproc_per_node, a.training_script)")
@@ -293,7 +295,7 @@ def test_an_older_torchrun_accepts_the_command_line_made_for_its_version(tmp_pat
     """torch 2.11's own torchrun parser (its run.py, taken from its wheel on the package index and run
     with the stack's torch): the launcher's line for 2.11 parses; the line for 2.13 fails as it did
     on a site's H100 node (`unrecognized arguments: --shutdown-timeout`)."""
-    installed = locks.ensure_installed(load_flavour(load_stack("pytorch"), "cpu"))
+    installed = ensure_installed(load_flavour(load_stack("pytorch"), "cpu"))
     old = tmp_path / "run_2_11.py"
     old.write_text(torchrun_source("2.11.0"))
     code = ("import importlib.util, sys; spec = importlib.util.spec_from_file_location('old_run', sys.argv[1]); "

@@ -29,7 +29,8 @@ json.dump({"counts": counts, "untouched": untouched, "grads": [p.grad is None fo
 @pytest.fixture(scope="module")
 def torch_stack():
     """The real pytorch stack (torch's CPU wheel), installed once."""
-    from suite.stacks.locks import ensure_installed, load_stack
+    from suite.stacks.install import ensure_installed
+    from suite.stacks.recipes import load_stack
 
     return ensure_installed(load_stack("pytorch"))
 
@@ -164,7 +165,8 @@ def test_tensorflow_profiler_counts_the_same_architecture_as_pytorch():
     """tf-cifar's count (TensorFlow's profiler over the model's graph, x 3 for a training step) of its
     ResNet-50 v1.5 agrees with PyTorch's count of the same architecture (suite/instack/model_flops.py)."""
     from suite.instack.model_flops import training_flops_per_image
-    from suite.stacks.locks import ensure_installed, load_stack
+    from suite.stacks.install import ensure_installed
+    from suite.stacks.recipes import load_stack
 
     stack = ensure_installed(load_stack("tensorflow"))
     done = subprocess.run([str(stack.python), "-c", TF_COUNT], cwd=ROOT, capture_output=True, text=True, check=True,

@@ -11,7 +11,9 @@ import pytest
 from packaging.utils import canonicalize_name
 
 from suite.stacks import images, lock_targets
-from suite.stacks.locks import ensure_installed, load_flavour, load_stack, lock_pins
+from suite.stacks.install import ensure_installed
+from suite.stacks.locks import lock_pins
+from suite.stacks.recipes import load_flavour, load_stack
 
 STACK = "pytorch"
 

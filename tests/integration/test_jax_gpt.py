@@ -29,7 +29,8 @@ XLA_OVER_FORMULA = 0.05
 @pytest.fixture(scope="module")
 def jax_stack():
     """The real jax stack (jax[cpu], flax, optax), installed once."""
-    from suite.stacks.locks import ensure_installed, load_stack
+    from suite.stacks.install import ensure_installed
+    from suite.stacks.recipes import load_stack
 
     return ensure_installed(load_stack("jax"))
 

@@ -26,7 +26,8 @@ XLA_UNDER_KNOWN = 0.10
 @pytest.fixture(scope="module")
 def jax_stack():
     """The real jax stack (jax[cpu], flax, optax), installed once."""
-    from suite.stacks.locks import ensure_installed, load_stack
+    from suite.stacks.install import ensure_installed
+    from suite.stacks.recipes import load_stack
 
     return ensure_installed(load_stack("jax"))
 

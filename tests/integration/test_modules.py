@@ -24,8 +24,8 @@ from suite.execution.plan import StackRequest
 from suite.launchers import horovod
 from suite.records.schema import validate
 from suite.runtimes import modules
-from suite.stacks.locks import ensure_installed as install_stack
-from suite.stacks.locks import load_stack
+from suite.stacks.install import ensure_installed as install_stack
+from suite.stacks.recipes import load_stack
 
 LMOD_INIT = "/usr/share/lmod/lmod/init/bash"
 DDP = tiny("pytorch-ddp")

@@ -11,7 +11,8 @@ from conftest import ROOT, component_unavailable, records_in, tiny
 from suite import cli
 from suite.base import paths
 from suite.records.schema import validate
-from suite.stacks.locks import ensure_installed, load_stack
+from suite.stacks.install import ensure_installed
+from suite.stacks.recipes import load_stack
 
 DDP = tiny("pytorch-ddp")
 

@@ -110,7 +110,8 @@ def test_missing_record_file_is_refused_before_launch(suite_cli, tmp_path):
 @pytest.fixture(scope="session")
 def mxnet_stack():
     """The real mxnet stack, installed once (about half a minute on a fresh machine)."""
-    from suite.stacks.locks import ensure_installed, load_stack
+    from suite.stacks.install import ensure_installed
+    from suite.stacks.recipes import load_stack
 
     return ensure_installed(load_stack("mxnet"))
 

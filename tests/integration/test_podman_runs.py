@@ -26,7 +26,7 @@ from suite.execution.plan import StackEnv
 from suite.records.schema import validate
 from suite.runtimes import podman as podman_runtime
 from suite.stacks import images
-from suite.stacks.locks import load_stack
+from suite.stacks.recipes import load_stack
 
 PY = sys.executable
 NOBODY = 65534

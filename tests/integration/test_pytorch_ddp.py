@@ -30,7 +30,8 @@ OPTIONS = {"backend": "auto", "bucket-cap-mb": 25.0, "static-graph": False, "gra
 @pytest.fixture(scope="session")
 def ddp_stack():
     """The real pytorch stack (torch's CPU wheel, numpy, Pillow), installed once."""
-    from suite.stacks.locks import ensure_installed, load_stack
+    from suite.stacks.install import ensure_installed
+    from suite.stacks.recipes import load_stack
 
     return ensure_installed(load_stack("pytorch"))
 

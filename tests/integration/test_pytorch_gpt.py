@@ -25,7 +25,8 @@ TINY = tiny("pytorch-gpt")
 @pytest.fixture(scope="module")
 def torch_stack():
     """The real pytorch stack (torch's CPU wheel, numpy), installed once."""
-    from suite.stacks.locks import ensure_installed, load_stack
+    from suite.stacks.install import ensure_installed
+    from suite.stacks.recipes import load_stack
 
     return ensure_installed(load_stack("pytorch"))
 

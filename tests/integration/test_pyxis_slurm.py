@@ -17,7 +17,8 @@ from support import pyxis_spec
 
 from suite.records.schema import validate
 from suite.stacks import images
-from suite.stacks.locks import ensure_installed, load_stack
+from suite.stacks.install import ensure_installed
+from suite.stacks.recipes import load_stack
 
 PY = sys.executable
 DIGEST = "9c" * 32

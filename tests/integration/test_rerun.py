@@ -18,7 +18,7 @@ from suite.execution.request import RunRequest, recorded
 from suite.inputs.cases import load_case
 from suite.records.read import load_point
 from suite.records.schema import SCHEMA_VERSION, validate
-from suite.stacks.locks import load_stack
+from suite.stacks.recipes import load_stack
 
 # The checkout these in-process tests pretend to run from, so that they do not depend on the state of
 # the real one (the git check itself is tested by editing the record).

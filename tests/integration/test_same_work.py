@@ -177,7 +177,8 @@ def torch_weights(pytorch_stack, tmp_path_factory) -> Path:
 
 
 def stack_python(name: str) -> Path:
-    from suite.stacks.locks import ensure_installed, load_stack
+    from suite.stacks.install import ensure_installed
+    from suite.stacks.recipes import load_stack
 
     return ensure_installed(load_stack(name)).python
 

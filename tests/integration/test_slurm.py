@@ -188,7 +188,8 @@ def test_sbatch_pytorch_synthetic_on_one_node(suite_cli, slurm_cluster, pytorch_
 
 
 def test_sbatch_tf_cifar_on_one_node(suite_cli, slurm_cluster, tmp_path):
-    from suite.stacks.locks import ensure_installed, load_stack
+    from suite.stacks.install import ensure_installed
+    from suite.stacks.recipes import load_stack
 
     ensure_installed(load_stack("tensorflow"))
     data = tmp_path / "cifar"

@@ -48,7 +48,8 @@ def no_ssh(tmp_path, monkeypatch) -> Path:
 @pytest.fixture(scope="module")
 def datasets(tmp_path_factory) -> Path:
     """Small generated sets of mxnet-imagenet and tf-cifar in one data folder, as `make data SYNTHETIC=1` writes."""
-    from suite.stacks.locks import ensure_installed, load_stack
+    from suite.stacks.install import ensure_installed
+    from suite.stacks.recipes import load_stack
 
     data = tmp_path_factory.mktemp("data")
     ensure_installed(load_stack("jax"))  # the JAX cases read no data; their stack is made here, not in a timed job

@@ -160,7 +160,8 @@ def test_launchers_that_ssh_themselves_get_the_profiles_options(loopback_sshd, t
 
 @pytest.fixture(scope="module")
 def mxnet_data(tmp_path_factory) -> Path:
-    from suite.stacks.locks import ensure_installed, load_stack
+    from suite.stacks.install import ensure_installed
+    from suite.stacks.recipes import load_stack
 
     ensure_installed(load_stack("mxnet"))
     folder = tmp_path_factory.mktemp("mxnet-data")
@@ -172,7 +173,8 @@ def mxnet_data(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def cifar_data(tmp_path_factory) -> Path:
-    from suite.stacks.locks import ensure_installed, load_stack
+    from suite.stacks.install import ensure_installed
+    from suite.stacks.recipes import load_stack
 
     ensure_installed(load_stack("tensorflow"))
     folder = tmp_path_factory.mktemp("cifar-data")
@@ -228,7 +230,8 @@ def test_tf_cifar_multi_worker_on_two_hosts(suite_cli, loopback_sshd, cifar_data
 
 def test_jax_gpt_joins_its_processes_over_two_hosts(suite_cli, loopback_sshd):
     """jaxdist over ssh: one process per host, the coordinator on the first; sharded over both (fsdp)."""
-    from suite.stacks.locks import ensure_installed, load_stack
+    from suite.stacks.install import ensure_installed
+    from suite.stacks.recipes import load_stack
 
     ensure_installed(load_stack("jax"))
     record, opened = checked_run(suite_cli, loopback_sshd, "--case", "jax-gpt", "--no-precheck",

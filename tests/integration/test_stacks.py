@@ -2,15 +2,9 @@ import pytest
 
 from suite.base import paths
 from suite.base.errors import UsageError
-from suite.stacks.locks import (
-    Stack,
-    ensure_installed,
-    find_installed,
-    load_flavour,
-    load_stack,
-    local_prefix,
-    lock_pins,
-)
+from suite.stacks.install import ensure_installed, find_installed, local_prefix
+from suite.stacks.locks import lock_pins
+from suite.stacks.recipes import Stack, load_flavour, load_stack
 
 
 @pytest.mark.parametrize("lock", sorted(paths.CONTAINERS.glob("*/*.lock")), ids=lambda p: f"{p.parent.name}/{p.name}")

@@ -285,7 +285,8 @@ def test_samplers_end_when_the_run_is_stopped(tmp_path, pytorch_stack):
 
 @pytest.fixture(scope="module")
 def ddp_stack():
-    from suite.stacks.locks import ensure_installed, load_stack
+    from suite.stacks.install import ensure_installed
+    from suite.stacks.recipes import load_stack
 
     return ensure_installed(load_stack("pytorch"))
 

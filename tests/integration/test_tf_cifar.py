@@ -39,7 +39,8 @@ cluster = case_module("cluster")
 @pytest.fixture(scope="session")
 def tensorflow_stack():
     """The real tensorflow stack, installed once (about a minute on a fresh machine)."""
-    from suite.stacks.locks import ensure_installed, load_stack
+    from suite.stacks.install import ensure_installed
+    from suite.stacks.recipes import load_stack
 
     return ensure_installed(load_stack("tensorflow"))
 

@@ -15,7 +15,7 @@ from suite.execution.clusters import Cluster
 from suite.execution.plan import StackRequest
 from suite.runtimes import charliecloud
 from suite.stacks import images
-from suite.stacks.locks import load_stack
+from suite.stacks.recipes import load_stack
 
 STACK = load_stack("pytorch")
 

@@ -23,7 +23,7 @@ from suite.records.write import RunContext, build_record, new_run_id, utc_now
 from suite.runtimes import apptainer, docker, local
 from suite.runtimes.apptainer import definition, sif
 from suite.stacks import images
-from suite.stacks.locks import Stack, load_stack
+from suite.stacks.recipes import Stack, load_stack
 
 STACK = load_stack("tensorflow")
 SHA = "5e" * 32

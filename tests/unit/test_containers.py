@@ -16,10 +16,12 @@ from suite.base import paths
 from suite.base.errors import UsageError
 from suite.execution import image_builds
 from suite.runtimes import apptainer, docker
-from suite.stacks import images, locks
-from suite.stacks.locks import ensure_installed, load_stack, lock_pins
+from suite.stacks import images, recipes
+from suite.stacks.install import ensure_installed
+from suite.stacks.locks import lock_pins
+from suite.stacks.recipes import load_stack
 
-FLAVOURS = locks.described_flavours()
+FLAVOURS = recipes.described_flavours()
 IDS = [fl.id for fl in FLAVOURS]
 PIP_LOCK = re.compile(r"^/opt/stack/bin/python -m pip install --no-cache-dir --require-hashes --no-deps "
                       r"(?:--extra-index-url https://\S+ )?-r /opt/recipe/(\S+)$")
@@ -55,7 +57,7 @@ def normalise(name: str) -> str:
 
 def test_every_stack_has_both_flavours():
     stacks = {p.parent.name for p in paths.CONTAINERS.glob("*/requirements.lock")}
-    assert {(fl.stack.name, fl.name) for fl in FLAVOURS} == {(s, f) for s in stacks for f in locks.FLAVOURS}
+    assert {(fl.stack.name, fl.name) for fl in FLAVOURS} == {(s, f) for s in stacks for f in recipes.FLAVOURS}
 
 
 @pytest.mark.parametrize("fl", FLAVOURS, ids=IDS)

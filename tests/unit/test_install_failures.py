@@ -9,8 +9,8 @@ import time
 
 import pytest
 
-from suite.stacks import locks, wheelhouse
-from suite.stacks.locks import load_flavour, load_stack
+from suite.stacks import install, wheelhouse
+from suite.stacks.recipes import load_flavour, load_stack
 
 BUILD = (("toy", "1.0+cpu"),)
 DEAD = "http://127.0.0.1:9/simple/"  # the discard port: nothing listens
@@ -70,7 +70,7 @@ def test_an_extra_index_that_does_not_answer_stops_the_install_naming_it_and_the
 
 def test_a_wheel_folder_is_read_alone():
     cpu = load_flavour(load_stack("pytorch"), "cpu")
-    argv = locks.install_argv(cpu, "/py", wheels="/w")
+    argv = install.install_argv(cpu, "/py", wheels="/w")
     assert argv[argv.index("--no-index"):argv.index("--no-index") + 3] == ["--no-index", "--find-links", "/w"]
     assert "--extra-index-url" not in argv and argv[-2:] == ["-r", str(cpu.lock_path)]
 
@@ -91,7 +91,7 @@ def test_a_hash_mismatch_names_the_file_and_the_lock(capfd):
     cpu = load_flavour(load_stack("pytorch"), "cpu")
     pip = [sys.executable, "-c", f"import sys; sys.stderr.write({PIP_MISMATCH!r}); sys.exit(1)"]
     with pytest.raises(RuntimeError) as failed:
-        locks._checked_run(pip, cpu, None, pip=True)
+        install._checked_run(pip, cpu, None, pip=True)
     said = str(failed.value)
     assert "\n" not in said
     assert said.startswith("stack pytorch/cpu: pip got markupsafe-3.0.4-cp312-cp312-manylinux_2_17_x86_64."
@@ -109,6 +109,6 @@ def test_a_real_pip_hash_failure_is_read_the_same_way(tmp_path):
     done = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--require-hashes", "--no-index",
                            "--find-links", str(tmp_path), "-d", str(tmp_path / "d"), "-r", str(lock)],
                           capture_output=True, text=True, env=env)
-    found = locks.MISMATCH.search(done.stderr)
+    found = install.MISMATCH.search(done.stderr)
     assert done.returncode != 0 and found, done.stderr
     assert found.group(1) == "toy==1.0" and found.group(2).endswith("toy-1.0-py3-none-any.whl")

@@ -13,7 +13,7 @@ import pytest
 
 from suite.instack import jax_platforms
 from suite.instack.jax_platforms import jax_gpu_platform, jax_gpu_plugin
-from suite.stacks import locks
+from suite.stacks import recipes
 
 ROOT = Path(__file__).resolve().parents[2]
 CPU_ONLY = {"jax": "0.11.2", "jaxlib": "0.11.2", "flax": "0.12.8", "numpy": "2.4.6"}
@@ -109,7 +109,7 @@ def test_no_code_asks_for_one_plugin_by_its_name():
              for folder in ("suite", "cases", "benchmarks") for path in sorted((ROOT / folder).rglob("*.py"))
              for node in ast.walk(ast.parse(path.read_text()))
              if isinstance(node, ast.Constant) and isinstance(node.value, str) and PLUGIN_BY_NAME.search(node.value)]
-    named += [f"{fl.id} smoke: {fl.smoke}" for fl in locks.described_flavours() if PLUGIN_BY_NAME.search(fl.smoke)]
+    named += [f"{fl.id} smoke: {fl.smoke}" for fl in recipes.described_flavours() if PLUGIN_BY_NAME.search(fl.smoke)]
     assert not named, "\n".join(named)
 
 
@@ -118,7 +118,7 @@ def test_the_check_finds_the_old_name_only_check():
     assert [n.value for n in ast.walk(ast.parse(old)) if isinstance(n, ast.Constant) and PLUGIN_BY_NAME.search(n.value)]
 
 
-@pytest.mark.parametrize("fl", [fl for fl in locks.described_flavours()
+@pytest.mark.parametrize("fl", [fl for fl in recipes.described_flavours()
                                 if re.search(r"^jax-cuda\d+-plugin==", fl.lock_path.read_text(), re.M)],
                          ids=lambda fl: fl.id)
 def test_the_cuda_base_is_the_cuda_major_of_the_locked_plugin(fl):

@@ -3,6 +3,7 @@ that applies there (its marker) has a file whose wheel tags install there, read 
 listed beside the lock; every other target is named with what lacks a file. Reads the locks only (no
 network). And a stack is refused, before anything is built, with an interpreter its lock does not cover."""
 
+import platform
 import sys
 
 import pytest
@@ -11,9 +12,11 @@ from packaging.utils import canonicalize_name, parse_wheel_filename
 from packaging.version import Version
 
 from suite.base.errors import UsageError
-from suite.stacks import locks
+from suite.stacks import install
+from suite.stacks.install import require_covered
 from suite.stacks.lock_targets import Target, files_cover, listed_files, read_coverage
-from suite.stacks.locks import load_flavour, load_stack, lock_entries, lock_pins, require_covered
+from suite.stacks.locks import lock_entries, lock_pins
+from suite.stacks.recipes import load_flavour, load_stack
 
 LOCKS = sorted([*ROOT.glob("containers/*/requirements.lock"), *ROOT.glob("containers/*/cuda/requirements.lock")])
 TARGETS = [Target(p, m) for m in ("x86_64", "aarch64") for p in ("3.10", "3.11", "3.12", "3.13")]
@@ -93,7 +96,7 @@ def test_pins_follow_their_markers_per_interpreter_and_processor():
     assert lock_pins(lock, Target("3.10", "x86_64"))["numpy"] == "2.2.6"  # numpy 2.4 needs Python >= 3.11
     assert "nvidia-nccl-cu13" not in lock_pins(lock, Target("3.11", "x86_64"))
     here = f"{sys.version_info.major}.{sys.version_info.minor}"
-    assert lock_pins(lock) == lock_pins(lock, Target(here, locks.platform.machine()))
+    assert lock_pins(lock) == lock_pins(lock, Target(here, platform.machine()))
 
 
 def test_a_lock_line_without_hash_is_refused_naming_it(tmp_path):
@@ -130,6 +133,6 @@ def test_an_older_glibc_than_the_files_need_is_refused():
 
 
 def test_a_stacks_folder_names_its_interpreter_and_processor():
-    name = locks.local_prefix(load_flavour(load_stack("pytorch"), "cpu")).name
-    here = f"py{sys.version_info.major}.{sys.version_info.minor}-{locks.platform.machine()}-"
+    name = install.local_prefix(load_flavour(load_stack("pytorch"), "cpu")).name
+    here = f"py{sys.version_info.major}.{sys.version_info.minor}-{platform.machine()}-"
     assert name.startswith("pytorch-cpu-" + here) and len(name) == len("pytorch-cpu-" + here) + 16

@@ -16,7 +16,7 @@ from suite.execution.clusters import Cluster
 from suite.execution.plan import StackEnv, StackRequest
 from suite.runtimes import podman
 from suite.stacks import images
-from suite.stacks.locks import load_stack
+from suite.stacks.recipes import load_stack
 
 STACK = load_stack("pytorch")
 PACKAGES = {"torch": "2.7.0", "numpy": "2.1.0", "pillow": "11.0.0"}

@@ -19,7 +19,7 @@ from suite.execution.clusters import Cluster, load_cluster
 from suite.execution.plan import StackRequest
 from suite.runtimes import pyxis
 from suite.stacks import images
-from suite.stacks.locks import load_stack
+from suite.stacks.recipes import load_stack
 
 STACK = load_stack("pytorch-horovod")
 PACKAGES = {"torch": "2.7.0", "horovod": "0.28.1", "numpy": "2.1.0", "pillow": "11.0.0"}

@@ -131,7 +131,7 @@ def loaded_by(module: str) -> set[str]:
 
 
 RUNNING = {"suite.cli", "suite.execution.run", "suite.execution.rerun", "suite.execution.same_work_runs",
-           "suite.commands.compare_frameworks", "suite.execution.plugins", "suite.stacks.locks"}
+           "suite.commands.compare_frameworks", "suite.execution.plugins", "suite.stacks.install"}
 
 
 @pytest.mark.parametrize("module", ["suite.execution.run", "suite.execution.rerun", "suite.execution.same_work_runs",

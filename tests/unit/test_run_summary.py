@@ -1,6 +1,6 @@
 """The run's summary line says what trained, never `None`."""
 
-from suite.execution.run import configuration, peak_memory_line
+from suite.execution.console import configuration, peak_memory_line
 
 
 def test_the_summary_names_what_the_case_reported():

@@ -35,7 +35,7 @@ from suite.runtimes.apptainer.sif import (
     runtime_version,
 )
 from suite.stacks import base_images, images
-from suite.stacks.locks import load_stack
+from suite.stacks.recipes import load_stack
 
 IMAGES = "apptainer"  # what it builds images with (make containers TOOL=apptainer)
 BUILD_PREFERENCE = 0  # TOOL=auto tries it first: it is what HPC sites run

@@ -1,0 +1,109 @@
+"""What a run prints on the console: a dry run's plans, as the run engine (suite/execution/run.py) gathers
+them without starting anything, and each point's summary once its record is written (what trained and where,
+the throughput with its 95% interval, the diagnosis, utilisation, peak memory and published comparison)."""
+
+import shlex
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from suite.analysis.diagnosis import summary_line
+from suite.analysis.references import summary_line as published_line
+from suite.analysis.utilisation import summary_line as utilisation_line
+from suite.base.env_policy import masked_env
+from suite.execution.plan import Plan
+from suite.records.write import RunContext
+
+
+@dataclass(frozen=True)
+class DryRunPoint:
+    """One point of a dry run: its context, the plan of its first repetition and how the scheduler would
+    start it."""
+
+    ctx: RunContext
+    launcher: str
+    plan: Plan
+    precheck: bool  # the interconnect check runs before the timed run
+    started_as: str  # the scheduler's description (Scheduler.describe)
+
+
+@dataclass(frozen=True)
+class DryRun:
+    """What a dry run shows: the stack as this machine has it, what a real run would refuse here (a plan for
+    a cluster is often written elsewhere), what every process starts after, and each point's plan."""
+
+    stack: dict | None  # the prepared stack's provenance (None: it could not be prepared here)
+    on_this_machine: list[str]
+    runtime: str
+    setup: list[str]  # the runtime's lines before every process
+    telemetry_interval: float | None
+    points: list[DryRunPoint]
+
+
+def print_dry_run(dry: DryRun) -> None:
+    """Prints every point's plan (each process with its host, argv and environment) and how the
+    scheduler would start it; what a real run would refuse on this machine is said in warning lines."""
+    if dry.stack is not None:
+        print(f"stack {dry.stack.get('stack')}/{dry.stack.get('stack_flavour') or 'site environment'}: "
+              f"{dry.stack.get('stack_location')}")
+    for warning in dry.on_this_machine:
+        print(f"warning: on this machine: {warning}")
+    if dry.setup:
+        print(f"every process of runtime {dry.runtime} starts after:\n" + "\n".join(f"  {line}" for line in dry.setup))
+    for point in dry.points:
+        ctx, world = point.ctx, point.ctx.world
+        print(f"== {ctx.run_id}: {ctx.case.name} on {world.nodes} node(s), {world.devices} device(s) "
+              f"from {world.source}; runtime {ctx.runtime}, scheduler {ctx.scheduler}, launcher {point.launcher}")
+        for p in point.plan.processes:
+            env = " ".join(f"{k}={shlex.quote(str(v))}" for k, v in masked_env(p.env).items())
+            print(f"process {p.name} on {p.host}\n  argv: {shlex.join(p.argv)}\n  env: {env}\n  cwd: {p.cwd}")
+        if dry.telemetry_interval:
+            print("beside them: a telemetry sampler on each host (suite/instack/telemetry_sampler.py, "
+                  f"every {dry.telemetry_interval:g} s)")
+        if point.precheck:
+            print("before the timed run: the interconnect check (suite/instack/allreduce_sweep.py) "
+                  "through the same launcher")
+        print(point.started_as)
+    print("dry run: nothing was started and no record was written")
+
+
+def configuration(cfg: dict) -> str:
+    """What trained, from the record's config: the values the case reported, else those asked for; a value
+    neither says (a run that failed before its first step, an option left to the case) is left out."""
+    parts = [cfg.get("model"), cfg.get("batch_per_device") and f"batch {cfg['batch_per_device']}/device",
+             cfg.get("image_size") and f"{cfg['image_size']} px", cfg.get("dtype"),
+             cfg.get("data") and f"{cfg['data']} data"]
+    return ", ".join(str(part) for part in parts if part) or "nothing reported by the case"
+
+
+def peak_memory_line(record: dict) -> str | None:
+    """The ranks' peak memory as the case measured it (its results' peak_memory_bytes), or None."""
+    for results in record["metrics"].get("results") or []:
+        if peaks := results.get("peak_memory_bytes"):
+            basis = f": {results['peak_memory_basis']}" if results.get("peak_memory_basis") else ""
+            return (f"peak memory per device: {max(peaks) / 2**20:,.1f} MiB at most, {min(peaks) / 2**20:,.1f} MiB "
+                    f"at least, over {len(peaks)} device(s){basis}")
+    return None
+
+
+def print_summary(record: dict, path: Path) -> None:
+    cfg, world, tp = record["config"], record["world"], record["metrics"]["throughput"]
+    print(f"\n== {record['case']}: {configuration(cfg)}")
+    device = f" ({world['device_type']})" if world.get("device_type") else ""
+    print(f"   {world['nodes']} node(s), {world['devices']} device(s){device}, hosts {', '.join(world['hosts'])}")
+    if tp["mean"] is not None:
+        ci = f" ± {tp['ci95']:.2f}" if tp["ci95"] is not None else ""
+        unit = tp.get("unit", "img/s")
+        print(f"   throughput: {tp['mean']:.2f}{ci} {unit} total, {tp['per_device']:.2f} {unit} per device "
+              f"(mean{' ± 95% CI' if ci else ''}, n={tp['n']} {tp['ci95_basis']})")
+    if diagnosis := record["metrics"].get("diagnosis"):
+        print(f"   {summary_line(diagnosis)}")
+    if used := record["metrics"].get("utilisation"):
+        print(f"   {utilisation_line(used)}")
+    if memory := peak_memory_line(record):
+        print(f"   {memory}")
+    if published := record["metrics"].get("published"):
+        print(f"   {published_line(published)}")
+    if record["status"] != "ok":
+        print(f"   FAILED: {record['reason']}", file=sys.stderr)
+    print(f"   record: {path}")
