@@ -24,6 +24,7 @@ WHEELS ?=
 DRY_RUN ?=
 TINY ?=
 RECORD ?=
+SWEEP ?=
 ALLOW_DRIFT ?=
 ONLY ?=
 JOBS ?=
@@ -58,7 +59,7 @@ endif
 VENV := .venv
 SUITE := $(VENV)/bin/python -m suite
 
-.PHONY: run data install report compare query bench test cases clean-runs doctor rerun compare-frameworks
+.PHONY: run data install report compare query bench test cases clean-runs doctor rerun resume compare-frameworks
 
 $(VENV)/.installed: pyproject.toml
 	tools/check-python.sh "$(BOOTSTRAP_PYTHON)"
@@ -141,6 +142,10 @@ rerun: $(VENV)/.installed
 	$(SUITE) rerun "$(RECORD)" $(call opt,--cluster,$(CLUSTER)) $(call opt,--hostfile,$(HOSTFILE)) \
 		$(call opt,--data-dir,$(DATA_DIR)) $(if $(call on,ALLOW_DRIFT),--allow-drift) \
 		$(if $(call on,DRY_RUN),--dry-run)
+
+# make resume SWEEP=<sweep_id> [ALLOW_DRIFT=1] [DRY_RUN=1]: the sweep's points without an ok record, run again
+resume: $(VENV)/.installed
+	$(SUITE) resume "$(SWEEP)" $(if $(call on,ALLOW_DRIFT),--allow-drift) $(if $(call on,DRY_RUN),--dry-run)
 
 # make bench [BENCH_ARGS="--tiny | --medium | --rounds 5 | --only scaling_pytorch"]: ratios, written to reports/bench/
 bench: $(VENV)/.installed

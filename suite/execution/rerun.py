@@ -125,15 +125,20 @@ def host_source(world: dict, asked) -> tuple[str | None, str | None]:
 
 # --- what differs -----------------------------------------------------------------------------------
 
-def differences(record: dict, req: RunRequest, checked: Checked) -> list[str]:
-    if checked.runtime.name == "modules":  # a site's environment: its fingerprint plays the lock's part
-        stack = environment_drift(record["provenance"], prepare(req, checked).provenance)
+def differences(record: dict, req: RunRequest, checked: Checked, world: bool = True) -> list[str]:
+    """Every drift of `checked` from `record` (or from what is shaped as one: a sweep's plan, whose stack is
+    there once it was prepared); world=False: the devices per node left out (a resume checks its points)."""
+    prov = record["provenance"]
+    if "stack_lock_sha256" not in prov and "stack_location" not in prov:
+        stack = []  # a sweep that stopped before its stack was prepared: nothing ran with one
+    elif checked.runtime.name == "modules":  # a site's environment: its fingerprint plays the lock's part
+        stack = environment_drift(prov, prepare(req, checked).provenance)
     else:
         stack = [*stack_drift(record, checked, req.flavour or recorded_flavour(record)),
                  *image_drift(record, req, checked)]
-    return [*stack, *git_drift(record["provenance"], git_state()),
+    return [*stack, *git_drift(prov, git_state()),
             *option_drift(record["config"]["options"], checked.options, checked.case.name),
-            *world_drift(record["world"], checked), *device_drift(record, checked)]
+            *(world_drift(record["world"], checked) if world else []), *device_drift(record, checked)]
 
 
 def short(digest: str | None) -> str:
@@ -278,7 +283,7 @@ def device_kind(gpus: list[dict]) -> str:
 def device_drift(record: dict, checked: Checked) -> list[str]:
     """Device type and GPUs per node of the record's first host against this host's: only where the
     processes run here (local scheduler); remote hosts show theirs in the new record."""
-    first = next(iter(record["provenance"]["host_info"].values()))
+    first = next(iter((record["provenance"].get("host_info") or {}).values()), {})
     if checked.scheduler.name != "local" or "gpus" not in first:
         return []
     was, now = device_kind(first["gpus"]), device_kind(host_info()["gpus"])

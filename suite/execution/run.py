@@ -14,9 +14,13 @@ from suite.analysis.diagnosis import diagnose
 from suite.analysis.references import comparison
 from suite.analysis.sweeps import (
     load_baseline,
+    new_plan,
     new_sweep_id,
+    note_record,
     print_sweep,
     summarize_sweep,
+    sweeps_folder,
+    write_plan,
     write_sweep,
 )
 from suite.analysis.utilisation import utilisation
@@ -40,6 +44,7 @@ from suite.instack import matmul_peak
 from suite.instack.cpu_binding import POLICIES
 from suite.instack.probe import announced
 from suite.records.measure import Repetition, measure, read_starts
+from suite.records.provenance import git_state
 from suite.records.read import Point
 from suite.records.system_description import system_description
 from suite.records.telemetry_window import summarize as summarize_telemetry
@@ -174,14 +179,35 @@ def named(plan: Plan) -> Plan:
     return replace(plan, processes=tuple(replace(p, env={**p.env, "SUITE_PROCESS": p.name}) for p in plan.processes))
 
 
-def run(req: RunRequest) -> int:
+@dataclass
+class Sweep:
+    """A sweep as a run carries it on: its id, its plan (reports/sweeps/<sweep_id>.plan.json, written before
+    the first point and after each) and, where it resumes a sweep (suite/execution/resume.py), the points to run
+    and the ok records of the others, which its table keeps beside the new ones."""
+
+    id: str
+    plan: dict
+    points: set[tuple[int, int]] | None = None  # (nodes, devices) to run; None: every point of the request
+    kept: list[tuple[dict, Path]] = field(default_factory=list)
+
+
+def run(req: RunRequest, sweep: Sweep | None = None) -> int:
     """One launch per repetition of every NODES x GPUS_PER_NODE combination, smallest first; one
-    record per combination; with several combinations, a sweep summary with speedup at the end."""
+    record per combination; with several combinations (or a sweep resumed), a sweep: its plan written before
+    the first point, its summary with speedup at the end."""
     checked = check(req)
+    if sweep and sweep.points is not None:
+        checked.worlds = [w for w in checked.worlds if (w.nodes, w.devices) in sweep.points]
     if req.dry_run:
         print_dry_run(dry_run_plan(req, checked))
         return 0
-    sweep_id = new_sweep_id(checked.case.name) if len(checked.worlds) > 1 else None
+    if sweep is None and len(checked.worlds) > 1:
+        sweep_id = new_sweep_id(checked.case.name)
+        sweep = Sweep(sweep_id, sweep_plan(sweep_id, req, checked))
+    folder = sweeps_folder(req.results_dir)
+    if sweep:
+        sweep.plan["points"].sort(key=lambda p: (p["devices"], p["nodes"]))
+        log(f"sweep {sweep.id}: {len(checked.worlds)} point(s) to run; plan {write_plan(sweep.plan, folder)}")
     stack_env, failure = None, None
     req.runs_dir.mkdir(parents=True, exist_ok=True)  # a container runtime binds it, so it must exist now
     try:
@@ -192,16 +218,34 @@ def run(req: RunRequest) -> int:
         failure = f"stack {checked.stack.name} could not be prepared: {exc}"
     if stack_env:
         check_stack(req, checked, stack_env)
+        if sweep and "stack_location" not in sweep.plan["provenance"]:  # the sweep's stack (a resume keeps it)
+            sweep.plan["provenance"].update(stack_env.provenance)
+            write_plan(sweep.plan, folder)
     written = []
     for world in checked.worlds:
-        record, path = run_point(req, checked, world, stack_env, failure, sweep_id)
+        record, path = run_point(req, checked, world, stack_env, failure, sweep.id if sweep else None)
         written.append((record, path))
+        if sweep:
+            note_record(sweep.plan, record, path)
+            write_plan(sweep.plan, folder)
         if record["reason"] == INTERRUPTED:
             break
-    if sweep_id:
-        summary = summarize_sweep(sweep_id, written, checked.baseline)
-        print_sweep(summary, write_sweep(summary, req.results_dir.parent / "sweeps"))
+    if sweep:
+        rows = sorted([*sweep.kept, *written], key=lambda rp: (rp[0]["world"]["devices"], rp[0]["world"]["nodes"]))
+        summary = summarize_sweep(sweep.id, rows, checked.baseline)
+        summary["resumes"] = sweep.plan["resumes"]
+        print_sweep(summary, write_sweep(summary, folder, overwrite=bool(sweep.plan["resumes"])))
     return 0 if all(record["status"] == "ok" for record, _ in written) else 1
+
+
+def sweep_plan(sweep_id: str, req: RunRequest, checked: Checked) -> dict:
+    """A new sweep's plan: every point, and what a resume needs to ask for them again and to check that they
+    run as the sweep did (the stack is added once prepared)."""
+    return new_plan(sweep_id, checked.case.name,
+                    [(w.nodes, w.devices) for w in checked.worlds],
+                    {"argv": req.provenance_argv(), "request": recorded(req), **git_state()},
+                    {"stack": checked.stack.name, "runtime": checked.runtime.name, "scheduler": checked.scheduler.name},
+                    checked.options, req.baseline, utc_now())
 
 
 def prepare(req: RunRequest, checked: Checked, install: bool = True) -> StackEnv:

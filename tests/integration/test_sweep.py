@@ -1,4 +1,5 @@
-"""Sweeps over node counts with repetitions: every combination launched, one record each, speedup table."""
+"""Sweeps over node counts with repetitions: every combination launched, one record each, speedup table; a
+sweep resumed where a point has no ok record."""
 
 import json
 
@@ -30,6 +31,27 @@ def test_sweep_over_nodes_with_repetitions(suite_cli, pytorch_stack, tmp_path):
     assert two["efficiency_pct"] == pytest.approx(100 * two["speedup"] / 2)
     assert "speedup" in result.stdout and summary["sweep_id"] in result.stdout
 
+
+
+def test_a_resume_runs_again_only_the_point_without_an_ok_record(suite_cli, pytorch_stack):
+    result = suite_cli("run", "--gpus-per-node", "1,2", case_args=TINY)
+    assert result.returncode == 0, result.stdout + result.stderr
+    one, two = sorted(records_in(suite_cli.results), key=lambda r: r["world"]["devices"])
+    sweep_id = one["sweep_id"]
+    (suite_cli.results / f"{two['run_id']}.json").unlink()  # as if the job had ended before its record
+    result = suite_cli("resume", sweep_id)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert (f"sweep {sweep_id}: 1 of 2 points to run again, 1 node(s) x 2 device(s) (its record {two['run_id']} is "
+            "not in the results folder); kept: 1 node(s) x 1 device(s)") in result.stdout
+    kept, new = sorted(records_in(suite_cli.results), key=lambda r: r["world"]["devices"])
+    assert kept == one and new["run_id"] != two["run_id"] and new["sweep_id"] == sweep_id and new["status"] == "ok"
+    table = json.loads((suite_cli.results.parent / "sweeps" / f"{sweep_id}.json").read_text())
+    assert [row["run_id"] for row in table["rows"]] == [one["run_id"], new["run_id"]]
+    assert table["baseline"]["run_id"] == one["run_id"] and table["resumes"][0]["points"] == [[1, 2]]
+    again = suite_cli("resume", sweep_id)
+    assert again.returncode == 2 and again.stderr == (f"error: sweep {sweep_id}: nothing to resume, all 2 points have "
+                                                      "an ok record (1 node(s) x 1 device(s), 1 node(s) x 2 "
+                                                      "device(s))\n")
 
 def test_failed_point_is_kept_and_baseline_is_smallest_success(tmp_path):
     ok1 = make_record(tmp_path / "r", tmp_path / "runs", devices=2, per_device=(50,))

@@ -20,11 +20,11 @@ COMMANDS = cli.commands()
 # the least each command needs on its command line to parse
 MINIMAL = {"data": ["--case", "mxnet-imagenet"], "wheels": ["--dest", "w"], "validate": ["r.json"],
            "predict": ["--case", "pytorch-ddp", "--devices", "8"], "compare": ["a", "b"], "rerun": ["r.json"],
-           "containers": ["check"]}
+           "resume": ["s"], "containers": ["check"]}
 
 
 def test_the_commands_a_user_knows_are_all_there():
-    assert {"run", "rerun", "report", "compare", "compare-frameworks", "query", "predict", "doctor", "data",
+    assert {"run", "rerun", "resume", "report", "compare", "compare-frameworks", "query", "predict", "doctor", "data",
             "install", "wheels", "cases", "containers", "validate"} <= set(COMMANDS)
 
 

@@ -130,12 +130,13 @@ def loaded_by(module: str) -> set[str]:
     return set(done.stdout.split())
 
 
-RUNNING = {"suite.cli", "suite.execution.run", "suite.execution.rerun", "suite.execution.same_work_runs",
-           "suite.commands.compare_frameworks", "suite.execution.plugins", "suite.stacks.install"}
+RUNNING = {"suite.cli", "suite.execution.run", "suite.execution.rerun", "suite.execution.resume",
+           "suite.execution.same_work_runs", "suite.commands.compare_frameworks", "suite.execution.plugins",
+           "suite.stacks.install"}
 
 
-@pytest.mark.parametrize("module", ["suite.execution.run", "suite.execution.rerun", "suite.execution.same_work_runs",
-                                    "suite.commands.compare_frameworks"])
+@pytest.mark.parametrize("module", ["suite.execution.run", "suite.execution.rerun", "suite.execution.resume",
+                                    "suite.execution.same_work_runs", "suite.commands.compare_frameworks"])
 def test_the_runner_does_not_import_the_entry_point(module):
     assert "suite.cli" not in loaded_by(module)
 
