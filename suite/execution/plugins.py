@@ -94,7 +94,8 @@ class TakenOver:
 class Runtime(Protocol):
     """Where a stack's programs come from: a local virtual environment, or a container image. A
     runtime that builds images (a container tool) says what with (IMAGES), owns its recipe file and
-    its build; suite/stacks/images.py holds what every tool shares."""
+    its build; suite/stacks/images.py holds what every tool shares, and suite/runtimes/_image.py the
+    prepare every image runtime shares."""
 
     name: str
     PROFILE: dict[str, Setting]

@@ -26,12 +26,12 @@ import subprocess
 import time
 from pathlib import Path
 
-from suite.base import paths
 from suite.base.errors import UsageError
 from suite.execution import plugins
-from suite.execution.plan import StackEnv, StackRequest
+from suite.execution.plan import StackRequest
 from suite.execution.plugins import Setting
 from suite.inputs.host_gpus import pick_flavour
+from suite.runtimes._image import Command, ImageRuntime, Run, Where
 from suite.stacks import images
 
 IMAGES = "Charliecloud's ch-convert with a Docker engine"  # make containers TOOL=charliecloud
@@ -47,41 +47,37 @@ def ch_run() -> str | None:
     return os.environ.get("SUITE_CH_RUN") or shutil.which("ch-run")
 
 
-def prepare(want: StackRequest, log=print) -> StackEnv:
-    stack = want.stack
-    tool = ch_run()
-    if not tool:
-        raise UsageError(f"RUNTIME=charliecloud needs ch-run on PATH on this host ({INSTALL_HINT})")
-    flavour = pick_flavour(want.flavour, want.gpus)
-    image = image_path(stack.name, flavour, want.image_dir)
-    hint = f"make containers STACK={stack.name} FLAVOUR={flavour} TOOL=charliecloud"
-    if not (image / "bin").exists():
-        raise UsageError(f"no {flavour} Charliecloud image of stack {stack.name} at {image}: build it with "
-                         f"`{hint}` (or set SUITE_IMAGE)")
-    meta = images.read_image_meta(meta_path(image), hint)
-    if meta.get("stack") != stack.name:
-        raise UsageError(f"{image} holds stack {meta.get('stack')!r}, not {stack.name}")
-    images.refuse_stale_image(stack, flavour, meta.get("lock_sha256"), log)
-    table = want.profile.section("charliecloud") if want.profile else {}
-    binds = images.bind_pairs(want.binds, table.get("binds", []), "charliecloud")
-    mount_points(image, binds)
-    log(f"stack {stack.name}: charliecloud image {image} ({flavour}, sha256:{meta['image_sha256'][:12]})")
-    workdir = str(Path(want.binds[0]).resolve()) if want.binds else str(paths.RUNS)  # the runs folder
-    env = {"PYTHONPATH": str(paths.ROOT)}
-    if not os.environ.get("USER"):
-        env["USER"] = pwd.getpwuid(os.getuid()).pw_name  # ch-run refuses to start without it
-    return StackEnv(
-        runtime="charliecloud",
-        bin_dir=f"{images.PREFIX}/bin",
-        prefix=run_prefix(tool, str(image), [f"{src}:{dst}" for src, dst in binds], workdir),
-        env=env,
-        facts=meta.get("facts", {}),
-        # image_source: what it was unpacked from, the Docker image of the same Dockerfile and lock (its ID);
-        # image_sha256 is the digest of the exported filesystem tarball, which differs between two exports
-        provenance={**images.image_provenance(meta, "charliecloud", str(image)),
-                    "image_source": {"docker_image": meta.get("docker_image"),
-                                     "docker_image_sha256": meta.get("docker_image_sha256")}},
-    )
+class Charliecloud(ImageRuntime):
+    name = "charliecloud"
+
+    def start(self, want: StackRequest, log) -> str:
+        tool = ch_run()
+        if not tool:
+            raise UsageError(f"RUNTIME=charliecloud needs ch-run on PATH on this host ({INSTALL_HINT})")
+        return tool
+
+    def locate(self, want: StackRequest, flavour: str, setup) -> Where:
+        stack = want.stack.name
+        image = image_path(stack, flavour, want.image_dir)
+        hint = f"make containers STACK={stack} FLAVOUR={flavour} TOOL=charliecloud"
+        missing = None if (image / "bin").exists() else (
+            f"no {flavour} Charliecloud image of stack {stack} at {image}: build it with `{hint}` (or set SUITE_IMAGE)")
+        return Where(str(image), meta_path(image), hint, missing, named=str(image))
+
+    def command(self, run: Run, log) -> Command:
+        table = run.want.profile.section("charliecloud") if run.want.profile else {}
+        binds = images.bind_pairs(run.want.binds, table.get("binds", []), "charliecloud")
+        mount_points(Path(run.image), binds)
+        env = {} if os.environ.get("USER") else {"USER": pwd.getpwuid(os.getuid()).pw_name}  # ch-run needs it
+        return Command(
+            run_prefix(run.setup, run.image, [f"{src}:{dst}" for src, dst in binds], run.workdir), env,
+            # image_source: what it was unpacked from, the Docker image of the same Dockerfile and lock (its ID);
+            # image_sha256 is the digest of the exported filesystem tarball, which differs between two exports
+            {"image_source": {"docker_image": run.meta.get("docker_image"),
+                              "docker_image_sha256": run.meta.get("docker_image_sha256")}})
+
+
+prepare = Charliecloud().prepare
 
 
 def image_path(stack: str, flavour: str, image_dir: Path | None = None) -> Path:

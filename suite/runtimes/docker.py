@@ -24,7 +24,8 @@ from suite.base import paths
 from suite.base.env_policy import forwarded_env
 from suite.base.errors import UsageError
 from suite.execution.plan import StackEnv, StackRequest
-from suite.inputs.host_gpus import host_gpus, pick_flavour
+from suite.inputs.host_gpus import pick_flavour
+from suite.runtimes._image import Command, ImageRuntime, Run, Where
 from suite.stacks import base_images, images
 from suite.stacks.base_images import parse_dpkg_list
 from suite.stacks.images import Recipe, bind_list
@@ -55,31 +56,40 @@ def client(timeout: int = 60):
     return docker.from_env(timeout=timeout)
 
 
-def prepare(want: StackRequest, log=print) -> StackEnv:
-    stack = want.stack
-    problem = engine_problem()
-    if problem:
-        raise UsageError(f"RUNTIME=docker needs a Docker engine on this host: {problem}")
-    import docker
+class Docker(ImageRuntime):
+    name = "docker"
+    COUNTS_GPUS = True
 
-    engine = client()
-    gpus = host_gpus() if want.gpus is None else want.gpus
-    flavour = pick_flavour(want.flavour, gpus)
-    ref = image_ref(stack, flavour, want.image_dir)
-    try:
-        image = engine.images.get(ref)
-    except docker.errors.ImageNotFound:
-        raise UsageError(f"no Docker image {ref}: build it with `make containers STACK={stack.name} "
-                         f"FLAVOUR={flavour} TOOL=docker` (or set SUITE_IMAGE)") from None
-    labels = image.labels or {}
-    if labels.get(f"{images.LABEL}.stack") != stack.name:
-        raise UsageError(f"image {ref} is not an image of stack {stack.name} (label {images.LABEL}.stack)")
-    images.refuse_stale_image(stack, flavour, labels.get(f"{images.LABEL}.lock_sha256"), log)
-    facts, packages, system_packages = read_from_image(engine, ref)
-    log(f"stack {stack.name}: docker image {ref} ({image.id[:19]})")
-    env = stack_env(ref, image.id, labels, facts, packages, gpus > 0, bind_list(want.binds), uuid.uuid4().hex[:16])
-    env.provenance["image_system_packages"] = system_packages
-    return env
+    def start(self, want: StackRequest, log):
+        """The engine's client; refused where no engine answers."""
+        problem = engine_problem()
+        if problem:
+            raise UsageError(f"RUNTIME=docker needs a Docker engine on this host: {problem}")
+        return client()
+
+    def locate(self, want: StackRequest, flavour: str, setup) -> Where:
+        return Where(image_ref(want.stack, flavour, want.image_dir), None,
+                     f"make containers STACK={want.stack.name} FLAVOUR={flavour} TOOL=docker")
+
+    def read_meta(self, where: Where, engine) -> dict:
+        """The image's labels, as the engine has them."""
+        import docker
+
+        try:
+            image = engine.images.get(where.image)
+        except docker.errors.ImageNotFound:
+            raise UsageError(f"no Docker image {where.image}: build it with `{where.hint}` "
+                             "(or set SUITE_IMAGE)") from None
+        return label_meta(image.labels or {}, image.id)
+
+    def command(self, run: Run, log) -> Command:
+        facts, packages, system_packages = read_from_image(run.setup, run.image)
+        return Command(run_prefix(run.image, run.gpus > 0, bind_list(run.want.binds), uuid.uuid4().hex[:16]),
+                       provenance={"image_system_packages": system_packages},
+                       meta={"facts": facts, "packages": packages})
+
+
+prepare = Docker().prepare
 
 
 def image_ref(stack: Stack, flavour: str, image_dir: Path | None = None) -> str:
@@ -111,30 +121,18 @@ def read_from_image(engine, ref: str) -> tuple[dict, dict, dict]:
             parse_dpkg_list(system))
 
 
-def stack_env(ref: str, image_id: str, labels: dict, facts: dict, packages: dict, gpus: bool,
-              binds: list[str], session: str) -> StackEnv:
-    prefix = (sys.executable, "-m", "suite.runtimes.docker", "--image", ref, "--bind", ",".join(binds),
-              "--session", session, *(["--gpus"] if gpus else []), "--")
-    return StackEnv(
-        runtime="docker",
-        bin_dir=f"{images.PREFIX}/bin",
-        prefix=prefix,
-        env={"PYTHONPATH": str(paths.ROOT)},
-        facts=facts,
-        provenance={
-            "stack": labels.get(f"{images.LABEL}.stack"),
-            "stack_lock_sha256": labels.get(f"{images.LABEL}.lock_sha256"),
-            "stack_recipe_sha256": labels.get(f"{images.LABEL}.recipe_sha256"),
-            "stack_location": f"{ref}:{images.PREFIX}",
-            "stack_packages": packages,
-            "runtime": "docker",
-            "image": ref,
-            "image_sha256": image_id.removeprefix("sha256:"),
-            "image_flavour": labels.get(f"{images.LABEL}.flavour"),
-            "stack_flavour": labels.get(f"{images.LABEL}.flavour"),
-            "image_base": images.base_from_labels(labels),
-        },
-    )
+def label_meta(labels: dict, image_id: str) -> dict:
+    """An image's metadata as its labels hold it (images.labels), with the engine's ID as its digest."""
+    return {"stack": labels.get(f"{images.LABEL}.stack"), "flavour": labels.get(f"{images.LABEL}.flavour"),
+            "lock_sha256": labels.get(f"{images.LABEL}.lock_sha256"),
+            "recipe_sha256": labels.get(f"{images.LABEL}.recipe_sha256"),
+            "image_sha256": image_id.removeprefix("sha256:"), "base": images.base_from_labels(labels)}
+
+
+def run_prefix(ref: str, gpus: bool, binds: list[str], session: str) -> tuple[str, ...]:
+    """This module run as a program, which starts the container (main below)."""
+    return (sys.executable, "-m", "suite.runtimes.docker", "--image", ref, "--bind", ",".join(binds),
+            "--session", session, *(["--gpus"] if gpus else []), "--")
 
 
 def doctor_lines(cluster, stacks: list[str], flavour: str | None = None) -> list[str]:

@@ -23,12 +23,12 @@ import subprocess
 import uuid
 from pathlib import Path
 
-from suite.base import paths
 from suite.base.env_policy import forwarded_patterns
 from suite.base.errors import UsageError
 from suite.execution.plan import StackEnv, StackRequest
 from suite.execution.plugins import Setting
 from suite.inputs.host_gpus import pick_flavour
+from suite.runtimes._image import Command, ImageRuntime, Run, Where
 from suite.stacks import images
 from suite.stacks.images import bind_list
 
@@ -54,40 +54,40 @@ def settings(cluster) -> dict:
     return spec
 
 
-def prepare(want: StackRequest, log=print) -> StackEnv:
-    stack = want.stack
-    spec = settings(want.profile)
-    found = shutil.which(spec["command"])
-    if not found:
-        if want.install:
-            raise UsageError(f"RUNTIME=podman needs {spec['command']} on PATH on this host ({INSTALL_HINT})")
-        log(f"warning: on this machine: no {spec['command']} on PATH ({INSTALL_HINT})")
-    tool = found or spec["command"]
-    flavour = pick_flavour(want.flavour, want.gpus)
-    image_dir = Path(want.image_dir or images.build_dir())
-    hint = f"make containers STACK={stack.name} FLAVOUR={flavour} TOOL=docker, then podman pull docker-daemon:TAG"
-    meta = images.read_image_meta(image_dir / f"{stack.name}-{flavour}.docker.json", hint)
-    if meta.get("stack") != stack.name:
-        raise UsageError(f"image {meta.get('image')} holds stack {meta.get('stack')!r}, not {stack.name}")
-    images.refuse_stale_image(stack, flavour, meta.get("lock_sha256"), log)
-    ref = os.environ.get("SUITE_IMAGE") or meta["image"]
-    if want.install and found:
-        meta = {**meta, "image_sha256": stored_image_id(found, spec["command"], ref, meta)}
-    gpus = flavour == "cuda"  # the cuda image is run with the host's GPUs, the cpu image without
-    binds = bind_list(want.binds)
-    workdir = str(Path(want.binds[0]).resolve()) if want.binds else str(paths.RUNS)
-    if workdir not in binds and not any(Path(workdir).is_relative_to(b) for b in binds):
-        binds.append(workdir)  # the runs folder: a real run makes it before this
-    session = uuid.uuid4().hex[:16]
-    log(f"stack {stack.name}: {spec['command']} image {ref} ({flavour}, {meta.get('image_sha256', '')[:12]})")
-    return StackEnv(
-        runtime="podman",
-        bin_dir=f"{images.PREFIX}/bin",
-        prefix=run_prefix(tool, spec, ref, binds, workdir, gpus, session),
-        env={"PYTHONPATH": str(paths.ROOT)},
-        facts=meta.get("facts", {}),
-        provenance={**images.image_provenance(meta, "podman", ref)},
-    )
+class Podman(ImageRuntime):
+    name = "podman"
+
+    def start(self, want: StackRequest, log) -> tuple[dict, str | None]:
+        """The [podman] settings and the program (None: not on this machine, which a dry run warns of)."""
+        spec = settings(want.profile)
+        found = shutil.which(spec["command"])
+        if not found:
+            if want.install:
+                raise UsageError(f"RUNTIME=podman needs {spec['command']} on PATH on this host ({INSTALL_HINT})")
+            log(f"warning: on this machine: no {spec['command']} on PATH ({INSTALL_HINT})")
+        return spec, found
+
+    def locate(self, want: StackRequest, flavour: str, setup) -> Where:
+        """The Docker build's image: its metadata names the tag ($SUITE_IMAGE names another)."""
+        stack = want.stack.name
+        image_dir = Path(want.image_dir or images.build_dir())
+        return Where(os.environ.get("SUITE_IMAGE") or None, image_dir / f"{stack}-{flavour}.docker.json",
+                     f"make containers STACK={stack} FLAVOUR={flavour} TOOL=docker, then podman pull docker-daemon:TAG")
+
+    def command(self, run: Run, log) -> Command:
+        spec, found = run.setup
+        stored = {}
+        if run.want.install and found:  # the record names the image in this user's storage
+            stored = {"image_sha256": stored_image_id(found, spec["command"], run.image, run.meta)}
+        binds = bind_list(run.want.binds)
+        if run.workdir not in binds and not any(Path(run.workdir).is_relative_to(b) for b in binds):
+            binds.append(run.workdir)  # the runs folder: a real run makes it before this
+        gpus = run.flavour == "cuda"  # the cuda image is run with the host's GPUs, the cpu image without
+        prefix = run_prefix(found or spec["command"], spec, run.image, binds, run.workdir, gpus, uuid.uuid4().hex[:16])
+        return Command(prefix, meta=stored, tool=spec["command"])
+
+
+prepare = Podman().prepare
 
 
 def stored_image_id(tool: str, command: str, ref: str, meta: dict) -> str:

@@ -40,10 +40,11 @@ from pathlib import Path
 from suite.base import paths
 from suite.base.env_policy import forwarded_env
 from suite.base.errors import UsageError
-from suite.execution.plan import StackEnv, StackRequest
+from suite.execution.plan import StackRequest
 from suite.execution.plugins import Setting, fill
 from suite.inputs.host_gpus import pick_flavour
 from suite.instack.file_digest import file_digest
+from suite.runtimes._image import Command, ImageRuntime, Run, Where
 from suite.stacks import images
 from suite.stacks.images import bind_list
 from suite.stacks.recipes import load_stack
@@ -73,75 +74,57 @@ REFERENCE = re.compile(r"^(?:[\w.-]+@)?(?:[\w.-]+(?::\d+)?#)?[\w./-]+(?::[\w.-]+
 SRUN_HELP_TIMEOUT_S = 30
 
 
-def prepare(want: StackRequest, log=print) -> StackEnv:
-    stack = want.stack
-    if want.scheduler != "slurm":
-        raise UsageError(f"RUNTIME=pyxis needs SCHEDULER=slurm: pyxis is a SLURM plugin, srun starts every "
-                         f"container (scheduler here: {want.scheduler})")
-    spec = settings(want.profile)
-    flavour = pick_flavour(want.flavour, want.gpus)
-    image_dir = Path(want.image_dir or images.build_dir())
-    image = image_of(stack.name, flavour, image_dir, spec)
-    mounts, missing = mount_list(want.binds, spec["mounts"])
-    for problem in missing:  # a dry run plans for a cluster: its folders may be there only
-        if want.install:
-            raise UsageError(problem)
-        log(f"warning: on this machine: {problem}")
-    build_hint = (f"make containers STACK={stack.name} FLAVOUR={flavour} TOOL=docker, then "
-                  f"python -m suite.runtimes.pyxis import --stack {stack.name} --flavour {flavour}")
-    try:
-        meta = read_meta(stack.name, flavour, image, image_dir, spec, build_hint)
-    except UsageError as exc:
-        if want.install:
-            raise
-        log(f"warning: on this machine: {exc}")  # a dry run plans for a cluster: its image may be there only
-        meta = {"stack": stack.name, "flavour": flavour, "lock_sha256": images.load_flavour(stack, flavour).lock_sha256}
-    if meta.get("stack") != stack.name:
-        raise UsageError(f"image {image} holds stack {meta.get('stack')!r}, not {stack.name} (its metadata)")
-    if meta.get("flavour") not in (None, flavour):
-        raise UsageError(f"image {image} is the {meta['flavour']} flavour of {stack.name}, not {flavour}")
-    images.refuse_stale_image(stack, flavour, meta.get("lock_sha256"), log)
-    if want.install:
-        require_pyxis(spec["edf"])
-    env = {"PYTHONPATH": str(paths.ROOT)}
-    workdir = str(Path(want.binds[0]).resolve()) if want.binds else str(paths.RUNS)  # the runs folder
-    names = sorted({*env, *forwarded_env(os.environ, remote=True)})
-    name = container_name(stack.name, flavour, meta.get("lock_sha256") or "")
-    if spec["edf"]:
-        text = edf_text(image, mounts, workdir, env, spec, f"{stack.name}/{flavour}")
-        edf = edf_path(want, stack.name, flavour, text)
-        if want.install:
-            write_edf(edf, text)
+class Pyxis(ImageRuntime):
+    name = "pyxis"
+    PLANS_AHEAD = True  # a dry run plans for a cluster: its image and folders may be there only
+
+    def start(self, want: StackRequest, log) -> tuple[dict, list[str]]:
+        """The [pyxis] settings and the mounts, refused (warned of in a dry run) where pyxis could not make them."""
+        if want.scheduler != "slurm":
+            raise UsageError(f"RUNTIME=pyxis needs SCHEDULER=slurm: pyxis is a SLURM plugin, srun starts every "
+                             f"container (scheduler here: {want.scheduler})")
+        spec = settings(want.profile)
+        mounts, missing = mount_list(want.binds, spec["mounts"])
+        for problem in missing:
+            if want.install:
+                raise UsageError(problem)
+            log(f"warning: on this machine: {problem}")
+        return spec, mounts
+
+    def locate(self, want: StackRequest, flavour: str, setup) -> Where:
+        spec, _ = setup
+        stack = want.stack.name
+        image_dir = Path(want.image_dir or images.build_dir())
+        image = image_of(stack, flavour, image_dir, spec)
+        hint = (f"make containers STACK={stack} FLAVOUR={flavour} TOOL=docker, then "
+                f"python -m suite.runtimes.pyxis import --stack {stack} --flavour {flavour}")
+        return Where(image, meta_path(stack, flavour, image, image_dir, spec), hint,
+                     missing_image(stack, flavour, image, hint))
+
+    def command(self, run: Run, log) -> Command:
+        spec, mounts = run.setup
+        stack, image = run.want.stack.name, run.image
+        if run.meta.get("flavour") not in (None, run.flavour):
+            raise UsageError(f"image {image} is the {run.meta['flavour']} flavour of {stack}, not {run.flavour}")
+        if run.want.install:
+            require_pyxis(spec["edf"])
+        names = sorted({*run.env, *forwarded_env(os.environ, remote=True)})
+        name = container_name(stack, run.flavour, run.meta.get("lock_sha256") or "") if spec["name"] else None
+        if spec["edf"]:
+            text = edf_text(image, mounts, run.workdir, run.env, spec, f"{stack}/{run.flavour}")
+            edf = edf_path(run.want, stack, run.flavour, text)
+            if run.want.install:
+                write_edf(edf, text)
+            else:
+                log(f"pyxis: environment definition {edf} (a real run writes it):\n{text.rstrip()}")
+            options = (f"--environment={edf}",)
         else:
-            log(f"pyxis: environment definition {edf} (a real run writes it):\n{text.rstrip()}")
-        options = (f"--environment={edf}",)
-    else:
-        options = srun_options(image, name if spec["name"] else None, mounts, workdir, names, spec)
-    digest = meta.get("image_sha256")
-    log(f"stack {stack.name}: pyxis image {image} ({flavour}{f', sha256:{digest[:12]}' if digest else ''})")
-    prefix = meta.get("prefix") or images.PREFIX  # where the stack is inside the image
-    return StackEnv(
-        runtime="pyxis",
-        bin_dir=f"{prefix}/bin",
-        prefix=options,
-        env=env,
-        facts=meta.get("facts", {}),
-        provenance={
-            "stack": stack.name,
-            "stack_lock_sha256": meta.get("lock_sha256"),
-            "stack_recipe_sha256": meta.get("recipe_sha256"),
-            "stack_location": f"{image}:{prefix}",
-            "stack_packages": meta.get("packages"),  # None: not read (a dry run without the image's metadata)
-            "runtime": "pyxis",
-            "image": image,
-            "image_sha256": digest,
-            "image_flavour": meta.get("flavour"),
-            "stack_flavour": flavour,
-            "image_base": meta.get("base"),
-            "container": {"interface": "edf" if spec["edf"] else "pyxis", "name": name if spec["name"] else None,
-                          "mounts": mounts, "workdir": workdir},
-        },
-    )
+            options = srun_options(image, name, mounts, run.workdir, names, spec)
+        return Command(options, provenance={"container": {"interface": "edf" if spec["edf"] else "pyxis",
+                                                          "name": name, "mounts": mounts, "workdir": run.workdir}})
+
+
+prepare = Pyxis().prepare
 
 
 def settings(cluster) -> dict:
@@ -172,16 +155,19 @@ def is_file_image(image: str) -> bool:
     return image.startswith("/")
 
 
-def read_meta(stack: str, flavour: str, image: str, image_dir: Path, spec: dict, hint: str) -> dict:
+def missing_image(stack: str, flavour: str, image: str, hint: str) -> str | None:
     if is_file_image(image) and not Path(image).is_file():
-        raise UsageError(f"no {flavour} image of stack {stack} at {image}: {hint} (or set SUITE_IMAGE)")
+        return f"no {flavour} image of stack {stack} at {image}: {hint} (or set SUITE_IMAGE)"
+    return None
+
+
+def meta_path(stack: str, flavour: str, image: str, image_dir: Path, spec: dict) -> Path:
+    """`[pyxis] metadata`, else IMAGE.json beside a squashfs file, else the Docker build's."""
     if spec["metadata"]:
-        where = Path(fill(spec["metadata"], stack=stack, flavour=flavour, image_dir=str(image_dir)))
-    elif is_file_image(image):
-        where = Path(f"{image}.json")
-    else:
-        where = image_dir / f"{stack}-{flavour}.docker.json"
-    return images.read_image_meta(where, hint)
+        return Path(fill(spec["metadata"], stack=stack, flavour=flavour, image_dir=str(image_dir)))
+    if is_file_image(image):
+        return Path(f"{image}.json")
+    return image_dir / f"{stack}-{flavour}.docker.json"
 
 
 def mount_list(binds, extra: list[str]) -> tuple[list[str], list[str]]:
@@ -297,7 +283,9 @@ def doctor_lines(cluster, stacks: list[str], flavour: str | None = None) -> list
     for name in stacks:
         try:
             image = image_of(name, flavour, image_dir, spec)
-            read_meta(name, flavour, image, image_dir, spec, "")
+            if problem := missing_image(name, flavour, image, ""):
+                raise UsageError(problem)
+            images.read_image_meta(meta_path(name, flavour, image, image_dir, spec), "")
             lines.append(f"ok: image {image} and its metadata")
         except UsageError as exc:
             lines.append(f"missing: {str(exc).split(': ')[0]} (make containers STACK={name} FLAVOUR={flavour} "

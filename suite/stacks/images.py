@@ -149,22 +149,29 @@ def read_image_meta(path: Path, how_to_build: str) -> dict:
         raise UsageError(f"no image metadata at {path} (written by `{how_to_build}`)") from None
 
 
-def image_provenance(meta: dict, runtime: str, image: str) -> dict:
-    """The record's provenance of a stack run from an image with metadata beside it (IMAGE.json): the stack,
-    its lock and packages, the runtime, and the image with its digest, flavour and base."""
+def image_provenance(meta: dict, runtime: str, image: str, flavour: str | None = None) -> dict:
+    """The record's provenance of a stack run from an image with metadata (IMAGE.json, a Docker image's
+    labels): the stack, its lock and packages (None: the metadata lists none, not known before launch),
+    the runtime, and the image with its digest, flavour and base (its package list left in the metadata).
+    flavour: the stack flavour the run picked, where the metadata names none."""
     return {
         "stack": meta["stack"],
         "stack_lock_sha256": meta["lock_sha256"],
         "stack_recipe_sha256": meta.get("recipe_sha256"),
-        "stack_location": f"{image}:{PREFIX}",
-        "stack_packages": meta.get("packages", {}),
+        "stack_location": f"{image}:{stack_prefix(meta)}",
+        "stack_packages": meta.get("packages"),
         "runtime": runtime,
         "image": image,
         "image_sha256": meta.get("image_sha256"),
         "image_flavour": meta.get("flavour"),
-        "stack_flavour": meta.get("flavour"),
+        "stack_flavour": meta.get("flavour") or flavour,
         "image_base": without_packages(meta.get("base")),
     }
+
+
+def stack_prefix(meta: dict) -> str:
+    """Where the stack is inside an image: PREFIX, or the metadata's `prefix` (an image not built here)."""
+    return meta.get("prefix") or PREFIX
 
 
 def without_packages(base):

@@ -1,5 +1,5 @@
 """RUNTIME=apptainer and RUNTIME=docker: the argv and environment they give a case, their refusals
-before launch, and the provenance they put into the record."""
+before launch, and the provenance they put into the record (Docker's through a stand-in engine)."""
 
 import json
 import os
@@ -176,24 +176,57 @@ def test_run_with_missing_image_stops_in_one_line_before_launch(tmp_path):
     assert not any((tmp_path / "runs").iterdir()) and not (tmp_path / "results").exists()  # nothing ran
 
 
-def test_docker_stack_env_runs_programs_through_the_sdk_shim():
-    labels = {"org.hpc-dl-bench.stack": "tensorflow", "org.hpc-dl-bench.lock_sha256": STACK.lock_sha256,
-              "org.hpc-dl-bench.flavour": "cpu"}
-    labels |= {"org.hpc-dl-bench.base_ref": "hpc-dl-bench-base:debian-bookworm-0123",
-               "org.hpc-dl-bench.base.kind": "debian", "org.hpc-dl-bench.base.release_date": "Sat, 10 Jan 2026",
+class FakeEngine:
+    """A Docker engine that has the images given (ref -> labels) and runs the script that reads the stack's
+    facts, packages and the image's Debian packages (docker.read_from_image)."""
+
+    def __init__(self, known: dict):
+        self.known, self.images, self.containers = known, self, self
+
+    def get(self, ref):
+        import docker as sdk
+
+        if ref not in self.known:
+            raise sdk.errors.ImageNotFound(ref)
+        return type("Image", (), {"labels": self.known[ref], "id": f"sha256:{SHA}"})
+
+    def run(self, ref, argv, remove):
+        return b'{"built": true}\x1e[{"name": "TensorFlow", "version": "2.21.0"}]\x1epython3=3.11.2\n\x1e'
+
+
+def test_docker_runs_programs_through_the_sdk_shim_and_records_the_images_labels(monkeypatch):
+    fl = images.load_flavour(STACK, "cpu")
+    labels = images.labels(fl, "hpc-dl-bench-base:debian-bookworm-0123")
+    labels |= {"org.hpc-dl-bench.base.kind": "debian", "org.hpc-dl-bench.base.release_date": "Sat, 10 Jan 2026",
                "org.hpc-dl-bench.base.spec": "ab12"}
-    env = docker.stack_env("hpc-dl-bench-tensorflow:cpu-x", f"sha256:{SHA}", labels, {}, {}, True, ["/a", "/b"], "s1")
-    assert env.argv("python", "t.py") == [sys.executable, "-m", "suite.runtimes.docker", "--image",
-                                          "hpc-dl-bench-tensorflow:cpu-x", "--bind", "/a,/b", "--session", "s1",
-                                          "--gpus", "--", "/opt/stack/bin/python", "t.py"]
+    engine = FakeEngine({"hpc-dl-bench-tensorflow:cpu-x": labels,
+                         "pinned": images.labels(fl, "python:3.11@sha256:x")})
+    monkeypatch.setattr(docker, "engine_problem", lambda: None)
+    monkeypatch.setattr(docker, "client", lambda timeout=60: engine)
+    monkeypatch.setenv("SUITE_IMAGE", "hpc-dl-bench-tensorflow:cpu-x")
+    said = []
+    env = docker.prepare(want(gpus=2, flavour="cpu", binds=("/nonexistent",)), said.append)
+    argv = env.argv("python", "t.py")
+    assert argv[:6] == [sys.executable, "-m", "suite.runtimes.docker", "--image", "hpc-dl-bench-tensorflow:cpu-x",
+                        "--bind"]
+    assert argv[6].split(",")[0] == str(paths.ROOT) and argv[7] == "--session"  # and the runs and data folders
+    assert argv[9:] == ["--gpus", "--", "/opt/stack/bin/python", "t.py"]
+    assert env.facts == {"built": True} and env.env == {"PYTHONPATH": str(paths.ROOT)}
     prov = env.provenance
     assert (prov["runtime"], prov["image"], prov["image_sha256"]) == ("docker", "hpc-dl-bench-tensorflow:cpu-x", SHA)
     assert prov["image_base"] == {"kind": "debian", "ref": "hpc-dl-bench-base:debian-bookworm-0123",
                                   "release_date": "Sat, 10 Jan 2026"}
-    pinned = docker.stack_env("t", f"sha256:{SHA}", {"org.hpc-dl-bench.base_ref": "python:3.11@sha256:x"}, {}, {},
-                              False, [], "s2")
-    assert pinned.provenance["image_base"] == {"kind": "pinned", "ref": "python:3.11@sha256:x"}
+    assert prov["stack_packages"] == {"tensorflow": "2.21.0"} and prov["image_system_packages"] == {"python3": "3.11.2"}
+    assert said == [f"stack tensorflow: docker image hpc-dl-bench-tensorflow:cpu-x (cpu, sha256:{SHA[:12]})"]
     validate(failed_record(prov))
+    monkeypatch.setenv("SUITE_IMAGE", "pinned")
+    pinned = docker.prepare(want(gpus=0, flavour="cpu"), lambda m: None)
+    assert pinned.provenance["image_base"] == {"kind": "pinned", "ref": "python:3.11@sha256:x"}
+    assert "--gpus" not in pinned.prefix
+    monkeypatch.setenv("SUITE_IMAGE", "never-built")
+    with pytest.raises(UsageError, match=r"^no Docker image never-built: build it with `make containers "
+                                         r"STACK=tensorflow FLAVOUR=cpu TOOL=docker` \(or set SUITE_IMAGE\)$"):
+        docker.prepare(want(gpus=0, flavour="cpu"), lambda m: None)
 
 
 def test_docker_container_options():

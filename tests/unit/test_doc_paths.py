@@ -23,6 +23,7 @@ PLACEHOLDER = re.compile(r"<[^>]*>|\{[^}]*\}|\b[A-Z][A-Z_]{2,}\b")
 EXAMPLES = {
     "hostfiles/mycluster.toml": "README and docs/clusters.md: the copy of a profile a user makes for a cluster",
     "hostfiles/mysite.toml": "README: the copy of the modules example a user makes for a site",
+    "suite/runtimes/enroot.py": "docs/plugins.md: the image runtime of its worked example, one file a site adds",
 }
 
 

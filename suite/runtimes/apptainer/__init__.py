@@ -21,9 +21,10 @@ from pathlib import Path
 
 from suite.base import paths
 from suite.base.errors import UsageError
-from suite.execution.plan import StackEnv, StackRequest
+from suite.execution.plan import StackRequest
 from suite.execution.plugins import Setting
-from suite.inputs.host_gpus import host_gpus, pick_flavour
+from suite.inputs.host_gpus import pick_flavour
+from suite.runtimes._image import Command, ImageRuntime, Run, Where
 from suite.runtimes.apptainer import definition, from_docker
 from suite.runtimes.apptainer.definition import recipe  # noqa: F401 (the plugin's recipe hook)
 from suite.runtimes.apptainer.sif import (
@@ -48,30 +49,36 @@ PROFILE = {
 }
 
 
-def prepare(want: StackRequest, log=print) -> StackEnv:
-    stack = want.stack
-    tool = apptainer_program()
-    gpus = host_gpus() if want.gpus is None else want.gpus
-    flavour = pick_flavour(want.flavour, gpus)
-    image = image_path(stack.name, flavour, want.image_dir)
-    build_hint = f"make containers STACK={stack.name} FLAVOUR={flavour}"
-    if not image.exists():
-        raise UsageError(f"no {flavour} image of stack {stack.name} at {image}: build it with `{build_hint}` "
-                         "(or set SUITE_IMAGE)")
-    meta = images.read_image_meta(meta_path(image), build_hint)
-    if meta.get("stack") != stack.name:
-        raise UsageError(f"{image} holds stack {meta.get('stack')!r}, not {stack.name}")
-    images.refuse_stale_image(stack, flavour, meta.get("lock_sha256"), log)
-    check_sif(image, meta, build_hint)
-    check_binds(want.binds)
-    table = want.profile.section("apptainer") if want.profile else {}
-    gpu_option = gpu_option_of(table.get("gpus", "nv"))
-    binds = images.bind_pairs(want.binds, table.get("binds", []), "apptainer")
-    version = runtime_version(tool)
-    log(f"stack {stack.name}: apptainer image {image} ({flavour}, sha256:{meta['image_sha256'][:12]}), "
-        f"apptainer {version}")
-    return stack_env(tool, image, meta, gpu_option if gpus > 0 else None,
-                     [src if src == dst else f"{src}:{dst}" for src, dst in binds], version)
+class Apptainer(ImageRuntime):
+    name = "apptainer"
+    COUNTS_GPUS = True
+
+    def start(self, want: StackRequest, log) -> str:
+        return apptainer_program()
+
+    def locate(self, want: StackRequest, flavour: str, setup) -> Where:
+        stack = want.stack.name
+        image = image_path(stack, flavour, want.image_dir)
+        hint = f"make containers STACK={stack} FLAVOUR={flavour}"
+        missing = None if image.exists() else (
+            f"no {flavour} image of stack {stack} at {image}: build it with `{hint}` (or set SUITE_IMAGE)")
+        return Where(str(image), meta_path(image), hint, missing, named=str(image))
+
+    def command(self, run: Run, log) -> Command:
+        check_sif(Path(run.image), run.meta, run.hint)
+        check_binds(run.want.binds)
+        table = run.want.profile.section("apptainer") if run.want.profile else {}
+        gpu_option = gpu_option_of(table.get("gpus", "nv"))
+        binds = images.bind_pairs(run.want.binds, table.get("binds", []), "apptainer")
+        version = runtime_version(run.setup)
+        return Command(run_prefix(run.setup, gpu_option if run.gpus else None,
+                                  [src if src == dst else f"{src}:{dst}" for src, dst in binds], run.image),
+                       provenance={"runtime_version": version,
+                                   **({"image_source": run.meta["built_from"]} if run.meta.get("built_from") else {})},
+                       note=f", apptainer {version}")
+
+
+prepare = Apptainer().prepare
 
 
 def gpu_option_of(name: str) -> str | None:
@@ -89,18 +96,8 @@ def check_binds(binds) -> None:
         raise UsageError(f"cannot bind {missing[0]} into the image: no such folder")
 
 
-def stack_env(tool: str, image: Path, meta: dict, gpu_option: str | None, binds: list[str],
-              version: str | None = None) -> StackEnv:
-    prefix = (tool, "exec", *([gpu_option] if gpu_option else []), "--bind", ",".join(binds), str(image))
-    return StackEnv(
-        runtime="apptainer",
-        bin_dir=f"{images.PREFIX}/bin",
-        prefix=prefix,
-        env={"PYTHONPATH": str(paths.ROOT)},
-        facts=meta.get("facts", {}),
-        provenance={**images.image_provenance(meta, "apptainer", str(image)), "runtime_version": version,
-                    **({"image_source": meta["built_from"]} if meta.get("built_from") else {})},
-    )
+def run_prefix(tool: str, gpu_option: str | None, binds: list[str], image: str) -> tuple[str, ...]:
+    return (tool, "exec", *([gpu_option] if gpu_option else []), "--bind", ",".join(binds), image)
 
 
 def doctor_lines(cluster, stacks: list[str], flavour: str | None = None) -> list[str]:
