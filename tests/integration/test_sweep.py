@@ -22,7 +22,9 @@ def test_sweep_over_nodes_with_repetitions(suite_cli, pytorch_stack, tmp_path):
     assert len({r["sweep_id"] for r in records}) == 1 and records[0]["sweep_id"]
     assert sum(len(r["repetitions"]) for r in records) == 4  # 4 separate launches
     assert all(len({rep["run_dir"] for rep in r["repetitions"]}) == 2 for r in records)
-    [summary_file] = (suite_cli.results.parent / "sweeps").glob("*.json")
+    sweeps = suite_cli.results.parent / "sweeps"
+    [summary_file] = [path for path in sweeps.glob("*.json") if not path.name.endswith(".plan.json")]
+    assert (sweeps / summary_file.name.replace(".json", ".plan.json")).is_file()  # its plan, written beside it
     summary = json.loads(summary_file.read_text())
     assert [row["devices"] for row in summary["rows"]] == [1, 2]  # smallest first
     assert summary["baseline"]["devices"] == 1 and summary["rows"][0]["speedup"] == pytest.approx(1.0)
