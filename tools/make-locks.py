@@ -19,7 +19,6 @@ flavour's `pip_extra_index` (PyTorch's CPU index), on the targets where either h
 
 import argparse
 import concurrent.futures
-import hashlib
 import json
 import os
 import re
@@ -30,18 +29,20 @@ import tempfile
 import textwrap
 import time
 import urllib.request
-from dataclasses import dataclass, field
+from dataclasses import replace
 from pathlib import Path
 
 import tomllib
-from packaging.markers import Marker
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name, parse_wheel_filename
 from packaging.version import Version
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from suite.stacks.lock_targets import FILES_SUFFIX, Target, files_cover  # noqa: E402 (after sys.path is set)
+from suite.base.errors import UsageError  # noqa: E402 (after sys.path is set)
+from suite.instack.file_digest import file_digest  # noqa: E402
+from suite.stacks.lock_targets import FILES_SUFFIX, Target, files_cover  # noqa: E402
+from suite.stacks.locks import LockPin, lock_entries  # noqa: E402
 
 INDEX = "https://pypi.org/simple"
 SPEC = ROOT / "tools" / "locks.toml"
@@ -49,20 +50,11 @@ MLPERF_NOTE = ("mlperf-logging: its mllog writer and log parser need only the st
                "scipy, which it declares, serve its other checkers), so it is installed without them.")
 
 
-@dataclass
-class Pin:
-    name: str
-    version: str
-    marker: str  # "" where the pin holds on every target
-    hashes: set[str] = field(default_factory=set)
-
-    def applies(self, target: Target) -> bool:
-        return not self.marker or Marker(self.marker).evaluate(target.environment())
-
-    def line(self) -> str:
-        marker = f" ; {self.marker}" if self.marker else ""
-        return f"{self.name}=={self.version}{marker} \\\n" + " \\\n".join(
-            f"    --hash=sha256:{h}" for h in sorted(self.hashes))
+def pin_line(pin: LockPin) -> str:
+    """The pin as the lock writes it, its hashes sorted, one a line."""
+    marker = f" ; {pin.marker}" if pin.marker else ""
+    return f"{pin.name}=={pin.version}{marker} \\\n" + " \\\n".join(
+        f"    --hash=sha256:{h}" for h in sorted(pin.hashes))
 
 
 def uv_binary() -> str:
@@ -81,8 +73,9 @@ def pip_find_links() -> list[str]:
 
 
 def compile_with_uv(requirements: list[str], preferences: list[str], *, no_deps: bool, find_links: list[str],
-                    extra_index: str) -> str:
-    """uv's universal resolution of the requirements, hashes of every file of each chosen version."""
+                    extra_index: str) -> list[LockPin]:
+    """uv's universal resolution of the requirements, hashes of every file of each chosen version, read as
+    the suite reads a lock (suite/stacks/locks.py)."""
     with tempfile.TemporaryDirectory() as tmp:
         (Path(tmp) / "in.txt").write_text("\n".join(requirements) + "\n")
         (Path(tmp) / "out.txt").write_text("\n".join(preferences) + "\n")  # uv prefers what the output pins
@@ -93,21 +86,10 @@ def compile_with_uv(requirements: list[str], preferences: list[str], *, no_deps:
         done = subprocess.run(argv, cwd=tmp, capture_output=True, text=True)
         if done.returncode != 0:
             sys.exit(f"make-locks: uv pip compile failed: {done.stderr.strip()}")
-        return (Path(tmp) / "out.txt").read_text()
-
-
-def parse_compiled(text: str) -> list[Pin]:
-    pins = []
-    for logical in re.sub(r"\\\n\s*", " ", text).splitlines():
-        logical = logical.split("#", 1)[0].strip() if logical.lstrip().startswith("#") else logical.strip()
-        if not logical:
-            continue
-        requirement, _, options = logical.partition(" --hash=")
-        req = Requirement(requirement)
-        (spec,) = req.specifier
-        hashes = set(re.findall(r"sha256:([0-9a-f]{64})", "--hash=" + options))
-        pins.append(Pin(req.name, spec.version, str(req.marker) if req.marker else "", hashes))
-    return pins
+        try:
+            return lock_entries(Path(tmp) / "out.txt")
+        except UsageError as exc:
+            sys.exit(f"make-locks: uv pip compile wrote {exc}")
 
 
 _index_cache: dict[str, dict[str, str]] = {}
@@ -128,11 +110,7 @@ def local_files(folders: list[str]) -> dict[str, str]:
     found = {}
     for folder in folders:
         for path in Path(folder).glob("*.whl"):
-            digest = hashlib.sha256()
-            with open(path, "rb") as f:
-                for block in iter(lambda: f.read(1 << 20), b""):
-                    digest.update(block)
-            found[digest.hexdigest()] = path.name
+            found[file_digest(path)] = path.name
     return found
 
 
@@ -142,7 +120,7 @@ def same_version(filename: str, version: str) -> bool:
     return True  # an sdist: uv listed it for this version
 
 
-def narrow(pin: Pin, targets: list[Target], known: dict[str, str], glibc: str) -> dict[str, str]:
+def narrow(pin: LockPin, targets: list[Target], known: dict[str, str], glibc: str) -> dict[str, str]:
     """hash -> file name of the pin's files that install on a target it applies to; an sdist-only
     pin keeps its sdists (the coverage then names it)."""
     mine = [t for t in targets if pin.applies(t)]
@@ -151,7 +129,7 @@ def narrow(pin: Pin, targets: list[Target], known: dict[str, str], glibc: str) -
     return wheels or {h: f for h, f in files.items() if not f.endswith(".whl")}
 
 
-def coverage(pins: list[Pin], files: dict[str, str], targets: list[Target], glibc: str) -> dict[Target, list[str]]:
+def coverage(pins: list[LockPin], files: dict[str, str], targets: list[Target], glibc: str) -> dict[Target, list[str]]:
     """target -> the pins that have no file for it (empty: covered)."""
     missing = {}
     for target in targets:
@@ -203,9 +181,13 @@ def cpu_requirements(spec: dict, targets: list[Target]) -> tuple[list[str], str]
 
 
 def existing_pins(lock: Path) -> list[str]:
+    """`name==version` of every pin of the lock as it is (what uv is to prefer), markers left out."""
     if not lock.exists():
         return []
-    return re.findall(r"^([A-Za-z0-9][A-Za-z0-9._-]*==[^\s;\\]+)", lock.read_text(), flags=re.M)
+    try:
+        return [f"{pin.name}=={pin.version}" for pin in lock_entries(lock)]
+    except UsageError as exc:
+        sys.exit(f"make-locks: {exc}")
 
 
 def make_lock(stack: str, flavour: str, spec: dict, defaults: dict, extra_index: bool) -> dict:
@@ -225,22 +207,22 @@ def make_lock(stack: str, flavour: str, spec: dict, defaults: dict, extra_index:
     find_links = pip_find_links() if spec.get("cpu_build") else []
     extra = description.get("pip_extra_index", "") if extra_index else ""
     preferences = existing_pins(lock)
-    pins = parse_compiled(compile_with_uv(requirements, preferences, no_deps=False, find_links=find_links,
-                                          extra_index=extra)) if requirements else []
-    pins += parse_compiled(compile_with_uv(spec.get("no_deps", []), preferences, no_deps=True, find_links=[],
-                                           extra_index=""))
+    pins = compile_with_uv(requirements, preferences, no_deps=False, find_links=find_links,
+                           extra_index=extra) if requirements else []
+    pins += compile_with_uv(spec.get("no_deps", []), preferences, no_deps=True, find_links=[], extra_index="")
     known = local_files(find_links)
     with concurrent.futures.ThreadPoolExecutor(8) as pool:
         for listing in pool.map(index_files, sorted({p.name for p in pins})):
             known.update(listing)
-    kept = [p for p in pins if any(p.applies(t) for t in targets)]
     files: dict[str, str] = {}
-    for pin in kept:
-        chosen = narrow(pin, targets, known, glibc)
-        pin.hashes = set(chosen) or pin.hashes
-        files.update(chosen)
+    kept = []
+    for pin in pins:
+        if any(pin.applies(t) for t in targets):
+            chosen = narrow(pin, targets, known, glibc)
+            kept.append(replace(pin, hashes=tuple(sorted(set(chosen) or set(pin.hashes)))))
+            files.update(chosen)
     missing = coverage(kept, files, targets, glibc) | left_out
-    body = "\n".join(p.line() for p in sorted(kept, key=lambda p: (canonicalize_name(p.name), Version(p.version))))
+    body = "\n".join(pin_line(p) for p in sorted(kept, key=lambda p: (canonicalize_name(p.name), Version(p.version))))
     lock.write_text("\n".join(header(spec, missing, glibc, cpu_note)) + "\n\n" + body + "\n")
     Path(f"{lock}{FILES_SUFFIX}").write_text(
         f"# sha256 and file name of every hash in {lock.name} (written by tools/make-locks.py)\n"

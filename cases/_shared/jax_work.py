@@ -1,10 +1,13 @@
 """What a JAX case's compiled step does and what its device can do, measured before the timed window (both
 jax cases'): XLA's FLOP count of the compiled program, the arithmetic of its products, the
-device's measured matmul peak (suite/instack/matmul_peak.py, as every case's is) and its peak memory.
+device's measured matmul peak (suite/instack/matmul_peak.py, as every case's is) and its peak memory; and
+the end of a run: its losses and every process's peak memory recorded, then the end line.
 JAX is imported inside the functions: the module is imported after cases/_shared/jax_dist.py set JAX up."""
 
 from cases._shared.resident_memory import peak_resident, reset_peak_resident
 from suite.instack.matmul_peak import largest_side, measure
+
+FIRST_LOSSES = 20  # steps whose loss the record lists one by one
 
 
 def xla_flops(compiled) -> float:
@@ -74,6 +77,18 @@ def all_peak_memory(device) -> tuple[list[int], str]:
     memory, basis = peak_memory(device)
     everyone = multihost_utils.process_allgather(np.asarray([memory], dtype=np.int64)).reshape(-1)
     return [int(m) for m in everyone], basis
+
+
+def report_end(probe, losses: list, device) -> None:
+    """Every step's loss (the mean over the step's global batch, over all devices) and each process's peak
+    memory, then the end line (a collective: every process calls it)."""
+    import jax
+
+    means = [round(float(v), 6) for v in jax.device_get(losses)]
+    memory, basis = all_peak_memory(device)
+    probe.result(first_step_loss=means[0], last_step_loss=means[-1], first_losses=means[:FIRST_LOSSES],
+                 steps=len(means), peak_memory_bytes=memory, peak_memory_basis=basis)
+    probe.end()
 
 
 def versions() -> dict:

@@ -19,13 +19,12 @@ case.toml."""
 import time
 
 from cases._shared.jax_dist import agree, place, start
-from cases._shared.jax_work import all_peak_memory, precision_of, record_matmul_peak, versions, xla_flops
+from cases._shared.jax_work import precision_of, record_matmul_peak, report_end, versions, xla_flops
 from cases._shared.token_windows import TokenError, data_facts, open_windows
 from suite.instack.case_options import parse_case_args
 from suite.instack.probe import Probe, announce
 
 CASE = "jax-gpt"
-FIRST_LOSSES = 20  # steps whose loss the record lists one by one
 XLA_COUNTED = "XLA's cost analysis of the compiled train step (compiled.cost_analysis()['flops']), per token"
 CUDNN_UNCOUNTED = ("; the attention runs as cuDNN's custom call, which XLA counts as no FLOPs: the count lacks "
                    "the attention's products (about 12 L H Q T per token), the formula has them")
@@ -291,17 +290,6 @@ def device_step_seconds(compiled, state: TrainState, batch) -> float:
         state.params, state.opt_state, loss = compiled(state.params, state.opt_state, *batch)
     jax.block_until_ready((state.params, state.opt_state, loss))
     return (time.perf_counter() - began) / DEVICE_STEPS
-
-
-def report_end(probe, losses: list, device) -> None:
-    """Every step's loss (the mean over all devices) and each process's peak memory, then the end line."""
-    import jax
-
-    means = [round(float(v), 6) for v in jax.device_get(losses)]
-    memory, basis = all_peak_memory(device)
-    probe.result(first_step_loss=means[0], last_step_loss=means[-1], first_losses=means[:FIRST_LOSSES],
-                 steps=len(means), peak_memory_bytes=memory, peak_memory_basis=basis)
-    probe.end()
 
 
 def token_batches(args, where, config, per_process, accum, to_global, probe):

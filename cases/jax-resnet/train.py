@@ -17,13 +17,12 @@ case.toml."""
 import time
 
 from cases._shared.jax_dist import agree, place, start
-from cases._shared.jax_work import all_peak_memory, precision_of, record_matmul_peak, versions, xla_flops
+from cases._shared.jax_work import precision_of, record_matmul_peak, report_end, versions, xla_flops
 from cases._shared.timed import min_seconds, timed_iterations
 from suite.instack.case_options import parse_case_args
 from suite.instack.probe import Probe, announce
 
 CASE = "jax-resnet"
-FIRST_LOSSES = 20  # steps whose loss the record lists one by one
 MODEL_NAMES = {"resnet50": "resnet50-v1.5", "resnet18": "resnet18"}  # as the record names them
 FORMULA = "the products of a forward and backward pass as torch.utils.flop_counter counts them (resnet.py)"
 XLA_COUNTED = "XLA's cost analysis of the compiled train step (compiled.cost_analysis()['flops']), per image"
@@ -246,17 +245,6 @@ def device_step_seconds(compiled, state: TrainState, batch) -> float:
                                                                     *batch)
     jax.block_until_ready((state.params, state.stats, state.opt_state, loss))
     return (time.perf_counter() - began) / DEVICE_STEPS
-
-
-def report_end(probe, losses: list, device) -> None:
-    """Every step's loss (the mean over the global batch) and each process's peak memory, then the end line."""
-    import jax
-
-    means = [round(float(v), 6) for v in jax.device_get(losses)]
-    memory, basis = all_peak_memory(device)
-    probe.result(first_step_loss=means[0], last_step_loss=means[-1], first_losses=means[:FIRST_LOSSES],
-                 steps=len(means), peak_memory_bytes=memory, peak_memory_basis=basis)
-    probe.end()
 
 
 if __name__ == "__main__":

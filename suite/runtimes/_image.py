@@ -87,11 +87,8 @@ class ImageRuntime:
         gpus = host_gpus() if want.gpus is None and self.COUNTS_GPUS else want.gpus
         flavour = pick_flavour(want.flavour, gpus)
         where = self.locate(want, flavour, setup)
-        meta = self.metadata(want, flavour, where, setup, log)
+        meta = self.checked_meta(want, flavour, where, setup, log)
         image = where.image or meta["image"]
-        if meta.get("stack") != stack.name:
-            raise UsageError(f"{where.named or f'image {image}'} holds stack {meta.get('stack')!r}, not {stack.name}")
-        images.refuse_stale_image(stack, flavour, meta.get("lock_sha256"), log)
         workdir = str(Path(want.binds[0]).resolve()) if want.binds else str(paths.RUNS)
         env = {"PYTHONPATH": str(paths.ROOT)}
         own = self.command(Run(want, flavour, gpus, image, meta, where.hint, workdir, env, setup), log)
@@ -102,6 +99,17 @@ class ImageRuntime:
             f"({flavour}{f', sha256:{digest[:12]}' if digest else ''}){own.note}")
         return StackEnv(runtime=self.name, bin_dir=f"{images.stack_prefix(meta)}/bin", prefix=own.prefix,
                         env={**env, **own.env}, facts=meta.get("facts", {}), provenance=provenance)
+
+    def checked_meta(self, want: StackRequest, flavour: str, where: Where, setup, log) -> dict:
+        """The image's metadata, refused where the image is missing or holds another stack or lock (what
+        prepare checks before the runtime's own command, and what a runtime's doctor line may check)."""
+        stack = want.stack
+        meta = self.metadata(want, flavour, where, setup, log)
+        if meta.get("stack") != stack.name:
+            named = where.named or f"image {where.image or meta['image']}"
+            raise UsageError(f"{named} holds stack {meta.get('stack')!r}, not {stack.name}")
+        images.refuse_stale_image(stack, flavour, meta.get("lock_sha256"), log)
+        return meta
 
     def metadata(self, want: StackRequest, flavour: str, where: Where, setup, log) -> dict:
         """The image's metadata; a dry run of a runtime that plans ahead goes on without it (the stack

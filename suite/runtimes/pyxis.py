@@ -35,6 +35,7 @@ import re
 import shutil
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 from suite.base import paths
@@ -279,14 +280,15 @@ def doctor_lines(cluster, stacks: list[str], flavour: str | None = None) -> list
     what = "srun --environment (CSCS Container Engine)" if spec["edf"] else "pyxis (srun --container-image)"
     lines = [f"ok: {what}" if not problem else f"missing: {what}: {problem}"]
     flavour = pick_flavour(flavour)
-    image_dir = Path(cluster.container_dir if cluster and cluster.container_dir else images.build_dir())
+    runtime, setup = Pyxis(), (spec, [])
     for name in stacks:
         try:
-            image = image_of(name, flavour, image_dir, spec)
-            if problem := missing_image(name, flavour, image, ""):
-                raise UsageError(problem)
-            images.read_image_meta(meta_path(name, flavour, image, image_dir, spec), "")
-            lines.append(f"ok: image {image} and its metadata")
+            # the image and its metadata where prepare finds and reads them (the line names the make commands)
+            want = StackRequest(load_stack(name), flavour, image_dir=cluster.container_dir, profile=cluster,
+                                scheduler=scheduler)
+            where = runtime.locate(want, flavour, setup)
+            runtime.metadata(want, flavour, replace(where, hint=""), setup, lambda m: None)
+            lines.append(f"ok: image {where.image} and its metadata")
         except UsageError as exc:
             lines.append(f"missing: {str(exc).split(': ')[0]} (make containers STACK={name} FLAVOUR={flavour} "
                          f"TOOL=docker; python -m suite.runtimes.pyxis import --stack {name} --flavour {flavour})")

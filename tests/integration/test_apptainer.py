@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from conftest import records_in, tiny
+from support.image_runs import check_site_then_rerun
 
 from suite.instack.file_digest import file_digest
 from suite.records.schema import validate
@@ -77,18 +78,24 @@ def test_doctor_sees_apptainer_its_version_and_the_image(apptainer_here, pytorch
                         "(make containers STACK=tensorflow FLAVOUR=cpu)")
 
 
-def test_check_site_runs_the_apptainer_path_in_the_sif(apptainer_here, pytorch_sif):
+def test_check_site_runs_the_apptainer_path_in_the_sif_and_rerun_uses_the_same_sif(apptainer_here, pytorch_sif):
+    """`make check-site`'s apptainer row runs (ok, two ranks) and writes a record; `suite rerun` of it runs in the
+    same SIF, and refuses, naming both digests, before launch where the image folder holds a rebuilt SIF (another
+    sha256)."""
     out = apptainer_here.writable_folder("check")
-    done = apptainer_here.suite("check", "--results-dir", str(out / "results"), "--runs-dir", str(out / "runs"),
-                                "--only", "pytorch-ddp/apptainer/ranks", timeout=600)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    [written] = (out / "site-checks").glob("*.json")
-    [row] = json.loads(written.read_text())["paths"]
-    assert (row["case"], row["runtime"], row["launcher"], row["devices"], row["outcome"]) == \
-        ("pytorch-ddp", "apptainer", "ranks", 2, "ok"), row
-    provenance = json.loads(open(row["record"]).read())["provenance"]
-    assert (provenance["runtime"], provenance["image_sha256"], provenance["runtime_version"]) == \
-        ("apptainer", pytorch_sif["image_sha256"], pytorch_sif["tool_version"])
+    rebuilt = apptainer_here.writable_folder("rebuilt")
+    os.link(apptainer_here.images / "pytorch-cpu.sif", rebuilt / "pytorch-cpu.sif")
+    (rebuilt / "pytorch-cpu.sif.json").write_text(json.dumps({**pytorch_sif, "image_sha256": "ab" * 32}))
+    row, new = check_site_then_rerun(
+        apptainer_here.env(), out, "apptainer", pytorch_sif["image_sha256"], apptainer_here.program,
+        {"SUITE_IMAGE_DIR": str(rebuilt)},
+        f"drift: image: sha256 {pytorch_sif['image_sha256'][:12]} in the record, abababababab here "
+        f"({rebuilt / 'pytorch-cpu.sif'}, runtime apptainer)",
+        run=lambda env, *args: apptainer_here.suite(*args, env=env))
+    assert row["devices"] == 2, row
+    provenance = json.loads(Path(row["record"]).read_text())["provenance"]
+    assert (provenance["runtime"], provenance["runtime_version"]) == ("apptainer", pytorch_sif["tool_version"])
+    assert all(p["argv"][:2] == [apptainer_here.program, "exec"] for p in new["repetitions"][0]["processes"])
 
 
 def test_the_sif_is_built_from_its_definition_and_described_beside_it(apptainer_here, pytorch_sif):
@@ -175,31 +182,6 @@ def test_ddp_ranks_train_in_the_sif_unprivileged(apptainer_here, pytorch_sif, dd
     if apptainer_here.program != shutil.which("apptainer") and os.geteuid() == 0:
         owners = {p.stat().st_uid for p in (out / "runs").rglob("*") if p.is_file()}
         assert 2751 in owners, owners
-
-
-def test_rerun_runs_in_the_same_sif_and_refuses_a_rebuilt_one(apptainer_here, pytorch_sif, ddp_in_sif):
-    done, out = ddp_in_sif
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    [original] = records_in(out / "results")
-    path = out / "results" / f"{original['run_id']}.json"
-    folders = ("--results-dir", str(out / "results"), "--runs-dir", str(out / "runs"))
-    again = apptainer_here.suite("rerun", str(path), *folders)
-    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
-    [new] = [r for r in records_in(out / "results") if r["run_id"] != original["run_id"]]
-    assert new["status"] == "ok" and new["provenance"]["rerun_of"]["drift"] == []
-    assert new["provenance"]["image_sha256"] == original["provenance"]["image_sha256"] == pytorch_sif["image_sha256"]
-    assert new["provenance"]["runtime"] == "apptainer"
-    assert all(p["argv"][:2] == [apptainer_here.program, "exec"] for p in new["repetitions"][0]["processes"])
-    # the image folder now holds a rebuilt SIF (another sha256): refused, naming both digests, before launch
-    rebuilt = apptainer_here.writable_folder("rebuilt")
-    os.link(apptainer_here.images / "pytorch-cpu.sif", rebuilt / "pytorch-cpu.sif")
-    (rebuilt / "pytorch-cpu.sif.json").write_text(json.dumps({**pytorch_sif, "image_sha256": "ab" * 32}))
-    refused = apptainer_here.suite("rerun", str(path), *folders, env=apptainer_here.env(SUITE_IMAGE_DIR=str(rebuilt)))
-    assert refused.returncode == 2, refused.stdout[-3000:] + refused.stderr[-3000:]
-    drift = [line for line in refused.stderr.splitlines() if line.startswith("drift: image:")]
-    assert drift == [f"drift: image: sha256 {pytorch_sif['image_sha256'][:12]} in the record, abababababab here "
-                     f"({rebuilt / 'pytorch-cpu.sif'}, runtime apptainer)"], refused.stderr
-    assert len(records_in(out / "results")) == 2
 
 
 def test_no_image_is_refused_naming_the_make_containers_line(apptainer_here):

@@ -108,22 +108,22 @@ def doctor_lines(cluster, stacks: list[str], flavour: str | None = None) -> list
     flavour = pick_flavour(flavour)
     for stack in stacks:
         image = image_path(stack, flavour, cluster.container_dir if cluster else None)
-        hint = f"make containers STACK={stack} FLAVOUR={flavour}"
-        lines.append(f"ok: image {image}" if not (why := image_problem(stack, flavour, image, hint)) else
+        lines.append(f"ok: image {image}" if not (why := image_problem(stack, flavour, cluster)) else
                      f"missing: image {image} ({why})")
     return lines
 
 
-def image_problem(stack: str, flavour: str, image: Path, hint: str) -> str | None:
-    """Why the image cannot run the stack (what prepare would refuse), or None."""
-    if not image.exists():
-        return hint
+def image_problem(stack: str, flavour: str, cluster) -> str | None:
+    """Why prepare would refuse the stack's image (the skeleton's checks of its metadata, then the SIF's),
+    or None; a missing image: the line that builds it."""
+    runtime = Apptainer()
     try:
-        meta = images.read_image_meta(meta_path(image), hint)
-        if meta.get("stack") != stack:
-            return f"it holds stack {meta.get('stack')!r}"
-        check_sif(image, meta, hint)
-        images.refuse_stale_image(load_stack(stack), flavour, meta.get("lock_sha256"), lambda m: None)
+        want = StackRequest(load_stack(stack), flavour, image_dir=cluster.container_dir if cluster else None)
+        where = runtime.locate(want, flavour, None)
+        if where.missing:
+            return where.hint
+        meta = runtime.checked_meta(want, flavour, where, None, lambda m: None)
+        check_sif(Path(where.image), meta, where.hint)
     except UsageError as exc:
         return str(exc)
     return None
