@@ -153,12 +153,16 @@ bench: $(VENV)/.installed
 
 # make test: what CI runs (.ci/run): ruff, the system packages, then every test under this CPython, less the runs
 # across hosts in images that only repeat their pairs (tests/support/pairwise.py), with the unit tests under the
-# other CPythons beside it (tools/python-matrix.sh); the log ends with their outcome and the 25 slowest tests
+# other CPythons beside it (tools/python-matrix.sh); the log ends with their outcome and the 25 slowest tests.
+# TEST_WORKERS pytest-xdist workers share the tests by module (the image runtimes' modules in one: tests/conftest.py);
+# two keep a 2-core machine busy while one waits on daemons, images and startups; TEST_WORKERS=0 runs them in turn
 TEST_SELECT := -m "not full_product"
+TEST_WORKERS ?= 2
 test: $(VENV)/.installed
 	$(VENV)/bin/ruff check .
 	tools/install-test-deps.sh
-	tools/python-matrix.sh $(VENV)/bin/python -m pytest -ra --durations=25 $(TEST_SELECT) tests
+	tools/python-matrix.sh $(VENV)/bin/python -m pytest -n $(TEST_WORKERS) --dist loadgroup -ra --durations=25 \
+		$(TEST_SELECT) tests
 
 # make test-all: make test with the full product of image runtime x case x scheduler (not in CI, for its time)
 .PHONY: test-all

@@ -67,14 +67,35 @@ def component_unavailable(component: str, reason: str) -> None:
 MEASURED: list[str] = []
 
 
+def pytest_configure(config):
+    """The controller (or a run without workers) names the folder where xdist workers leave their
+    MEASURED and UNAVAILABLE for its summary; workers inherit it through the environment."""
+    if not hasattr(config, "workerinput"):
+        folder = tempfile.mkdtemp(prefix="hpc-dl-bench-summary-")
+        os.environ["SUITE_TEST_SUMMARY_DIR"] = folder
+        atexit.register(shutil.rmtree, folder, ignore_errors=True)
+
+
+def pytest_sessionfinish(session):
+    worker = getattr(session.config, "workerinput", {}).get("workerid")
+    if worker and (MEASURED or UNAVAILABLE) and "SUITE_TEST_SUMMARY_DIR" in os.environ:
+        summary = {"measured": MEASURED, "unavailable": UNAVAILABLE}
+        (Path(os.environ["SUITE_TEST_SUMMARY_DIR"]) / f"{worker}.json").write_text(json.dumps(summary))
+
+
 def pytest_terminal_summary(terminalreporter):
-    if MEASURED:
+    measured, unavailable = list(MEASURED), dict(UNAVAILABLE)
+    for left in sorted(Path(os.environ.get("SUITE_TEST_SUMMARY_DIR", "/nonexistent")).glob("*.json")):
+        summary = json.loads(left.read_text())
+        measured += summary["measured"]
+        unavailable.update(summary["unavailable"])
+    if measured:
         terminalreporter.write_sep("-", "measured by the session's fixtures")
-        for line in MEASURED:
+        for line in measured:
             terminalreporter.write_line(line)
-    if UNAVAILABLE:
+    if unavailable:
         terminalreporter.write_sep("-", "components not available (their tests did not run)")
-        for component, why in sorted(UNAVAILABLE.items()):
+        for component, why in sorted(unavailable.items()):
             terminalreporter.write_line(f"{component}: {why}")
 
 
@@ -129,8 +150,19 @@ def usable_cores() -> list[int]:
     return sorted(os.sched_getaffinity(0))
 
 
+# Session fixtures of one Docker engine, its images and what is made from them (SIFs, Podman's and
+# Charliecloud's stores): a test module using any of them runs in the one worker that holds them.
+IMAGE_FIXTURES = {"docker_engine", "cpu_images", "apptainer_here", "pytorch_sif", "docker_sifs"}
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
 def pytest_collection_modifyitems(config, items):
-    """Every test under tests/integration/ launches something real: it carries the integration marker."""
+    """Every test under tests/integration/ launches something real: it carries the integration marker.
+    Under pytest-xdist (`make test` runs two workers, --dist loadgroup) a module's tests stay in one
+    worker (its module fixtures are made once), and every module of the image fixtures shares one."""
+    of_images = {item.module.__name__ for item in items if IMAGE_FIXTURES & set(item.fixturenames)}
     for item in items:
         if "integration" in Path(str(item.fspath)).parts:
             item.add_marker(pytest.mark.integration)
+        module = item.module.__name__
+        item.add_marker(pytest.mark.xdist_group("images" if module in of_images else module))
