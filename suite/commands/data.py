@@ -1,15 +1,11 @@
 """`suite data`: prepare a case's dataset with the case's data script, inside the case's local stack."""
 
-import os
-import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from suite.base import paths
-from suite.base.errors import UsageError
 from suite.commands import common_args
+from suite.execution.datasets import prepare_dataset
 from suite.execution.request import request_of
-from suite.inputs.cases import load_case
 
 NAME = "data"
 HELP = "prepare a case's dataset (download, pack, or generate with --synthetic)"
@@ -40,17 +36,5 @@ def make_request(args, case_args: list[str], argv: list[str]) -> DataRequest:
 
 
 def run(req: DataRequest) -> int:
-    from suite.execution.clusters import load_cluster
-    from suite.execution.plan import StackRequest
-    from suite.runtimes import local
-    from suite.stacks.recipes import load_stack
-
-    case = load_case(req.case)
-    if case.data_script is None:
-        raise UsageError(f"case {case.name} needs no data")
-    cluster = load_cluster(req.cluster) if req.cluster else None
-    data_dir = Path(req.data_dir or (cluster and cluster.data_dir) or paths.data_dir()).resolve()
     extra = (["--synthetic"] if req.synthetic else []) + (["--src", req.src] if req.src else [])
-    stack_env = local.prepare(StackRequest(load_stack(case.stack), wheels=cluster.wheels if cluster else None))
-    argv = stack_env.argv("python", str(case.data_script), "--data-dir", str(data_dir), *extra, *req.case_args)
-    return subprocess.run(argv, env={**os.environ, **stack_env.env}).returncode
+    return prepare_dataset(req.case, req.data_dir, req.cluster, [*extra, *req.case_args])
