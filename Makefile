@@ -161,7 +161,7 @@ TEST_WORKERS ?= 2
 test: $(VENV)/.installed
 	$(VENV)/bin/ruff check .
 	tools/install-test-deps.sh
-	tools/python-matrix.sh $(VENV)/bin/python -m pytest -n $(TEST_WORKERS) --dist loadgroup -ra --durations=25 \
+	tools/python-matrix.sh $(VENV)/bin/python -m pytest -n $(TEST_WORKERS) --dist loadscope -ra --durations=25 \
 		$(TEST_SELECT) tests
 
 # make test-all: make test with the full product of image runtime x case x scheduler (not in CI, for its time)

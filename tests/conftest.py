@@ -13,7 +13,7 @@ ROOT = Path(__file__).resolve().parent.parent
 # support.ci_skips: under CI=true a skip fails the run unless it is allowed there; the others hold the
 # fixtures of real daemons (sshd, SLURM, the Docker engine and its images) and of Apptainer and its images
 pytest_plugins = ["support.ci_skips", "support.cluster_fixtures", "support.docker_fixtures",
-                  "support.apptainer_fixtures"]
+                  "support.apptainer_fixtures", "support.worker_groups"]
 
 
 @pytest.fixture
@@ -150,19 +150,8 @@ def usable_cores() -> list[int]:
     return sorted(os.sched_getaffinity(0))
 
 
-# Session fixtures of one Docker engine, its images and what is made from them (SIFs, Podman's and
-# Charliecloud's stores): a test module using any of them runs in the one worker that holds them.
-IMAGE_FIXTURES = {"docker_engine", "cpu_images", "apptainer_here", "pytorch_sif", "docker_sifs"}
-
-
-@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
 def pytest_collection_modifyitems(config, items):
-    """Every test under tests/integration/ launches something real: it carries the integration marker.
-    Under pytest-xdist (`make test` runs two workers, --dist loadgroup) a module's tests stay in one
-    worker (its module fixtures are made once), and every module of the image fixtures shares one."""
-    of_images = {item.module.__name__ for item in items if IMAGE_FIXTURES & set(item.fixturenames)}
+    """Every test under tests/integration/ launches something real: it carries the integration marker."""
     for item in items:
         if "integration" in Path(str(item.fspath)).parts:
             item.add_marker(pytest.mark.integration)
-        module = item.module.__name__
-        item.add_marker(pytest.mark.xdist_group("images" if module in of_images else module))

@@ -21,7 +21,7 @@ ALLOWED = {
 
 def verdict(nodeid: str, ci: bool) -> str | None:
     """None: the skip stands; else why it fails the run."""
-    if not ci or nodeid.split("@")[0].split("[")[0] in ALLOWED:  # @: pytest-xdist's group, --dist loadgroup
+    if not ci or nodeid.split("[")[0] in ALLOWED:
         return None
     return "skipped under CI=true, and not on the allow-list of tests/support/ci_skips.py"
 
