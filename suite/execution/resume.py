@@ -1,6 +1,7 @@
 """The resume engine behind `suite resume SWEEP_ID`: the points of a sweep that have no ok record (failed, cut
-short, or never started) run again with the sweep's own request, as the same sweep, and its table is written
-again from the old records and the new together.
+short, among them a SLURM job ended by its time limit, scancel or a node failure, or never started) run again
+with the sweep's own request, as the same sweep, and its table is written again from the old records and the new
+together.
 
 The points come from the sweep's plan (reports/sweeps/<sweep_id>.plan.json, written before its first point ran;
 suite/analysis/sweeps.py), or for a sweep older than plans from its records and their request as this checkout
@@ -82,8 +83,12 @@ def why(point: tuple[int, int], records: list[tuple[dict, object]], plan: dict) 
     if not failed:
         named = [e for p in plan["points"] if (p["nodes"], p["devices"]) == point for e in p["records"]]
         return f"its record {named[-1]['run_id']} is not in the results folder" if named else "never started"
-    reason = failed[-1]["reason"]
-    return f"failed: {failed[-1]['run_id']}: {reason[:120]}{'...' if len(reason) > 120 else ''}"
+    last = failed[-1]
+    state = (last["execution"].get("slurm") or {}).get("state")
+    if state not in (None, "COMPLETED", "FAILED", "UNKNOWN"):  # SLURM ended its job: TIMEOUT, CANCELLED, NODE_FAIL ...
+        return f"{state}: {last['run_id']}"
+    reason = last["reason"] or ""
+    return f"failed: {last['run_id']}: {reason[:120]}{'...' if len(reason) > 120 else ''}"
 
 
 def possible(sweep_id: str, step):

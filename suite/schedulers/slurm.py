@@ -3,8 +3,10 @@ runs/<run_id>/job.sbatch (nodes, tasks per node, GPUs, CPUs per task, time limit
 account, reservation, QoS, modules: from the world and the cluster profile's [slurm] table; then
 the runtime's own lines, e.g. runtime modules' `module load`),
 submits it with sbatch, follows it (state, elapsed time, its output shown live) and afterwards
-takes the record the job wrote, adding `execution.slurm` (job id, node list, state, elapsed). The
-job itself runs `python -m suite run` again with the same case and options.
+takes the record the job wrote, adding `execution.slurm` (job id, node list, state, reason, time limit,
+elapsed). A job SLURM ended (its time limit, scancel, a node failure) fails its record with one line
+saying so, first in its reason (cut_message). The job itself runs `python -m suite run` again with the
+same case and options.
 
 Inside an allocation (SLURM_JOB_NODELIST set: that batch job, or `salloc`), the hosts are the
 allocation's nodes (expanded with python-hostlist) and every process of the plan starts as a job
@@ -45,6 +47,8 @@ GIVE_UP_S = 600  # scontrol failing (not "no such job") this long: stop followin
 MARGIN_S = 600  # job time limit beyond TIMEOUT x REPEAT: stack check, start-up, record
 TERMINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED",
             "BOOT_FAIL", "DEADLINE", "SPECIAL_EXIT", "REVOKED"}
+# The states of a job SLURM ended before its run did: the record says so (execution.slurm.state, reason).
+CUT = {"TIMEOUT", "CANCELLED", "NODE_FAIL", "PREEMPTED", "DEADLINE", "BOOT_FAIL", "OUT_OF_MEMORY"}
 TEXT_KEYS = ("partition", "account", "reservation", "qos", "constraint", "gres", "time_limit", "mpi")
 TIME_LIMIT = re.compile(r"^(\d+-)?\d+(:\d{1,2}){0,2}$|^\d+-\d+$")
 WORD = re.compile(r"^[^\s'\"\\#]+$")  # one word sbatch reads as it is
@@ -306,16 +310,56 @@ def take_over(job: BatchJob) -> TakenOver | None:
         except KeyboardInterrupt:
             info = job_info(job_id) or {}
     slurm = {"job_id": job_id, "nodelist": info.get("NodeList"), "state": info.get("JobState"),
+             "reason": given(info.get("Reason")), "time_limit": given(info.get("TimeLimit")),
              "elapsed": info.get("RunTime"), "exit_code": info.get("ExitCode"),
              "script": str(job.run_dir / "job.sbatch")}
     record = None if interrupted else inner_record(job.run_dir)
+    cut = None if interrupted else cut_message(slurm)
     if record is not None:
+        if cut and record["status"] != "ok":  # the runner's own record of the SIGTERM SLURM sent: SLURM says why
+            record["reason"] = f"{cut}; the run said: {record['reason']}"
         return TakenOver(record, None, slurm)
     output = job.run_dir / f"job-{job_id}.out"
-    why = INTERRUPTED if interrupted else (f"slurm job {job_id} ended {slurm['state']} (exit code "
-                                           f"{slurm['exit_code']}) without a record; last output: "
-                                           f"{last_line(output)!r}; output: {output}")
+    said = f"last output: {last_line(output)!r}; output: {output}"
+    why = INTERRUPTED if interrupted else (f"{cut}; the job wrote no record (exit code {slurm['exit_code']}); {said}"
+                                           if cut else f"slurm job {job_id} ended {slurm['state']} (exit code "
+                                           f"{slurm['exit_code']}) without a record; {said}")
     return TakenOver(None, why, slurm, job_nodes(slurm["nodelist"]))
+
+
+def given(value: str | None) -> str | None:
+    """A field of scontrol or sacct, None where SLURM says there is none."""
+    return None if value in (None, "", "None", "(null)", "Unknown") else value
+
+
+def minutes(limit: str) -> str:
+    """SLURM's time (MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS) in words: 00:01:00 -> 1 min."""
+    days, _, rest = limit.rpartition("-")
+    parts = [int(p) for p in rest.split(":")]
+    if days:  # D-HH, D-HH:MM, D-HH:MM:SS
+        hours, mins, secs = (parts + [0, 0])[:3]
+    else:  # MM, MM:SS, HH:MM:SS
+        hours, mins, secs = [0, *parts] if len(parts) == 2 else [0, parts[0], 0] if len(parts) == 1 else parts
+    total = (int(days or 0) * 24 + hours) * 60 + mins + secs / 60
+    return f"{total:g} min"
+
+
+def cut_message(slurm: dict) -> str | None:
+    """The one line for a job SLURM ended before the run did (time limit, scancel, a node failure,
+    preemption ...), None for a job that ended by itself (COMPLETED, FAILED)."""
+    state = slurm.get("state")
+    if state not in CUT:
+        return None
+    detail = []
+    if state in ("TIMEOUT", "DEADLINE") and slurm.get("time_limit"):
+        try:
+            detail.append(f"time limit {minutes(slurm['time_limit'])}")
+        except ValueError:
+            detail.append(f"time limit {slurm['time_limit']}")
+    if slurm.get("reason") and slurm["reason"] not in (state, "TimeLimit"):
+        detail.append(f"reason {slurm['reason']}")
+    said = f" ({', '.join(detail)})" if detail else ""
+    return f"SLURM job {slurm['job_id']} ended {state}{said}: resume reruns this point"
 
 
 def job_info(job_id: str) -> dict | None:
@@ -327,19 +371,33 @@ def job_info(job_id: str) -> dict | None:
     except subprocess.TimeoutExpired:
         return None
     if shown.returncode == 0 and shown.stdout.strip():
-        return dict(field.split("=", 1) for field in shown.stdout.split() if "=" in field)
+        return scontrol_info(shown.stdout)
     if "Invalid job id" not in shown.stderr:
         return None
     try:
         acct = subprocess.run(["sacct", "--noheader", "--parsable2", "--allocations", "--jobs", job_id,
-                               "--format=State,Elapsed,NodeList,ExitCode"], capture_output=True, text=True,
-                              check=False, timeout=60)
+                               "--format=State,Elapsed,NodeList,ExitCode,Reason,TimeLimit"], capture_output=True,
+                              text=True, check=False, timeout=60)
     except (subprocess.TimeoutExpired, FileNotFoundError):
         return {"JobState": "UNKNOWN"}
-    if acct.returncode == 0 and acct.stdout.strip():
-        state, elapsed, nodes, code = acct.stdout.splitlines()[0].split("|")
-        return {"JobState": state.split()[0], "RunTime": elapsed, "NodeList": nodes, "ExitCode": code}
-    return {"JobState": "UNKNOWN"}
+    return sacct_info(acct.stdout) if acct.returncode == 0 else {"JobState": "UNKNOWN"}
+
+
+def scontrol_info(text: str) -> dict:
+    """`scontrol show job --oneliner`'s KEY=VALUE fields."""
+    return dict(field.split("=", 1) for field in text.split() if "=" in field)
+
+
+def sacct_info(text: str) -> dict:
+    """The job's line of `sacct --parsable2 --allocations -o State,Elapsed,NodeList,ExitCode,Reason,TimeLimit`
+    in scontrol's names ("CANCELLED by 0" is CANCELLED); state UNKNOWN where it has none."""
+    lines = [line for line in text.splitlines() if line.strip()]
+    if not lines:
+        return {"JobState": "UNKNOWN"}
+    fields = lines[0].split("|") + [""] * 6
+    state, elapsed, nodes, code, reason, limit = fields[:6]
+    return {"JobState": (state.split() or ["UNKNOWN"])[0], "RunTime": elapsed, "NodeList": nodes, "ExitCode": code,
+            "Reason": reason, "TimeLimit": limit}
 
 
 def follow(job_id: str, run_dir: Path, log, quiet: bool = False, limit_s: float | None = None) -> dict:
