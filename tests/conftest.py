@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-# support.ci_skips: under CI=true a skip fails the run unless it is allowed there; the others hold the
-# fixtures of real daemons (sshd, SLURM, the Docker engine and its images) and of Apptainer and its images
+# support.ci_skips: under CI=true a skip fails the run unless it is allowed there; support.worker_groups: which
+# modules share a pytest-xdist worker; the others hold the fixtures of real daemons (sshd, SLURM, the Docker
+# engine and its images) and of Apptainer and its images
 pytest_plugins = ["support.ci_skips", "support.cluster_fixtures", "support.docker_fixtures",
                   "support.apptainer_fixtures", "support.worker_groups"]
 
