@@ -78,6 +78,12 @@ class BatchJob:
     setup: tuple[str, ...] = ()
 
 
+# A batch job its scheduler ended before the run did (SLURM's names: its time limit, scancel, a node failure ...):
+# the scheduler fails the record saying so, with the state in execution.<scheduler>.state, and resume names it.
+ENDED_BY_SCHEDULER = frozenset({"TIMEOUT", "CANCELLED", "NODE_FAIL", "PREEMPTED", "DEADLINE", "BOOT_FAIL",
+                                "OUT_OF_MEMORY"})
+
+
 @dataclass(frozen=True)
 class TakenOver:
     """What a scheduler that ran a point whole hands back: the record the point wrote (None when it

@@ -15,6 +15,7 @@ from dataclasses import replace
 
 from suite.analysis.sweeps import new_plan, note_record, point_of, read_plan, sweep_records, sweeps_folder
 from suite.base.errors import UsageError
+from suite.execution.plugins import ENDED_BY_SCHEDULER
 from suite.execution.request import SUITE, RunRequest, from_record
 from suite.execution.rerun import differences
 from suite.execution.run import Checked, Sweep, check, run
@@ -85,7 +86,7 @@ def why(point: tuple[int, int], records: list[tuple[dict, object]], plan: dict) 
         return f"its record {named[-1]['run_id']} is not in the results folder" if named else "never started"
     last = failed[-1]
     state = (last["execution"].get("slurm") or {}).get("state")
-    if state not in (None, "COMPLETED", "FAILED", "UNKNOWN"):  # SLURM ended its job: TIMEOUT, CANCELLED, NODE_FAIL ...
+    if state in ENDED_BY_SCHEDULER:
         return f"{state}: {last['run_id']}"
     reason = last["reason"] or ""
     return f"failed: {last['run_id']}: {reason[:120]}{'...' if len(reason) > 120 else ''}"

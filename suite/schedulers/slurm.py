@@ -37,7 +37,7 @@ from suite.base import paths
 from suite.base.errors import INTERRUPTED, UsageError
 from suite.base.log import log
 from suite.execution.plan import Plan, Process, ProcessResult
-from suite.execution.plugins import BatchJob, Setting, TakenOver, command_line, output_here
+from suite.execution.plugins import ENDED_BY_SCHEDULER, BatchJob, Setting, TakenOver, command_line, output_here
 from suite.inputs.hostfiles import Host
 from suite.schedulers.local import Placement, run_plan
 
@@ -47,8 +47,6 @@ GIVE_UP_S = 600  # scontrol failing (not "no such job") this long: stop followin
 MARGIN_S = 600  # job time limit beyond TIMEOUT x REPEAT: stack check, start-up, record
 TERMINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED",
             "BOOT_FAIL", "DEADLINE", "SPECIAL_EXIT", "REVOKED"}
-# The states of a job SLURM ended before its run did: the record says so (execution.slurm.state, reason).
-CUT = {"TIMEOUT", "CANCELLED", "NODE_FAIL", "PREEMPTED", "DEADLINE", "BOOT_FAIL", "OUT_OF_MEMORY"}
 TEXT_KEYS = ("partition", "account", "reservation", "qos", "constraint", "gres", "time_limit", "mpi")
 TIME_LIMIT = re.compile(r"^(\d+-)?\d+(:\d{1,2}){0,2}$|^\d+-\d+$")
 WORD = re.compile(r"^[^\s'\"\\#]+$")  # one word sbatch reads as it is
@@ -332,7 +330,7 @@ def given(value: str | None) -> str | None:
     return None if value in (None, "", "None", "(null)", "Unknown") else value
 
 
-def minutes(limit: str) -> str:
+def in_minutes(limit: str) -> str:
     """SLURM's time (MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS) in words: 00:01:00 -> 1 min."""
     days, _, rest = limit.rpartition("-")
     parts = [int(p) for p in rest.split(":")]
@@ -348,12 +346,12 @@ def cut_message(slurm: dict) -> str | None:
     """The one line for a job SLURM ended before the run did (time limit, scancel, a node failure,
     preemption ...), None for a job that ended by itself (COMPLETED, FAILED)."""
     state = slurm.get("state")
-    if state not in CUT:
+    if state not in ENDED_BY_SCHEDULER:
         return None
     detail = []
     if state in ("TIMEOUT", "DEADLINE") and slurm.get("time_limit"):
         try:
-            detail.append(f"time limit {minutes(slurm['time_limit'])}")
+            detail.append(f"time limit {in_minutes(slurm['time_limit'])}")
         except ValueError:
             detail.append(f"time limit {slurm['time_limit']}")
     if slurm.get("reason") and slurm["reason"] not in (state, "TimeLimit"):

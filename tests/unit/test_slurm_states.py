@@ -63,7 +63,7 @@ def test_a_job_that_ended_by_itself_has_no_slurm_line(state):
 @pytest.mark.parametrize("limit, said", [("00:01:00", "1 min"), ("1", "1 min"), ("1:30", "1.5 min"),
                                          ("2-00", "2880 min"), ("1-01:00:00", "1500 min"), ("90", "90 min")])
 def test_slurm_time_limits_in_minutes(limit, said):
-    assert slurm.minutes(limit) == said
+    assert slurm.in_minutes(limit) == said
 
 
 def test_an_unlimited_time_limit_is_said_as_slurm_says_it():
