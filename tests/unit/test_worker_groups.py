@@ -44,3 +44,57 @@ def test_a_module_keeps_its_tests_together_and_the_image_modules_share_one_group
     assert group_of("tests/integration/test_podman_runs.py::t") == group_of("tests/integration/test_apptainer.py::t")
     assert group_of("tests/integration/test_podman_runs.py::t") == IMAGES
     assert group_of("tests/integration/test_slurm.py::t") == "tests/integration/test_slurm.py"
+
+
+class Worker:
+    """What the scheduler asks of a pytest-xdist worker: the indices of the tests it is sent."""
+
+    shutting_down = False
+
+    def __init__(self, name: str):
+        self.sent: list[int] = []
+        self.gateway = type("Gateway", (), {"id": name})
+
+    def send_runtest_some(self, indices):
+        self.sent += indices
+
+    def shutdown(self):
+        self.shutting_down = True
+
+
+def test_the_groups_start_longest_first_by_their_measured_seconds(monkeypatch):
+    """A one-test module measured long starts before a module of many short tests; an unmeasured group counts
+    a second a test."""
+    from types import SimpleNamespace
+
+    from support import worker_groups
+
+    measured = {"tests/integration/test_resume_slurm.py": 130.0, "tests/unit/test_pairwise.py": 5.0}
+    monkeypatch.setattr(worker_groups, "measured_seconds", lambda: measured)
+    collection = ([f"tests/unit/test_pairwise.py::test_{i}" for i in range(20)]
+                  + ["tests/integration/test_resume_slurm.py::test_resumed"]
+                  + [f"tests/unit/test_rerun.py::test_{i}" for i in range(9)])
+    options = {"dist": "loadscope", "tx": ["2*popen"]}
+    config = SimpleNamespace(getvalue=options.__getitem__, option=SimpleNamespace(loadscopereorder=True))
+    scheduler = worker_groups.pytest_xdist_make_scheduler(config, None)
+    first, second = Worker("gw0"), Worker("gw1")
+    for worker in (first, second):
+        scheduler.add_node(worker)
+        scheduler.add_node_collection(worker, collection)
+    scheduler.schedule()
+    modules = [[collection[i].split("::")[0] for i in worker.sent] for worker in (first, second)]
+    # 130 s first; then the 9 unmeasured tests (9 s) before the 20 tests measured at 5 s, which go to the
+    # first worker as xdist keeps a worker two tests ahead
+    assert modules[0][0] == "tests/integration/test_resume_slurm.py"
+    assert set(modules[1]) == {"tests/unit/test_rerun.py"}
+    assert modules[0][1:] == ["tests/unit/test_pairwise.py"] * 20
+
+
+def test_the_measured_seconds_name_groups_that_exist():
+    """tests/support/durations.json (the order's source) names the image group and modules that exist."""
+    from support.worker_groups import DURATIONS, IMAGES
+
+    durations = json.loads(DURATIONS.read_text())
+    assert IMAGES in durations and all(seconds >= 0 for seconds in durations.values())
+    missing = [group for group in durations if group != IMAGES and not (ROOT / group).is_file()]
+    assert not missing, f"{DURATIONS.name} names modules that are gone (rewrite it from build/test-durations.json)"
