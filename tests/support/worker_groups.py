@@ -2,10 +2,10 @@
 module's fixtures are made once, and every module that uses the Docker engine's images or what is made from
 them (the SIFs, Podman's and Charliecloud's stores) in one worker, as they share one engine and one cache.
 sshd and the SLURM clusters pick their own ports, addresses and namespaces: each worker may start its own.
-The groups start longest first, by the seconds each took in a run from an empty cache (DURATIONS, kept in the
-repository: a fresh clone has no earlier run), so that no long module is left to run alone at the end; a group
-not measured there counts a second a test. Each run writes its own groups' seconds to MEASURED_DURATIONS: copy
-that file over DURATIONS after a run from an empty cache (tools/ci-fresh-clone.sh) when modules came or went.
+The groups start longest first, by the seconds each took in a measured run (DURATIONS, kept in the repository:
+a fresh clone has no earlier run; today's from a warm run), so that no long module is left to run alone at the
+end; a group not measured there counts a second a test. Each run writes its own groups' seconds to
+MEASURED_DURATIONS: copy that file over DURATIONS when modules come, go or change much.
 
 A module is of the images when a function in it (a test or a module fixture) takes one of IMAGE_FIXTURES,
 read from its source: the scheduler runs in the controller, which collects nothing
