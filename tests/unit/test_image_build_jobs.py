@@ -2,7 +2,6 @@
 line of a parallel build led by its flavour, the metadata in the flavours' order; a bad N refused."""
 
 import threading
-import time
 from types import SimpleNamespace
 
 import pytest
@@ -13,18 +12,22 @@ from suite.stacks.images import BuildInputs
 
 
 class Builder:
-    """A runtime whose builds take a moment and note how many ran at once and with which inputs."""
+    """A runtime whose builds (but the first) wait, up to a few seconds, for `together` of them to run at
+    once, noting how many ran at once and with which inputs: a loaded machine cannot make it miss a count."""
 
-    def __init__(self):
-        self.running, self.most, self.inputs, self.guard = 0, 0, {}, threading.Lock()
+    def __init__(self, together: int):
+        self.together, self.running, self.most, self.inputs = together, 0, 0, {}
+        self.changed = threading.Condition()
 
     def build_image(self, fl, inputs, log):
-        with self.guard:
+        with self.changed:
             self.running += 1
             self.most = max(self.most, self.running)
+            self.changed.notify_all()
+            if fl is not FLAVOURS[0]:
+                self.changed.wait_for(lambda: self.most >= self.together, timeout=5)
         log(f"containers: building {fl.id}")
-        time.sleep(0.05)
-        with self.guard:
+        with self.changed:
             self.running -= 1
             self.inputs[fl.id] = inputs
         return {"stack": fl.id}
@@ -35,7 +38,7 @@ FLAVOURS = [SimpleNamespace(id=f"stack{i}-cpu") for i in range(5)]
 
 @pytest.mark.parametrize("jobs, most", [(1, 1), (2, 2), (8, 4)])
 def test_the_first_image_alone_then_the_others_jobs_at_a_time(jobs, most):
-    builder, lines = Builder(), []
+    builder, lines = Builder(together=most), []
     first = BuildInputs("debian", True, "http://127.0.0.1:1/")
     made = image_builds.built_in_turns(builder, FLAVOURS, first, jobs, lines.append)
     assert made == [{"stack": fl.id} for fl in FLAVOURS]
