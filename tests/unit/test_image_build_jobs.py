@@ -12,7 +12,7 @@ from suite.stacks.images import BuildInputs
 
 
 class Builder:
-    """A runtime whose builds (but the first) wait, up to a few seconds, for `together` of them to run at
+    """A runtime whose builds (but the first) wait, up to 20 s, for `together` of them to run at
     once, noting how many ran at once and with which inputs: a loaded machine cannot make it miss a count."""
 
     def __init__(self, together: int):
@@ -25,7 +25,7 @@ class Builder:
             self.most = max(self.most, self.running)
             self.changed.notify_all()
             if fl is not FLAVOURS[0]:
-                self.changed.wait_for(lambda: self.most >= self.together, timeout=5)
+                self.changed.wait_for(lambda: self.most >= self.together, timeout=20)
         log(f"containers: building {fl.id}")
         with self.changed:
             self.running -= 1
