@@ -133,6 +133,19 @@ if os.environ.get("SUITE_TEST_ON_GPUS") != "1":
 FLOPS_CACHE = Path(tempfile.mkdtemp(prefix="hpc-dl-bench-flops-"))
 os.environ["SUITE_FLOPS_CACHE"] = str(FLOPS_CACHE / "flops-per-sample.json")
 atexit.register(shutil.rmtree, FLOPS_CACHE, ignore_errors=True)
+# JAX compiles each program once per test session: its persistent compilation cache in a folder of the session's
+# own (made by the controller, its workers inherit it), every program kept (the default keeps only those that took a
+# second). The JAX cases' dozens of runs repeat a few programs; compiling them again cost about a third of the CPU
+# time of the JAX tests. JAX_* goes with the processes to other hosts and into containers (suite/base/env_policy.py):
+# the folder is writable for the unprivileged users that Apptainer and Podman run as; where a container cannot
+# reach it, JAX compiles as without it. Only process 0 of a run writes it, so process 0 has its programs long before
+# the others: the JAX cases wait for every process before the first step (cases/_shared/jax_dist.py).
+if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
+    JAX_CACHE = Path(tempfile.mkdtemp(prefix="hpc-dl-bench-jax-cache-"))
+    JAX_CACHE.chmod(0o777)
+    os.environ["JAX_COMPILATION_CACHE_DIR"] = str(JAX_CACHE)
+    os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0"
+    atexit.register(shutil.rmtree, JAX_CACHE, ignore_errors=True)
 
 
 def listed_gpus() -> int:

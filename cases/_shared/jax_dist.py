@@ -8,9 +8,14 @@ the collectives must be set before JAX makes its backend."""
 
 import os
 import subprocess
+import time
 
 from suite.instack.cpu_binding import bind_cpus
 from suite.instack.jax_platforms import jax_gpu_platform
+
+# How long a process waits for the others at a barrier: a large model's compilation on a slow host, not a hang
+# (a process that fails ends the run, and the coordination service fails a barrier whose process is gone)
+BARRIER_TIMEOUT_S = 3600
 
 
 def place() -> dict:
@@ -67,3 +72,23 @@ def agree(count: int) -> int:
     from jax.experimental import multihost_utils
 
     return int(multihost_utils.broadcast_one_to_all(np.asarray(count, dtype=np.int32)))
+
+
+def wait_for_the_others(point: str, timeout_s: int = BARRIER_TIMEOUT_S) -> float:
+    """Waits until every process has reached `point`, through the coordination service (no collective);
+    the seconds waited. Call it before a collective that may follow a compilation: on CPUs Gloo gives a
+    peer 30 s to join a collective, and processes compile at very different speeds where JAX's persistent
+    compilation cache is set (only process 0 writes it: process 0 finds its programs there, the others
+    compile them) or where the hosts differ. A JAX without the coordination client waits for nothing."""
+    import jax
+
+    if jax.process_count() == 1:
+        return 0.0
+    from jax._src import distributed  # the client JAX's own checkpointing waits at barriers with
+
+    client = getattr(getattr(distributed, "global_state", None), "client", None)
+    if client is None:
+        return 0.0
+    started = time.monotonic()
+    client.wait_at_barrier(f"hpcdl-{point}", timeout_in_ms=timeout_s * 1000)
+    return time.monotonic() - started

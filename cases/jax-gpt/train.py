@@ -18,7 +18,7 @@ case.toml."""
 
 import time
 
-from cases._shared.jax_dist import agree, place, start
+from cases._shared.jax_dist import agree, place, start, wait_for_the_others
 from cases._shared.jax_work import precision_of, record_matmul_peak, report_end, versions, xla_flops
 from cases._shared.token_windows import TokenError, data_facts, open_windows
 from suite.instack.case_options import parse_case_args
@@ -55,6 +55,8 @@ def main() -> None:
     # the start line before compiling: a process on another device than the runner asked for stops here
     probe.start(config=start_config(args, config, state, platform, where, data), versions=versions())
     compiled = compile_step(probe, state, next_batch, config, wanted, platform)
+    # the first collective follows: every process has its program (see wait_for_the_others)
+    probe.result(waited_for_the_others_s=wait_for_the_others("compiled"))
     losses = train(probe, compiled, state, next_batch, args, platform)
     if platform == "gpu":  # the device's time for a step, beside the timed step (the diagnosis)
         probe.result(gpu_pass_s=device_step_seconds(compiled, state, next_batch()),

@@ -5,6 +5,7 @@ step stands beside the formula, attention written out (--attention einsum, the d
 pytorch-gpt's token file, written in the jax stack, with --attention cudnn, which on a CPU runs
 jax.nn.dot_product_attention in XLA. A run asked on GPUs where JAX finds only the CPU fails."""
 
+import json
 import os
 import socket
 import subprocess
@@ -110,3 +111,51 @@ def test_a_run_asked_on_gpus_where_jax_finds_only_the_cpu_fails(suite_cli, jax_s
     assert record["status"] == "failed" and record["reason"] == (
         f"asked to train on cuda (GPUs are present and were asked for) but rank 0 on {socket.gethostname()} "
         "trained on cpu")
+
+
+# Imported first by every process of the test below (PYTHONPATH): process 1 has its train step LATE_S after
+# compiling it, as a process that compiles the step while the other finds it in JAX's persistent compilation cache.
+LATE_S = 45
+LATE_COMPILER = f"""
+import os, time
+if os.environ.get("JAX_PROCESS_ID") == "1":
+    import jax.stages
+    compile_alone = jax.stages.Lowered.compile
+    def compile_then_wait(self, *args, **kwargs):
+        compiled = compile_alone(self, *args, **kwargs)
+        time.sleep({LATE_S})
+        return compiled
+    jax.stages.Lowered.compile = compile_then_wait
+"""
+
+
+def test_a_process_with_its_step_long_after_the_other_still_trains_with_it(jax_stack, tmp_path):
+    """Gloo gives a peer 30 s to join a collective: process 0 waits for process 1 (45 s later) before the first
+    step, at a barrier of JAX's coordination service, and says how long; both train. Two processes started by
+    hand, as a bare srun starts them."""
+    late = tmp_path / "late"
+    late.mkdir()
+    (late / "sitecustomize.py").write_text(LATE_COMPILER)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "JAX_COORDINATOR_ADDRESS": f"127.0.0.1:{port}",
+           "JAX_NUM_PROCESSES": "2", "LOCAL_WORLD_SIZE": "2", "SUITE_RUN_DIR": str(tmp_path / "run"),
+           "PYTHONPATH": f"{late}{os.pathsep}{ROOT}"}
+    train = [str(jax_stack.python), str(ROOT / "cases" / "jax-gpt" / "train.py"), *tiny("jax-gpt")]
+    processes = [subprocess.Popen(train, env={**env, "JAX_PROCESS_ID": str(rank), "LOCAL_RANK": str(rank)},
+                                  cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                 for rank in (0, 1)]
+    try:
+        said = [p.communicate(timeout=600)[0] for p in processes]
+    finally:
+        for p in processes:
+            p.kill()
+    assert [p.returncode for p in processes] == [0, 0], said[0][-3000:] + said[1][-3000:]
+    waited = {}
+    for rank in (0, 1):
+        lines = [json.loads(line) for line in (tmp_path / "run" / "ranks" / f"rank-{rank:05d}.jsonl").open()]
+        [waited[rank]] = [line["metrics"]["waited_for_the_others_s"] for line in lines
+                          if "waited_for_the_others_s" in line.get("metrics", {})]
+        assert any(line["event"] == "end" for line in lines)
+    assert waited[0] > waited[1] >= 0, waited
