@@ -5,7 +5,6 @@ step stands beside the formula, attention written out (--attention einsum, the d
 pytorch-gpt's token file, written in the jax stack, with --attention cudnn, which on a CPU runs
 jax.nn.dot_product_attention in XLA. A run asked on GPUs where JAX finds only the CPU fails."""
 
-import json
 import os
 import socket
 import subprocess
@@ -13,9 +12,11 @@ import sys
 
 import pytest
 from conftest import ROOT, records_in, tiny
+from support.cluster_fixtures import free_port
 from support.gpus import fake_nvidia_smi
 
 from suite.analysis.same_work import format_parallel_table, parallel_rows
+from suite.records.measure import read_rank_events
 from suite.records.read import Point
 from suite.records.schema import validate
 
@@ -136,10 +137,7 @@ def test_a_process_with_its_step_long_after_the_other_still_trains_with_it(jax_s
     late = tmp_path / "late"
     late.mkdir()
     (late / "sitecustomize.py").write_text(LATE_COMPILER)
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    env = {**os.environ, "JAX_PLATFORMS": "cpu", "JAX_COORDINATOR_ADDRESS": f"127.0.0.1:{port}",
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "JAX_COORDINATOR_ADDRESS": f"127.0.0.1:{free_port()}",
            "JAX_NUM_PROCESSES": "2", "LOCAL_WORLD_SIZE": "2", "SUITE_RUN_DIR": str(tmp_path / "run"),
            "PYTHONPATH": f"{late}{os.pathsep}{ROOT}"}
     train = [str(jax_stack.python), str(ROOT / "cases" / "jax-gpt" / "train.py"), *tiny("jax-gpt")]
@@ -153,9 +151,8 @@ def test_a_process_with_its_step_long_after_the_other_still_trains_with_it(jax_s
             p.kill()
     assert [p.returncode for p in processes] == [0, 0], said[0][-3000:] + said[1][-3000:]
     waited = {}
-    for rank in (0, 1):
-        lines = [json.loads(line) for line in (tmp_path / "run" / "ranks" / f"rank-{rank:05d}.jsonl").open()]
+    for rank, lines in read_rank_events(tmp_path / "run").items():
         [waited[rank]] = [line["metrics"]["waited_for_the_others_s"] for line in lines
                           if "waited_for_the_others_s" in line.get("metrics", {})]
         assert any(line["event"] == "end" for line in lines)
-    assert waited[0] > waited[1] >= 0, waited
+    assert set(waited) == {0, 1} and waited[0] > waited[1] >= 0, waited
