@@ -54,14 +54,25 @@ def test_first_failure_ends_the_others_and_their_children(tmp_path):
 
 
 def test_the_first_to_end_is_the_failure_not_the_peer_that_aborted_because_of_it(tmp_path):
-    # "peer" is listed first and aborts 50 ms after "victim" is killed: closer than the scheduler's poll,
-    # as a rank of a collective aborts when its peer's socket closes.
-    gone = tmp_path / "victim-gone"
+    # "peer" is listed first and aborts 0.1 s after it sees "victim" dead (a zombie or gone): closer than the
+    # scheduler's 0.2 s poll, as a rank of a collective aborts when its peer's socket closes. It waits for the
+    # death itself, not for a sign the victim leaves before dying: a loaded machine may hold the victim between.
+    pid_file = tmp_path / "victim-pid"
     peer = proc("peer", "import os, pathlib, signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
-                        f"while not pathlib.Path({str(gone)!r}).exists(): time.sleep(0.005)\n"
-                        "time.sleep(0.05); os.abort()", tmp_path)
-    victim = proc("victim", f"import os, pathlib, signal, time; time.sleep(1); pathlib.Path({str(gone)!r}).touch(); "
-                            "os.kill(os.getpid(), signal.SIGKILL)", tmp_path)
+                        f"pid_file = pathlib.Path({str(pid_file)!r})\n"
+                        "while not pid_file.exists(): time.sleep(0.005)\n"
+                        "stat = f'/proc/{pid_file.read_text()}/stat'\n"
+                        "def dead():\n"
+                        "    try:\n"
+                        "        return open(stat).read().rsplit(')', 1)[1].split()[0] == 'Z'\n"
+                        "    except FileNotFoundError:\n"
+                        "        return True\n"
+                        "while not dead(): time.sleep(0.005)\n"
+                        "time.sleep(0.1); os.abort()", tmp_path)
+    victim = proc("victim", "import os, pathlib, signal, time\n"
+                            f"pathlib.Path({str(pid_file) + '.new'!r}).write_text(str(os.getpid()))\n"
+                            f"os.rename({str(pid_file) + '.new'!r}, {str(pid_file)!r})\n"
+                            "time.sleep(1); os.kill(os.getpid(), signal.SIGKILL)", tmp_path)
     results = local.execute(Plan(ranks=2, processes=(peer, victim)), tmp_path / "logs", timeout_s=120)
     peer_result, victim_result = results
     assert peer_result.returncode == -6 and victim_result.returncode == -9  # each ended by itself
