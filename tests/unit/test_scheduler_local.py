@@ -1,12 +1,12 @@
 """The local scheduler with real processes: live output kept per process, first failure or the time
 limit ends every process group, and nothing is left running."""
 
-import os
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
+from support.processes import alive
 
 from suite.execution.plan import Plan, Process, first_failure
 from suite.schedulers import local
@@ -19,15 +19,6 @@ PY = sys.executable
 
 def proc(name, code, tmp_path):
     return Process(name=name, host="localhost", argv=[PY, "-c", code], env={"MARK": name}, cwd=str(tmp_path))
-
-
-def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    with open(f"/proc/{pid}/stat") as f:
-        return f.read().split()[2] != "Z"
 
 
 def test_output_and_exit_codes(tmp_path):
