@@ -120,10 +120,32 @@ class _Running:
 
 
 def _signal_group(pid: int, sig: int) -> None:
+    """Signals the process group of `pid`; SIGKILL also every process left in its session. Each process
+    is started as the leader of a session of its own, and what moved to a group of its own stays in that
+    session: Apptainer's squashfuse_ll, mounting the SIF, outlives its starter killed mid-cleanup."""
     try:
         os.killpg(pid, sig)
     except ProcessLookupError:
         pass
+    if sig == signal.SIGKILL:
+        for member in session_members(pid):
+            try:
+                os.kill(member, sig)
+            except (ProcessLookupError, PermissionError):
+                pass
+
+
+def session_members(sid: int) -> list[int]:
+    """The processes of session `sid`, from /proc (none where there is no /proc)."""
+    members = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if fields[3] == str(sid):  # state, ppid, pgrp, session
+            members.append(int(stat.parent.name))
+    return members
 
 
 def execute(plan: Plan, log_dir: Path, timeout_s: float, stall_s: float | None = None,

@@ -52,10 +52,10 @@ class Stack:
 
     @property
     def recipe_sha256(self) -> str:
-        return _files_sha256(self.dir, self.recipe_files())
+        return files_sha256(self.dir, self.recipe_files())
 
 
-def _files_sha256(root: Path, files: list[Path], extra: bytes = b"") -> str:
+def files_sha256(root: Path, files: list[Path], extra: bytes = b"") -> str:
     digest = hashlib.sha256()
     for path in files:
         digest.update(path.relative_to(root).as_posix().encode() + b"\0")
@@ -108,7 +108,7 @@ class Flavour:
         local build reads: a change to any of them makes a new environment."""
         files = sorted({*self.stack.recipe_files(), self.lock_path})
         settings = {k: asdict(self)[k] for k in ("name", "pip_extra_index", "prepare", "system_site_packages")}
-        return _files_sha256(self.stack.dir, files, json.dumps(settings, sort_keys=True).encode())
+        return files_sha256(self.stack.dir, files, json.dumps(settings, sort_keys=True).encode())
 
     def extra_index_builds(self) -> tuple[tuple[str, str], ...]:
         """(name, version) of the builds the lock pins for this interpreter with a local version (torch

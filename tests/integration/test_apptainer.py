@@ -125,6 +125,22 @@ def test_the_sif_is_built_from_its_definition_and_described_beside_it(apptainer_
     assert "Looking in links: http://127.0.0.1:" in log and "Looking in indexes" not in log
 
 
+def test_building_again_from_the_same_inputs_keeps_the_sif(apptainer_here, pytorch_sif):
+    """As the engine's layer cache does: nothing changed, nothing built; the SIF described again."""
+    image = apptainer_here.images / "pytorch-cpu.sif"
+    before = image.stat()
+    again = apptainer_here.suite("containers", "build", "--tool", "apptainer", "--base", "debian", "--stack", "pytorch",
+                                 "--flavour", "cpu", timeout=900)
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    assert f"containers: {image} was built from the same definition, stack folder, base and Apptainer before: kept" \
+        in again.stdout, again.stdout
+    assert "apptainer build" not in again.stdout
+    assert (image.stat().st_ino, image.stat().st_mtime_ns) == (before.st_ino, before.st_mtime_ns)
+    meta = json.loads(apptainer.meta_path(image).read_text())
+    assert meta["built_from"] == pytorch_sif["built_from"] and meta["image_sha256"] == pytorch_sif["image_sha256"]
+    assert meta["built_from"]["definition"] == "containers/pytorch/cpu.def"
+
+
 def test_the_image_holds_exactly_the_versions_of_its_lock(apptainer_here, pytorch_sif):
     image = apptainer_here.images / "pytorch-cpu.sif"
     frozen = subprocess.run([apptainer_here.program, "exec", str(image), f"{images.PREFIX}/bin/python", "-m", "pip",

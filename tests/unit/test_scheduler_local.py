@@ -1,6 +1,8 @@
 """The local scheduler with real processes: live output kept per process, first failure or the time
 limit ends every process group, and nothing is left running."""
 
+import os
+import signal
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -42,6 +44,24 @@ def test_first_failure_ends_the_others_and_their_children(tmp_path):
     assert not sleeper_result.ok and sleeper_result.reason == "ended because crasher failed"
     grandchild = int(sleeper_result.tail[0])
     assert gone_within(grandchild, 10)  # SIGKILLed: it ends when the machine next runs it
+
+
+def test_a_child_that_left_the_process_group_ends_with_the_job(tmp_path):
+    """A rank's child in a group of its own (as Apptainer's squashfuse_ll, mounting the SIF, is) is out of
+    reach of the group's signals but not of its session: it is killed with the job, not left behind."""
+    leaver = ("import os, subprocess, sys, time; "
+              "c = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'], preexec_fn=os.setpgrp); "
+              "print(c.pid, os.getpgid(c.pid), os.getpgid(0), flush=True); time.sleep(600)")
+    crasher = proc("crasher", "import time; time.sleep(1); raise SystemExit(3)", tmp_path)
+    leaver_result, _ = local.execute(Plan(ranks=2, processes=(proc("leaver", leaver, tmp_path), crasher)),
+                                     tmp_path / "logs", timeout_s=300)
+    child, child_group, leaver_group = map(int, leaver_result.tail[0].split())
+    try:
+        assert child_group != leaver_group  # positive control: a killpg of the rank's group misses it
+        assert gone_within(child, 10)
+    finally:
+        if alive(child):
+            os.kill(child, signal.SIGKILL)
 
 
 def gone_within(pid: int, seconds: float) -> bool:

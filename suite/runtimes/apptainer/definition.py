@@ -3,6 +3,7 @@ container.toml and the locks (recipe), built on its pinned base (a registry) or,
 base SIF made here from Debian's packages (`Bootstrap: localimage`; no registry needed); its %test run,
 a failure named by section and line; its sha256 and metadata written beside it (describe)."""
 
+import hashlib
 import json
 import os
 import shlex
@@ -15,9 +16,10 @@ from pathlib import Path
 from suite.base import paths
 from suite.base.errors import UsageError
 from suite.instack.file_digest import file_digest
-from suite.runtimes.apptainer.sif import found_program, meta_path, runtime_version
+from suite.runtimes.apptainer.sif import check_sif, found_program, meta_path, runtime_version
 from suite.stacks import base_images, images
 from suite.stacks.images import Recipe
+from suite.stacks.recipes import files_sha256
 
 
 def recipe(fl) -> Recipe:
@@ -54,15 +56,43 @@ def build_from_definition(fl, inputs, log=print) -> dict:
     rendered = recipe(fl)
     definition = Path(f"{image}.def")
     definition.write_text(build_definition(rendered.text, base_sif, inputs.wheels))
+    made_from = {"definition": str(rendered.path.relative_to(paths.ROOT)),
+                 "inputs_sha256": inputs_sha256(fl, rendered.text, base, tool)}
+    if made_before(image, made_from) is not None:
+        log(f"containers: {image} was built from the same definition, stack folder, base and Apptainer before: "
+            "kept (remove it to build it again)")
+        return describe(tool, image, fl, base, {"built_from": made_from})
     partial = image.with_suffix(".sif.partial")
     log(f"containers: apptainer build {image} from {rendered.path.relative_to(paths.ROOT)} on {base['ref']}")
     started = time.monotonic()
     run_build(tool, partial, definition, rendered, log)
     os.replace(partial, image)
-    meta = describe(tool, image, fl, base)
+    meta = describe(tool, image, fl, base, {"built_from": made_from})
     log(f"containers: {image} sha256:{meta['image_sha256']} ({image.stat().st_size / 1e6:.0f} MB, built in "
         f"{time.monotonic() - started:.0f} s)")
     return meta
+
+
+def inputs_sha256(fl, rendered: str, base: dict, tool: str) -> str:
+    """What a definition's build is a function of: the definition as rendered, every file of the stack
+    folder (%files copies it in), the base (by digest: a base made here lies at a new path each time),
+    the build's options and the Apptainer that builds. The wheel folder's URL is left out: the locks'
+    hashes pin what pip installs from it."""
+    folder = sorted(path for path in fl.stack.dir.rglob("*") if path.is_file())
+    said = {"definition": rendered, "stack_files": files_sha256(fl.stack.dir, folder),
+            "base": base.get("image_sha256") or base["ref"], "options": build_options(),
+            "apptainer": runtime_version(tool)}
+    return hashlib.sha256(json.dumps(said, sort_keys=True).encode()).hexdigest()
+
+
+def made_before(image: Path, made_from: dict) -> dict | None:
+    """The metadata of the SIF at image where it is whole and was built from these very inputs, else None."""
+    try:
+        meta = json.loads(meta_path(image).read_text())
+        check_sif(image, meta, "")
+    except (OSError, ValueError, UsageError):
+        return None
+    return meta if meta.get("built_from") == made_from and file_digest(image) == meta.get("image_sha256") else None
 
 
 def describe(tool: str, image: Path, fl, base: dict, extra: dict | None = None) -> dict:
