@@ -49,9 +49,12 @@ OPTIONS_ENV = "SUITE_SSH_OPTIONS"
 JOB_MARKER = "SUITE_JOB"
 SWEEP_TIMEOUT_S = 15  # per host and signal: TERM + KILL stay well inside the 60 s bound
 REACH_TIMEOUT_S = 15
-# Signals every process of this user whose environment holds the line "$1" (e.g. SUITE_JOB=...).
-SWEEP = ('for f in $(grep -lzxF -- "$1" /proc/[0-9]*/environ 2>/dev/null); do '
-         'p=${f#/proc/}; kill -s "$2" "${p%/environ}" 2>/dev/null; done; true')
+# Signals every process of this user whose environment holds the line "$1" (e.g. SUITE_JOB=...); KILL also
+# every process in their sessions, as the local scheduler's does: one that left its group with an environment
+# of its own (Apptainer's squashfuse_ll) is there.
+SWEEP = ('for f in $(grep -lzxF -- "$1" /proc/[0-9]*/environ 2>/dev/null); do p=${f#/proc/}; p=${p%/environ}; '
+         '[ "$2" = KILL ] && s="$s $(sed "s/.*) //" "/proc/$p/stat" 2>/dev/null | cut -d" " -f4)"; '
+         'kill -s "$2" "$p" 2>/dev/null; done; for x in $s; do pkill -KILL -s "$x" 2>/dev/null; done; true')
 
 
 @dataclass(frozen=True)

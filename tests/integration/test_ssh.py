@@ -126,6 +126,30 @@ def test_a_failure_on_one_host_ends_the_job_on_every_host(loopback_sshd, tmp_pat
     assert job_processes(tmp_path / "logs") == []
 
 
+def test_a_remote_child_without_the_marker_in_a_group_of_its_own_ends_with_the_job(loopback_sshd, tmp_path):
+    """As Apptainer's squashfuse_ll: a group of its own and an environment without the job's marker, beside a
+    parent that outlives SIGTERM (a starter still cleaning up): the final sweep reaches it by its session."""
+    parent = ("import os, signal, subprocess, sys, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+              "c = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'], env={}, "
+              "preexec_fn=os.setpgrp); time.sleep(0.5); marked = b'SUITE_JOB=' in open(f'/proc/{c.pid}/environ', 'rb')"
+              ".read(); print(os.getpid(), c.pid, os.getpgid(c.pid), os.getpgid(0), int(marked), flush=True); "
+              "time.sleep(600)")
+    plan = Plan(ranks=2, processes=(
+        Process("parent", "127.0.0.2", [PY, "-c", parent], {}, str(tmp_path)),
+        Process("crasher", "127.0.0.3", [PY, "-c", "import time; time.sleep(3); raise SystemExit(3)"], {},
+                str(tmp_path))))
+    parent_result, _ = ssh.execute(plan, tmp_path / "logs", timeout_s=300, cluster=FORCED)
+    parent_pid, child, child_group, parent_group, marked = map(int, parent_result.tail[0].split())
+    try:
+        assert child_group != parent_group and not marked  # positive control: out of reach but for its session
+        time.sleep(0.5)
+        assert not alive(parent_pid) and not alive(child)
+    finally:
+        for pid in (parent_pid, child):
+            if alive(pid):
+                os.kill(pid, signal.SIGKILL)
+
+
 def test_time_limit_ends_remote_processes(loopback_sshd, tmp_path):
     slow = "import os, time; print(os.getpid(), flush=True); time.sleep(600)"
     plan = Plan(ranks=1, processes=(Process("slow", "127.0.0.2", [PY, "-c", slow], {}, str(tmp_path)),))
