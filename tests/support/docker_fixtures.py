@@ -16,6 +16,7 @@ DOCKER_HOST, for trying things by hand."""
 
 import contextlib
 import fcntl
+import hashlib
 import json
 import os
 import shutil
@@ -150,20 +151,57 @@ def cpu_images(docker_engine, tmp_path_factory):
     """Every stack's cpu image, built on the Debian base by the suite's own command (what `make
     containers TOOL=docker BASE=debian` runs); stack name -> the metadata the build wrote."""
     image_dir = tmp_path_factory.mktemp("images")
+    kept = kept_wheels()
+    if kept.is_dir():  # where the build would have filled it (test_docker_images.py serves it again)
+        (image_dir / "wheels").symlink_to(kept)
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("SUITE_IMAGE_DIR", str(image_dir))
         started = time.monotonic()
         # two at a time: a build waits on one core much of its time (pip, apt, the package index)
         build = subprocess.run([sys.executable, "-m", "suite", "containers", "build", "--tool", "docker",
-                                "--base", "debian", "--flavour", "cpu", "--jobs", "2"], cwd=ROOT,
-                               capture_output=True, text=True, timeout=2400)
+                                "--base", "debian", "--flavour", "cpu", "--jobs", "2",
+                                *(["--wheels", str(kept)] if kept.is_dir() else [])],
+                               cwd=ROOT, capture_output=True, text=True, timeout=2400)
         assert build.returncode == 0, build.stdout[-4000:] + build.stderr[-4000:]
         MEASURED.append(f"docker: the cpu images of {', '.join(CPU_STACKS)} built in "
-                        f"{time.monotonic() - started:.0f} s")
+                        f"{time.monotonic() - started:.0f} s (" + ("from the wheel folder an earlier session filled"
+                                                                  if kept.is_dir() else "wheel folder filled") + ")")
+        if not kept.is_dir():
+            keep_wheels(image_dir / "wheels", kept)
         MEASURED.extend(line.removeprefix("containers: ") for line in build.stdout.splitlines()
                         if " built in " in line or "Debian base" in line)
         metas = {stack: json.loads((image_dir / f"{stack}-cpu.docker.json").read_text()) for stack in CPU_STACKS}
         yield metas
+
+
+def kept_wheels() -> Path:
+    """Where the cpu images' wheel folder is kept between sessions, named by their locks' digest (the folder
+    `make wheels` or a build fills is a function of them). A session that finds it builds from it (WHEELS,
+    as a site without a package index does); the others fill one (the pytorch SIF's build fills its own
+    every session: tests/support/apptainer_fixtures.py)."""
+    from suite.stacks.recipes import described_flavours
+
+    digest = hashlib.sha256()
+    for fl in described_flavours():
+        if fl.name == "cpu" and fl.stack.name in CPU_STACKS:
+            for lock, _ in fl.locks():
+                digest.update(f"{fl.id} {lock.name} ".encode() + hashlib.sha256(lock.read_bytes()).digest())
+    return data_root().with_name("test-wheels") / digest.hexdigest()[:16]
+
+
+def keep_wheels(filled: Path, kept: Path) -> None:
+    """The session's filled wheel folder kept (whole, or not at all) in place of those of other locks."""
+    shutil.rmtree(kept.parent, ignore_errors=True)
+    partial = kept.with_name(kept.name + ".partial")
+    shutil.copytree(filled, partial, copy_function=link_or_copy)
+    partial.rename(kept)
+
+
+def link_or_copy(source: str, target: str) -> None:
+    try:
+        os.link(source, target)
+    except OSError:  # another filesystem
+        shutil.copy2(source, target)
 
 
 def main() -> int:
