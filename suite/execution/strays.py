@@ -27,15 +27,16 @@ def end(rep_dir: Path | str, log) -> None:
     pids = of_repetition(rep_dir)
     if not pids:
         return
-    _send(pids, signal.SIGTERM)
+    send(pids, signal.SIGTERM)
     deadline = time.monotonic() + GRACE_S
     while (left := of_repetition(rep_dir)) and time.monotonic() < deadline:
         time.sleep(0.1)
-    _send(left, signal.SIGKILL)
+    send(left, signal.SIGKILL)
     log(f"ended {len(pids)} process(es) of the repetition that outlived their process groups")
 
 
-def _send(pids: list[int], sig: int) -> None:
+def send(pids: list[int], sig: int) -> None:
+    """The signal to each of pids that is still there and ours to signal."""
     for pid in pids:
         try:
             os.kill(pid, sig)

@@ -15,6 +15,7 @@ from collections import deque
 from pathlib import Path
 
 from suite.base.errors import UsageError
+from suite.execution import strays
 from suite.execution.plan import Plan, Process, ProcessResult
 from suite.inputs.cases import known_cases
 from suite.inputs.hostfiles import profile_hostfile, read_hostfile
@@ -128,11 +129,7 @@ def _signal_group(pid: int, sig: int) -> None:
     except ProcessLookupError:
         pass
     if sig == signal.SIGKILL:
-        for member in session_members(pid):
-            try:
-                os.kill(member, sig)
-            except (ProcessLookupError, PermissionError):
-                pass
+        strays.send(session_members(pid), sig)
 
 
 def session_members(sid: int) -> list[int]:

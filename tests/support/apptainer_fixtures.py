@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 from conftest import MEASURED, component_unavailable
 
-from support.docker_fixtures import IMAGE_CASES
+from support.docker_fixtures import IMAGE_CASES, link_or_copy
 
 ROOT = Path(__file__).resolve().parents[2]
 TREE_SCRIPT = ROOT / "tools" / "apptainer-tree.sh"
@@ -193,10 +193,7 @@ def link_all(files, folder: Path) -> None:
     for made in files:
         target = folder / made.name
         target.unlink(missing_ok=True)
-        try:
-            os.link(made, target)
-        except OSError:
-            shutil.copy2(made, target)
+        link_or_copy(made, target)
 
 
 def base_cache() -> Path:

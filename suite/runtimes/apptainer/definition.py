@@ -58,10 +58,10 @@ def build_from_definition(fl, inputs, log=print) -> dict:
     definition.write_text(build_definition(rendered.text, base_sif, inputs.wheels))
     made_from = {"definition": str(rendered.path.relative_to(paths.ROOT)),
                  "inputs_sha256": inputs_sha256(fl, rendered.text, base, tool)}
-    if made_before(image, made_from) is not None:
+    if (kept := made_before(image, made_from)) is not None:
         log(f"containers: {image} was built from the same definition, stack folder, base and Apptainer before: "
             "kept (remove it to build it again)")
-        return describe(tool, image, fl, base, {"built_from": made_from})
+        return describe(tool, image, fl, base, {"built_from": made_from}, digest=kept["image_sha256"])
     partial = image.with_suffix(".sif.partial")
     log(f"containers: apptainer build {image} from {rendered.path.relative_to(paths.ROOT)} on {base['ref']}")
     started = time.monotonic()
@@ -95,10 +95,11 @@ def made_before(image: Path, made_from: dict) -> dict | None:
     return meta if meta.get("built_from") == made_from and file_digest(image) == meta.get("image_sha256") else None
 
 
-def describe(tool: str, image: Path, fl, base: dict, extra: dict | None = None) -> dict:
+def describe(tool: str, image: Path, fl, base: dict, extra: dict | None = None, digest: str | None = None) -> dict:
     """Writes IMAGE.sif.sha256 and IMAGE.sif.json: the stack's facts and packages as the image holds them
-    (read in one container), its sha256, size and the Apptainer that built it."""
-    digest = file_digest(image)
+    (read in one container), its sha256 (`digest` where the caller has just read it), size and the Apptainer
+    that built it."""
+    digest = digest or file_digest(image)
     Path(f"{image}.sha256").write_text(f"{digest}  {image.name}\n")
     files = (images.FACTS, images.PACKAGES, images.SYSTEM_PACKAGES)
     script = "; ".join(f"cat {path} 2>/dev/null; printf '\\036'" for path in files)
