@@ -61,6 +61,17 @@ def fsdp_settings(param_dtype: str, reshard: bool, sharded_modules: int, world: 
     return settings
 
 
+def world_notes(parallel: str, settings: dict) -> list[str]:
+    """What the parallel mode did at this world size, for the run's summary (config.reported_by_case.notes):
+    at world size 1 DDP is skipped and FSDP shards nothing, which its figures then reflect."""
+    if parallel == "ddp" and not settings.get("wrapped", True):
+        return [settings["why"]]
+    if parallel == "fsdp" and settings.get("world_1_note"):
+        return [f"--parallel fsdp at {settings['world_1_note']}: its figures measure that cost, and --parallel ddp "
+                "(no wrapper at world size 1) the model alone"]
+    return []
+
+
 def compiled_parts(parallel: str, world: int) -> str:
     """What --compile compiles, in words for the record."""
     if parallel == "fsdp":

@@ -293,6 +293,7 @@ def main() -> None:
             "tokens_per_device_per_step": tokens_per_step, "global_tokens_per_step": tokens_per_step * where["world"],
             "lr": args.lr, "threads_per_worker": torch.get_num_threads(),
             "backend": backend, "launcher": args.launcher, "parallel": args.parallel, args.parallel: settings,
+            "notes": assembly.world_notes(args.parallel, settings),
             "compile": args.compile, "compile_mode": args.compile_mode if args.compile else None,
             "compiled": assembly.compiled_parts(args.parallel, where["world"]) if args.compile else None,
             "optimizer": "AdamW", "optimizer_impl": optimizer_impl, "gc": assembly.gc_settings(args.gc_every),

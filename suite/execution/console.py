@@ -76,6 +76,18 @@ def configuration(cfg: dict) -> str:
     return ", ".join(str(part) for part in parts if part) or "nothing reported by the case"
 
 
+def settings_line(reported: dict) -> str | None:
+    """The settings that change the work or the speed, as the case reported them (parallel mode, compilation
+    and its mode, preset, optimizer implementation), or None where it reported none."""
+    parts = [reported.get("parallel") and f"parallel {reported['parallel']}",
+             reported.get("compile") and "compiled" + (f" ({reported['compile_mode']})" if reported.get("compile_mode")
+                                                        else ""),
+             reported.get("preset") and f"preset {reported['preset']}",
+             reported.get("optimizer_impl") and f"{reported.get('optimizer') or 'optimizer'} {reported['optimizer_impl']}"]
+    shown = [str(part) for part in parts if part]
+    return f"settings: {', '.join(shown)}" if shown else None
+
+
 def peak_memory_line(record: dict) -> str | None:
     """The ranks' peak memory as the case measured it (its results' peak_memory_bytes), or None."""
     for results in record["metrics"].get("results") or []:
@@ -96,6 +108,11 @@ def print_summary(record: dict, path: Path) -> None:
         unit = tp.get("unit", "img/s")
         print(f"   throughput: {tp['mean']:.2f}{ci} {unit} total, {tp['per_device']:.2f} {unit} per device "
               f"(mean{' ± 95% CI' if ci else ''}, n={tp['n']} {tp['ci95_basis']})")
+    reported = cfg.get("reported_by_case") or {}
+    if settings := settings_line(reported):
+        print(f"   {settings}")
+    for note in reported.get("notes") or []:  # what the case says a setting did at this size (world size 1 ...)
+        print(f"   note: {note}")
     if diagnosis := record["metrics"].get("diagnosis"):
         print(f"   {summary_line(diagnosis)}")
     if used := record["metrics"].get("utilisation"):

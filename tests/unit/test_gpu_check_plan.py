@@ -211,16 +211,13 @@ def test_quick_fits_its_budget_by_the_plan_and_stops_where_the_budget_is_spent(c
     assert (quick.rounds, quick.min_seconds, full.rounds, full.min_seconds) == (1, 5.0, 3, 30.0)
     assert check.parse(["--quick", "--rounds", "2"]).rounds == 2
     planned = check.plan_seconds(check.ENTRIES, quick.rounds, quick.min_seconds)
-    assert planned <= check.QUICK_BUDGET_S == 360.0
+    assert planned <= check.QUICK_BUDGET_S == 480.0
     assert check.plan_seconds(check.ENTRIES, full.rounds, full.min_seconds) > 3 * planned
-    # rounds x cases: each round runs both sides; a compilation is paid in full once per program
-    entry = check.Entry("x", "jax-gpt", "jax_gpt.py", suite_start_s=10, bare_start_s=5, compile_s=20,
-                        cached_compile_s=2)
-    assert entry.plan_seconds(2, 3) == 2 * (10 + 5) + 4 * 3 + (2 * 20 + 2 * 2)
-    shared = check.Entry("y", "pytorch-gpt", "pytorch_gpt.py", suite_start_s=10, bare_start_s=5, compile_s=20,
-                         cached_compile_s=2, shared_cache=True)
-    assert shared.plan_seconds(2, 3) == 2 * (10 + 5) + 4 * 3 + (20 + 3 * 2)
-    assert check.plan_seconds([entry, shared], 2, 3) == entry.plan_seconds(2, 3) + shared.plan_seconds(2, 3)
+    # rounds x cases: each round runs both sides, each its measured time beside the window
+    entry = check.Entry("x", "jax-gpt", "jax_gpt.py", suite_s=10, bare_s=5)
+    assert entry.side_seconds("suite", 3) == 13 and entry.side_seconds("bare", 3) == 8
+    assert entry.plan_seconds(2, 3) == 2 * (10 + 5) + 4 * 3
+    assert check.plan_seconds([entry, entry], 2, 3) == 2 * entry.plan_seconds(2, 3)
     # the budget: each side gets what is left; a side is not started with less than MIN_SIDE_S left
     now = [0.0]
     budget = check.Budget(100.0, clock=lambda: now[0])
@@ -238,6 +235,11 @@ def test_quick_fits_its_budget_by_the_plan_and_stops_where_the_budget_is_spent(c
     assert "suite_vs_bare.pytorch-gpt: 1.000 (>= 0.98)" in out
     assert ("suite_vs_bare.pytorch-gpt-h100: FAILED: not run: 10 s of the 100-second budget left before "
             "pytorch-gpt-h100's suite side") in out
+    # nor with fewer left than the side took on an H100: it could not finish
+    assert check.Budget(40.0, clock=lambda: 0.0).before_side("a's suite side", 30.0) == 40.0
+    with pytest.raises(check.BudgetSpent, match="40 s of the 40-second budget left before b's suite side, which "
+                                                "takes about 57 s"):
+        check.Budget(40.0, clock=lambda: 0.0).before_side("b's suite side", 57.0)
 
 
 def test_only_narrows_the_cases_and_an_unknown_name_is_refused(check, tmp_path, capsys, monkeypatch):
@@ -249,15 +251,17 @@ def test_only_narrows_the_cases_and_an_unknown_name_is_refused(check, tmp_path, 
     made = []
 
     def factory(run_options, work, size, min_seconds, env):
-        made.append((run_options, size, min_seconds, env["JAX_COMPILATION_CACHE_DIR"].startswith(str(work))))
+        # the caches in a folder of their own, the records and run folders kept under reports/bench
+        made.append((run_options, size, min_seconds, not env["JAX_COMPILATION_CACHE_DIR"].startswith(str(work)),
+                     work.parent == check.REPORTS and work.name.endswith("-gpu-check-runs")))
         return healthy(check, tmp_path)
 
     monkeypatch.delenv("JAX_COMPILATION_CACHE_DIR", raising=False)
     assert check.main(["--quick", "--only", "jax-resnet", "--", "--runtime", "modules"], sides_factory=factory) == 0
     out = capsys.readouterr().out
-    assert made == [(["--runtime", "modules"], "full", 5.0, True)]
+    assert made == [(["--runtime", "modules"], "full", 5.0, True, True)]
     assert "suite_vs_bare.jax-resnet: 1.000 (>= 0.98)" in out and "pytorch-gpt" not in out
-    assert "budget 360 s" in out.splitlines()[0]
+    assert "budget 480 s" in out.splitlines()[0]
     assert check.main(["--only", "nothing"], sides_factory=factory) == 2
     assert capsys.readouterr().err.startswith("error: --only: no case nothing")
 

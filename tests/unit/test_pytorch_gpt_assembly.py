@@ -85,6 +85,15 @@ def test_fsdp_at_a_world_of_one_says_that_sharding_only_costs_and_keeps_the_gath
         "param_dtype": "bfloat16", "reduce_dtype": "float32", "reshard_after_forward": True, "sharded_modules": 13}
 
 
+def test_the_summary_notes_what_a_world_of_one_did_to_each_parallel_mode_and_nothing_above_it():
+    ddp_note, = assembly.world_notes("ddp", assembly.ddp_settings(25.0, 1))
+    assert ddp_note.startswith("world size 1: nothing to exchange")
+    fsdp_note, = assembly.world_notes("fsdp", assembly.fsdp_settings("bfloat16", False, 13, 1))
+    assert fsdp_note.startswith("--parallel fsdp at world size 1: the one shard") and "measure that cost" in fsdp_note
+    assert assembly.world_notes("ddp", assembly.ddp_settings(25.0, 2)) == []
+    assert assembly.world_notes("fsdp", assembly.fsdp_settings("bfloat16", True, 13, 2)) == []
+
+
 @pytest.mark.parametrize("requested, device, used", [
     ("auto", "cuda", "fused"), ("auto", "cpu", "foreach"), ("foreach", "cuda", "foreach"), ("fused", "cpu", "fused"),
 ])

@@ -1,6 +1,8 @@
 """The run's summary line says what trained, never `None`."""
 
-from suite.execution.console import configuration, peak_memory_line
+from pathlib import Path
+
+from suite.execution.console import configuration, peak_memory_line, print_summary, settings_line
 
 
 def test_the_summary_names_what_the_case_reported():
@@ -22,3 +24,18 @@ def test_the_peak_memory_line_gives_the_largest_and_smallest_rank_and_what_was_m
                     "torch.cuda.max_memory_allocated")
     assert peak_memory_line({"metrics": {"results": [{"first_step_loss": 5.5}]}}) is None
     assert peak_memory_line({"metrics": {}}) is None
+
+
+def test_the_summary_names_the_settings_that_change_the_speed_and_the_cases_notes(capsys):
+    reported = {"parallel": "fsdp", "compile": True, "compile_mode": "max-autotune", "preset": "h100",
+                "optimizer": "AdamW", "optimizer_impl": "fused", "notes": ["world size 1: sharding saves nothing"]}
+    assert settings_line(reported) == "settings: parallel fsdp, compiled (max-autotune), preset h100, AdamW fused"
+    assert settings_line({"parallel": "ddp", "compile": False, "preset": None}) == "settings: parallel ddp"
+    assert settings_line({}) is None
+    record = {"case": "pytorch-gpt", "status": "ok", "config": {"model": "gpt", "reported_by_case": reported},
+              "world": {"nodes": 1, "devices": 1, "hosts": ["gpu01"]},
+              "metrics": {"throughput": {"mean": None}}}
+    print_summary(record, Path("r.json"))
+    out = capsys.readouterr().out
+    assert "   settings: parallel fsdp, compiled (max-autotune)" in out
+    assert "   note: world size 1: sharding saves nothing" in out
