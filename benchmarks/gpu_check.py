@@ -175,7 +175,8 @@ class Budget:
         left = self.left()
         if left is not None and left < max(MIN_SIDE_S, needs):
             takes = f", which takes about {needs:.0f} s" if needs > MIN_SIDE_S else ""
-            raise BudgetSpent(f"not run: {left:.0f} s of the {self.seconds:.0f}-second budget left before {what}{takes}")
+            raise BudgetSpent(f"not run: {left:.0f} s of the {self.seconds:.0f}-second budget left before "
+                              f"{what}{takes}")
         return left
 
 

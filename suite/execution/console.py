@@ -79,11 +79,12 @@ def configuration(cfg: dict) -> str:
 def settings_line(reported: dict) -> str | None:
     """The settings that change the work or the speed, as the case reported them (parallel mode, compilation
     and its mode, preset, optimizer implementation), or None where it reported none."""
+    mode = f" ({reported['compile_mode']})" if reported.get("compile_mode") else ""
+    optimizer = reported.get("optimizer") or "optimizer"
     parts = [reported.get("parallel") and f"parallel {reported['parallel']}",
-             reported.get("compile") and "compiled" + (f" ({reported['compile_mode']})" if reported.get("compile_mode")
-                                                        else ""),
+             reported.get("compile") and f"compiled{mode}",
              reported.get("preset") and f"preset {reported['preset']}",
-             reported.get("optimizer_impl") and f"{reported.get('optimizer') or 'optimizer'} {reported['optimizer_impl']}"]
+             reported.get("optimizer_impl") and f"{optimizer} {reported['optimizer_impl']}"]
     shown = [str(part) for part in parts if part]
     return f"settings: {', '.join(shown)}" if shown else None
 
