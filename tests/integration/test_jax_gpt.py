@@ -156,3 +156,33 @@ def test_a_process_with_its_step_long_after_the_other_still_trains_with_it(jax_s
                           if "waited_for_the_others_s" in line.get("metrics", {})]
         assert any(line["event"] == "end" for line in lines)
     assert set(waited) == {0, 1} and waited[0] > waited[1] >= 0, waited
+
+
+PRODUCTS = """
+import sys
+import jax, jax.numpy as jnp
+from gpt import GPT
+from cases._shared.gpt_config import GPTConfig
+model = GPT(GPTConfig(layers=1, heads=2, width=32, context=16, vocab=64), getattr(jnp, sys.argv[1]))
+tokens = jnp.zeros((2, 16), jnp.int32)
+text = jax.jit(model.apply).lower(model.init(jax.random.PRNGKey(0), tokens), tokens).as_text()
+for line in text.splitlines():
+    if "dot_general" in line:
+        print(line.rsplit(":", 1)[-1].strip())
+"""
+
+
+def test_every_product_of_the_model_the_tied_head_included_runs_in_the_asked_dtype(jax_stack):
+    """bfloat16 products on GPUs, as pytorch-gpt's autocast: the tied head too (Flax's Embed.attend would
+    promote it to the float32 table: a quarter of GPT-2 small's FLOPs). Read from the lowered program."""
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONPATH": f"{ROOT / 'cases' / 'jax-gpt'}{os.pathsep}{ROOT}"}
+    for dtype, element in (("bfloat16", "bf16"), ("float32", "f32")):
+        done = subprocess.run([str(jax_stack.python), "-c", PRODUCTS, dtype], env=env, capture_output=True,
+                              text=True, timeout=300)
+        assert done.returncode == 0, done.stderr[-3000:]
+        products = done.stdout.splitlines()
+        heads = [p for p in products if p.endswith("x64xf32>") or p.endswith("x64xbf16>")]  # (batch, length, vocab)
+        assert len(products) >= 6 and len(heads) == 1, products
+        inputs = [p.split("->")[0] for p in products]
+        assert all(f"x{element}>" in i and ("f32>" not in i if element == "bf16" else "bf16" not in i)
+                   for i in inputs), products
