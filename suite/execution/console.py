@@ -10,8 +10,10 @@ from pathlib import Path
 from suite.analysis.diagnosis import summary_line
 from suite.analysis.references import summary_line as published_line
 from suite.analysis.utilisation import summary_line as utilisation_line
+from suite.analysis.what_ran import all_settings, settings_of
 from suite.base.env_policy import masked_env
 from suite.execution.plan import Plan
+from suite.records.read import Point
 from suite.records.write import RunContext
 
 
@@ -76,16 +78,11 @@ def configuration(cfg: dict) -> str:
     return ", ".join(str(part) for part in parts if part) or "nothing reported by the case"
 
 
-def settings_line(reported: dict) -> str | None:
-    """The settings that change the work or the speed, as the case reported them (parallel mode, compilation
-    and its mode, preset, optimizer implementation), or None where it reported none."""
-    mode = f" ({reported['compile_mode']})" if reported.get("compile_mode") else ""
-    optimizer = reported.get("optimizer") or "optimizer"
-    parts = [reported.get("parallel") and f"parallel {reported['parallel']}",
-             reported.get("compile") and f"compiled{mode}",
-             reported.get("preset") and f"preset {reported['preset']}",
-             reported.get("optimizer_impl") and f"{optimizer} {reported['optimizer_impl']}"]
-    shown = [str(part) for part in parts if part]
+def settings_line(record: dict, path: Path) -> str | None:
+    """The settings that change the work or the speed (parallel mode, compilation and its mode, preset,
+    optimizer implementation, ...), in the words the report's hover gives them, or None where the case
+    has none of them."""
+    shown = all_settings(settings_of(Point(record, str(path))))
     return f"settings: {', '.join(shown)}" if shown else None
 
 
@@ -109,10 +106,10 @@ def print_summary(record: dict, path: Path) -> None:
         unit = tp.get("unit", "img/s")
         print(f"   throughput: {tp['mean']:.2f}{ci} {unit} total, {tp['per_device']:.2f} {unit} per device "
               f"(mean{' ± 95% CI' if ci else ''}, n={tp['n']} {tp['ci95_basis']})")
-    reported = cfg.get("reported_by_case") or {}
-    if settings := settings_line(reported):
+    if settings := settings_line(record, path):
         print(f"   {settings}")
-    for note in reported.get("notes") or []:  # what the case says a setting did at this size (world size 1 ...)
+    # what the case says a setting did at this size (world size 1 ...)
+    for note in (cfg.get("reported_by_case") or {}).get("notes") or []:
         print(f"   note: {note}")
     if diagnosis := record["metrics"].get("diagnosis"):
         print(f"   {summary_line(diagnosis)}")

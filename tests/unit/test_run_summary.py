@@ -27,15 +27,19 @@ def test_the_peak_memory_line_gives_the_largest_and_smallest_rank_and_what_was_m
 
 
 def test_the_summary_names_the_settings_that_change_the_speed_and_the_cases_notes(capsys):
+    """In the words of the report's hover (suite/analysis/what_ran.py): what the case reported, else the
+    options asked, else the case's default; a case without such settings gets no line."""
     reported = {"parallel": "fsdp", "compile": True, "compile_mode": "max-autotune", "preset": "h100",
                 "optimizer": "AdamW", "optimizer_impl": "fused", "notes": ["world size 1: sharding saves nothing"]}
-    assert settings_line(reported) == "settings: parallel fsdp, compiled (max-autotune), preset h100, AdamW fused"
-    assert settings_line({"parallel": "ddp", "compile": False, "preset": None}) == "settings: parallel ddp"
-    assert settings_line({}) is None
-    record = {"case": "pytorch-gpt", "status": "ok", "config": {"model": "gpt", "reported_by_case": reported},
-              "world": {"nodes": 1, "devices": 1, "hosts": ["gpu01"]},
-              "metrics": {"throughput": {"mean": None}}}
+    gpt = {"case": "pytorch-gpt", "config": {"reported_by_case": reported}}
+    assert settings_line(gpt, Path("r.json")) == ("settings: fsdp, compiled (mode max-autotune), preset h100, "
+                                                  "optimizer fused, context 1024 tokens, no activation checkpointing")
+    ddp = {"case": "pytorch-ddp", "config": {"options": {"preset": "dle", "compile": True, "channels-last": True}}}
+    assert settings_line(ddp, Path("r.json")) == "settings: compiled, preset dle, channels-last"
+    assert settings_line({"case": "tf-cifar", "config": {}}, Path("r.json")) is None
+    record = {**gpt, "status": "ok", "config": {"model": "gpt", "reported_by_case": reported},
+              "world": {"nodes": 1, "devices": 1, "hosts": ["gpu01"]}, "metrics": {"throughput": {"mean": None}}}
     print_summary(record, Path("r.json"))
     out = capsys.readouterr().out
-    assert "   settings: parallel fsdp, compiled (max-autotune)" in out
+    assert "   settings: fsdp, compiled (mode max-autotune), preset h100" in out
     assert "   note: world size 1: sharding saves nothing" in out
