@@ -30,6 +30,7 @@ and writes them all as JSON under reports/bench/. Exit 0 when every run worked a
 on a host without an NVIDIA GPU (or with bad options).
 
     python benchmarks/gpu_check.py [--quick | --tiny] [--rounds 3] [--min-seconds 30] [--only NAME ...]
+                                   [--results-dir reports/bench]
                                    [-- RUN OPTIONS, e.g. --runtime modules --python python3]
 
 --quick: one round (each side one process per case), 5-second timed windows, and a total budget of
@@ -463,7 +464,8 @@ def compile_caches(work: Path, environ=os.environ) -> dict:
             "TORCHINDUCTOR_CACHE_DIR": environ.get("TORCHINDUCTOR_CACHE_DIR") or str(work / "inductor-cache")}
 
 
-def check_host(entries, sides, rounds: int, min_seconds: float, budget: Budget, run_options: list[str]) -> int:
+def check_host(entries, sides, rounds: int, min_seconds: float, budget: Budget, run_options: list[str],
+               results_dir: Path | None = None) -> int:
     began, seconds = time.monotonic(), plan_seconds(entries, rounds, min_seconds)
     limit = f"; budget {budget.seconds:.0f} s" if budget.seconds is not None else ""
     print(f"plan: {', '.join(e.name for e in entries)}; {rounds} round(s) (ABBA), timed windows of {min_seconds:g} s; "
@@ -493,7 +495,7 @@ def check_host(entries, sides, rounds: int, min_seconds: float, budget: Budget, 
           + (f": {', '.join(failed)}" if failed else "") + f"; {elapsed:.0f} s{limit}", flush=True)
     if not headed:  # no run of the suite finished: nothing measured to keep
         return 1 if failed else 0
-    out = REPORTS / f"{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}-gpu-check.json"
+    out = (results_dir or REPORTS) / f"{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}-gpu-check.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({
         "rounds": rounds, "min_seconds": min_seconds, "plan_seconds": seconds, "budget_s": budget.seconds,
@@ -515,6 +517,8 @@ def parse(own: list[str]) -> argparse.Namespace:
                         "(default 3; --quick 1)")
     parser.add_argument("--min-seconds", type=float, default=None, help="timed seconds of each run (default 30; "
                         "--quick 5)")
+    parser.add_argument("--results-dir", type=Path, default=REPORTS, help="where the results, records and run "
+                        "folders go (default reports/bench)")
     parser.add_argument("--only", nargs="+", metavar="NAME", default=None, help=f"these cases only: {', '.join(NAMES)}")
     args = parser.parse_args(own)
     mode = MODES["quick" if args.quick else "tiny" if args.tiny else "full"]
@@ -549,12 +553,12 @@ def main(argv: list[str] | None = None, sides_factory=Sides) -> int:
         return 2
     try:
         entries = selected(args.only)
-        kept = REPORTS / f"{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}-gpu-check-runs"
+        kept = args.results_dir / f"{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}-gpu-check-runs"
         with tempfile.TemporaryDirectory(prefix="gpu-check-") as caches:
             sides = sides_factory(run_options, kept, "tiny" if args.tiny else "full", args.min_seconds,
                                   compile_caches(Path(caches)))
             budget = Budget(QUICK_BUDGET_S if args.quick else None)
-            return check_host(entries, sides, args.rounds, args.min_seconds, budget, run_options)
+            return check_host(entries, sides, args.rounds, args.min_seconds, budget, run_options, args.results_dir)
     except UsageError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

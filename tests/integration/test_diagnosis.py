@@ -2,6 +2,7 @@
 communication-bound; the rules over every kind of figure), timed windows that grow to --min-seconds,
 the DLE preset, published GPU figures matched to a record, and `make gpu-check`."""
 
+import json
 import os
 import socket
 import subprocess
@@ -171,13 +172,18 @@ def test_gpu_check_fails_where_the_suite_trained_on_the_cpu(tmp_path):
     env.pop("CUDA_VISIBLE_DEVICES", None)
     # no sampler: on a GPU host it would meet the real NVML, which this check of the CPU path must not read
     done = subprocess.run([sys.executable, "benchmarks/gpu_check.py", "--tiny", "--rounds", "1", "--min-seconds", "1",
-                           "--only", "pytorch-ddp-dle", "--", "--flavour", "cpu", "--telemetry-interval", "0"],
+                           "--only", "pytorch-ddp-dle", "--results-dir", str(tmp_path / "bench"), "--", "--flavour",
+                           "cpu", "--telemetry-interval", "0"],
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
     assert done.returncode == 1, done.stdout + done.stderr
     refused = ("the suite's run failed: asked to train on cuda (GPUs are present and were asked for) "
                f"but rank 0 on {socket.gethostname()} trained on cpu")
     assert done.stderr.strip().splitlines()[-1] == f"gpu-check FAILED: pytorch-ddp-dle: {refused}"
     assert f"suite_vs_bare.pytorch-ddp-dle: FAILED: {refused}" in done.stdout
+    # the failed run's record and output are kept for reading, in the folder asked, nothing in the checkout's
+    [kept] = (tmp_path / "bench").glob("*-gpu-check-runs")
+    [record] = kept.glob("pytorch-ddp-dle-*/*.json")
+    assert json.loads(record.read_text())["status"] == "failed" and (record.parent / "output.log").exists()
 
 
 def test_a_run_asked_on_gpus_that_trains_on_the_cpu_fails_and_no_cuda_asks_for_the_cpu(suite_cli, tmp_path,
