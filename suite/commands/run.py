@@ -12,6 +12,8 @@ NAME = "run"
 HELP = "run a case and write a result record"
 CASE_OPTIONS = """Case options go after '--' (Make: ARGS) and are checked against the case before anything
 starts, e.g.  python -m suite run --case pytorch-synthetic --gpus-per-node 2 -- --image-size 64 --batch-size 8
+--batch-size max: the largest batch per device that trains, found by short trial runs, then measured
+(docs/running.md, "The largest batch a device trains").
 """
 
 

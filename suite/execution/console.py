@@ -96,6 +96,18 @@ def peak_memory_line(record: dict) -> str | None:
     return None
 
 
+def batch_search_line(search: dict | None) -> str | None:
+    """What --batch-size max chose and why: the largest batch that trained and what stopped the next one."""
+    if not search:
+        return None
+    tried = f"{len(search['trials'])} trial(s) in {search['seconds']:.0f} s"
+    bound = search.get("bound")
+    if search["found"] is None:
+        return f"batch search: no batch trained ({bound['why'] if bound else 'stopped'}); {tried}"
+    stop = f"; {bound['batch']} did not: {bound['why']}" if bound else ""
+    return f"batch search: --{search['option']} max chose {search['found']}, the largest that trained{stop}; {tried}"
+
+
 def print_summary(record: dict, path: Path) -> None:
     cfg, world, tp = record["config"], record["world"], record["metrics"]["throughput"]
     print(f"\n== {record['case']}: {configuration(cfg)}")
@@ -117,6 +129,8 @@ def print_summary(record: dict, path: Path) -> None:
         print(f"   {utilisation_line(used)}")
     if memory := peak_memory_line(record):
         print(f"   {memory}")
+    if searched := batch_search_line(record["metrics"].get("batch_search")):
+        print(f"   {searched}")
     if published := record["metrics"].get("published"):
         print(f"   {published_line(published)}")
     if record["status"] != "ok":

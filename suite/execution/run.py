@@ -28,7 +28,7 @@ from suite.base import paths
 from suite.base.env_policy import masked_env
 from suite.base.errors import INTERRUPTED, RunFailed, UsageError
 from suite.base.log import log
-from suite.execution import plugins, strays
+from suite.execution import batch_search, plugins, strays
 from suite.execution.clusters import Cluster, load_cluster
 from suite.execution.console import DryRun, DryRunPoint, print_dry_run, print_summary
 from suite.execution.interconnect_check import run_check, wanted
@@ -75,11 +75,13 @@ class Checked:
     cpu_bind: str = "none"
     gpus: dict[str, int | None] = field(default_factory=dict)  # GPUs per host of the plan (None: not known)
     wheels: Path | None = None  # where a local stack installs from (None: the package index)
+    search_asked: batch_search.Asked | None = None  # --batch-size max: searched per point before it is measured
 
 
 def check(req: RunRequest) -> Checked:
     case = load_case(req.case)
-    options = case.parse_options(req.case_args)
+    search = batch_search.asked(case, req.case_args)
+    options = case.parse_options(search.args_at(req.case_args, search.start) if search else req.case_args)
     cluster = load_cluster(req.cluster) if req.cluster else None
     nodes = positive_ints(req.nodes, "NODES")
     gpus_text = req.gpus_per_node or (cluster and cluster.devices_per_node)
@@ -126,7 +128,7 @@ def check(req: RunRequest) -> Checked:
                       load_stack(case.stack), load_baseline(req.baseline),
                       cluster.name if cluster else cluster_name or Path(hostfile).stem, data_dir,
                       cluster.container_dir if cluster else None, cluster, cpu_bind=cpu_bind, gpus=found,
-                      wheels=req.wheels or (cluster.wheels if cluster else None))
+                      wheels=req.wheels or (cluster.wheels if cluster else None), search_asked=search)
     try:
         case.check_data(options, data_dir)
     except UsageError as exc:
@@ -290,15 +292,19 @@ def run_point(req: RunRequest, checked: Checked, world: World, stack_env, failur
         path = write_record(record, req.results_dir)
         print_summary(record, path)
         return record, path
-    interconnect = None
+    interconnect, search, argv = None, None, req.case_args
     try:
         if stack_env and not failure and wanted(req.precheck, world.nodes):
             interconnect = run_check(checked, world, req.runs_dir / ctx.run_id, log,
                                      lambda *program: plan_point(req, checked, world, stack_env, *program))
+        if stack_env and not failure and checked.search_asked:
+            search = batch_search.Search(checked.search_asked)
+            argv = searched_argv(req, checked, world, stack_env, search, req.runs_dir / ctx.run_id / "batch-search")
+            ctx = replace(ctx, options=case.parse_options(argv))
         for index in range(checked.repeat if stack_env else 0):
             rep_dir = req.runs_dir / ctx.run_id / f"rep-{index}"
             rep_dir.mkdir(parents=True)
-            plan = with_samplers(plan_point(req, checked, world, stack_env, rep_dir), world, rep_dir,
+            plan = with_samplers(plan_point(req, checked, world, stack_env, rep_dir, argv=argv), world, rep_dir,
                                  req.telemetry_interval)
             details = plan.details
             log(f"repetition {index + 1}/{checked.repeat}: {' '.join(plan.processes[0].argv[:8])} ...")
@@ -319,6 +325,8 @@ def run_point(req: RunRequest, checked: Checked, world: World, stack_env, failur
     if facts := checked.scheduler.execution_facts(checked.cluster_profile):
         record["execution"][checked.scheduler.name] = facts
     record["metrics"].update(hardware_metrics(reps, world, req.telemetry_interval, interconnect))
+    if search:
+        record["metrics"]["batch_search"] = search.as_record()
     if record["status"] == "ok":
         record["metrics"]["diagnosis"] = diagnose(record, checked.case.spec.get("hints"))
         if used := utilisation(record):
@@ -329,6 +337,30 @@ def run_point(req: RunRequest, checked: Checked, world: World, stack_env, failur
     path = write_record(record, req.results_dir)
     print_summary(record, path)
     return record, path
+
+
+def searched_argv(req: RunRequest, checked: Checked, world: World, stack_env: StackEnv,
+                  search: batch_search.Search, folder: Path) -> list[str]:
+    """The case arguments with the largest batch that trains on this point (suite/execution/batch_search.py):
+    each trial one short launch of the case, without telemetry, its folder kept under `folder`."""
+    asked = search.asked
+
+    def launch(batch: int, run_dir: Path) -> Repetition:
+        run_dir.mkdir(parents=True)
+        argv = [*asked.args_at(req.case_args, batch), *asked.trial_args]
+        plan = plan_point(req, checked, world, stack_env, run_dir, argv=argv)
+        try:
+            return run_repetition(0, plan, checked.scheduler, run_dir,
+                                  min(checked.timeout_s, batch_search.TRIAL_TIMEOUT_S), checked.stall_s,
+                                  checked.cluster_profile)
+        finally:
+            strays.end(run_dir, log)
+            checked.runtime.cleanup(stack_env, log)
+
+    on_cpus = device_asked(checked, world) is None
+    host_limit = batch_search.host_bytes_per_rank(checked.scheduler, world, checked.cluster_profile) if on_cpus \
+        else None
+    return asked.args_at(req.case_args, batch_search.run_search(search, launch, folder, host_limit, log))
 
 
 def hardware_metrics(reps: list[Repetition], world: World, interval: float | None, interconnect: dict | None) -> dict:
