@@ -59,7 +59,7 @@ endif
 VENV := .venv
 SUITE := $(VENV)/bin/python -m suite
 
-.PHONY: run data install report compare query bench test cases clean-runs doctor rerun resume compare-frameworks
+.PHONY: run data install report compare query bench test cases clean-runs doctor rerun resume compare-frameworks tune
 
 $(VENV)/.installed: pyproject.toml
 	tools/check-python.sh "$(BOOTSTRAP_PYTHON)"
@@ -75,6 +75,17 @@ run: $(VENV)/.installed
 		$(call opt,--stall,$(STALL)) $(if $(call on,DRY_RUN),--dry-run) \
 		$(if $(call on,PRECHECK),--precheck) $(if $(call on,NO_PRECHECK),--no-precheck) \
 		$(call opt,--telemetry-interval,$(TELEMETRY)) $(call opt,--cpu-bind,$(CPU_BIND)) \
+		$(call opt,--flavour,$(FLAVOUR)) $(call opt,--wheels,$(WHEELS)) $(call opt,--modules,$(MODULES)) \
+		$(call opt,--source,$(SOURCE)) $(site_python) $(if $(call on,TINY),--tiny) -- $(ARGS)
+
+# make tune CASE=... [NODES=1] [BUDGET=30] [TINY=1] [ARGS="--batch-size max"]: the case's speed settings (its [tune]
+# table) tried one at a time within BUDGET minutes, each trial a record; the best written to reports/tune/ as a
+# preset for ARGS="--preset tuned:<file>" (docs/running.md, "Tuning a case")
+tune: $(VENV)/.installed
+	$(SUITE) tune --case "$(CASE)" --nodes "$(NODES)" $(call opt,--budget,$(BUDGET)) \
+		$(call opt,--gpus-per-node,$(GPUS_PER_NODE)) $(call opt,--hostfile,$(HOSTFILE)) \
+		$(call opt,--cluster,$(CLUSTER)) $(call opt,--runtime,$(RUNTIME)) $(call opt,--scheduler,$(SCHEDULER)) \
+		$(call opt,--data-dir,$(DATA_DIR)) $(call opt,--timeout,$(TIMEOUT)) \
 		$(call opt,--flavour,$(FLAVOUR)) $(call opt,--wheels,$(WHEELS)) $(call opt,--modules,$(MODULES)) \
 		$(call opt,--source,$(SOURCE)) $(site_python) $(if $(call on,TINY),--tiny) -- $(ARGS)
 

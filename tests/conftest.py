@@ -23,7 +23,7 @@ def suite_cli(tmp_path):
 
     def run(*args: str, case_args: tuple[str, ...] = (), timeout: float = 900):
         command = [sys.executable, "-m", "suite", *args]
-        if args and args[0] in ("run", "rerun", "resume"):
+        if args and args[0] in ("run", "rerun", "resume", "tune"):
             command += ["--results-dir", str(tmp_path / "results"), "--runs-dir", str(tmp_path / "runs")]
         if case_args:
             command += ["--", *case_args]

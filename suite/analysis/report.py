@@ -21,7 +21,7 @@ from pathlib import Path
 import plotly.graph_objects as go
 from plotly.offline import get_plotlyjs
 
-from suite.analysis import site_check, what_ran
+from suite.analysis import site_check, tuning, what_ran
 from suite.analysis.same_work import parallel_table_html
 from suite.analysis.scaling import exchange_for, fit, from_points
 from suite.analysis.utilisation import is_valid, mfu_cell, reference_mfu
@@ -439,6 +439,7 @@ def _index_body(series: list[Series], points: list[Point], skipped: int) -> str:
             f"<td>{html.escape(top.finished_at)}</td></tr>")
     return (f"<p>{len(points)} records used ({span}); {skipped} file(s) skipped. "
             f"<a href=\"frameworks.html\">All cases side by side</a> · <a href=\"site-check.html\">Site checks</a> · "
+            f"<a href=\"tuning.html\">Tuning</a> · "
             f"<a href=\"summary.csv\">CSV</a></p>"
             "<table><tr><th>case</th><th>stack</th><th>cluster</th><th>configuration</th><th>devices measured</th>"
             "<th>largest</th>" + "".join(f"<th>{html.escape(h)}</th>" for h in index_heads(units))
@@ -494,6 +495,8 @@ def write_report(results_dir: Path, out_dir: Path, warn=print) -> list[Path]:
                                 + ([f'<p class="note">{html.escape(sentence)}</p>'] if sentence else []))))
     written.append(_write(out_dir / "site-check.html", _page("Site checks", '<p><a href="index.html">index</a></p>'
                                                              + site_check.report_body(results_dir, warn), [])))
+    written.append(_write(out_dir / "tuning.html", _page("Tuning studies", '<p><a href="index.html">index</a></p>'
+                                                         + tuning.report_body(results_dir, warn), [])))
     written.append(_write(out_dir / "index.html",
                           _page("Benchmark results", _index_body(series, points, len(warnings)), [])))
     csv_path = out_dir / "summary.csv"

@@ -6,6 +6,7 @@ from pathlib import Path
 
 from suite.base import paths
 from suite.base.errors import UsageError
+from suite.inputs import tuned_presets
 from suite.inputs.cases import load_case
 from suite.inputs.host_gpus import FLAVOURS
 
@@ -20,6 +21,14 @@ def fraction(text: str) -> float:
 def no_case_args(name: str, case_args: list[str]) -> None:
     if case_args:
         raise UsageError(f"{name} takes no case options; nothing goes after '--'")
+
+
+def run_case_args(case: str, tiny: bool, case_args: list[str]) -> list[str]:
+    """A run's case arguments: --tiny's sizes in front of the given ones (later options win), and each
+    `--preset tuned:FILE` replaced by the file's options, so that the record, a rerun and a batch job's runner all
+    see the values that ran."""
+    sizes = load_case(case).tiny_args() if tiny else []
+    return [*sizes, *tuned_presets.expand(case, case_args)]
 
 
 def refuse_file_for_folder(path: Path, given: str) -> None:

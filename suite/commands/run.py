@@ -3,6 +3,7 @@
 
 import argparse
 
+from suite.commands import common_args
 from suite.execution import plugins, request
 from suite.execution.request import RunRequest
 from suite.inputs.cases import known_cases, load_case
@@ -37,10 +38,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def make_request(args, case_args: list[str], argv: list[str]) -> RunRequest:
-    """The request; --tiny becomes the case's [tiny] options in front of the given ones, so the record, a
-    rerun and a batch job's runner all see the sizes that ran."""
-    sizes = load_case(args.case).tiny_args() if args.tiny else []
-    return request.from_namespace(args, [*sizes, *case_args], argv)
+    """The request; --tiny and --preset tuned:FILE become the options they stand for (common_args.run_case_args)."""
+    return request.from_namespace(args, common_args.run_case_args(args.case, args.tiny, case_args), argv)
 
 
 def run(req: RunRequest) -> int:

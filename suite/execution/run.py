@@ -80,8 +80,7 @@ class Checked:
 
 def check(req: RunRequest) -> Checked:
     case = load_case(req.case)
-    search = batch_search.asked(case, req.case_args)
-    options = case.parse_options(search.args_at(req.case_args, search.start) if search else req.case_args)
+    options, search = case_options(case, req.case_args)
     cluster = load_cluster(req.cluster) if req.cluster else None
     nodes = positive_ints(req.nodes, "NODES")
     gpus_text = req.gpus_per_node or (cluster and cluster.devices_per_node)
@@ -139,6 +138,13 @@ def check(req: RunRequest) -> Checked:
     for world in worlds:  # a launcher's refusal must come now, not after earlier points ran
         plan_point(req, checked, world, placeholder, req.runs_dir / "check")
     return checked
+
+
+def case_options(case: Case, case_args: list[str]) -> tuple[dict, batch_search.Asked | None]:
+    """The case's options parsed and checked, and the batch search asked for (--batch-size max: the options
+    then hold the batch the search starts from)."""
+    search = batch_search.asked(case, case_args)
+    return case.parse_options(search.args_at(case_args, search.start) if search else case_args), search
 
 
 def site_options(req: RunRequest, runtime: str) -> None:

@@ -1,0 +1,164 @@
+"""`suite tune`: the case's settings that change its speed and not its work (its case.toml's [tune] table:
+precision, compilation and its mode, channels-last, the optimizer's implementation, loader workers ...), tried
+one at a time from the run as asked, each trial a normal run with its own record, within a budget of minutes.
+A setting's best value is kept where it beats the best so far by more than MARGIN (a trial's own noise), and
+the next setting is tried on top of it. `--batch-size max` in the arguments searches the batch in the first
+trial and keeps it for the others. The study (every trial, the best) goes to reports/tune/<tune_id>.json, the
+best settings to <tune_id>.toml, which `--preset tuned:<file>` passes back to any run of the case."""
+
+import math
+import time
+from dataclasses import replace
+
+from suite.analysis.tuning import study_lines, tune_folder
+from suite.base.errors import INTERRUPTED, UsageError
+from suite.base.jsonfile import write_json_atomic
+from suite.base.log import log
+from suite.execution import batch_search
+from suite.execution import run as runner
+from suite.execution.request import RunRequest
+from suite.inputs import tuned_presets
+from suite.inputs.cases import load_case
+from suite.records.write import utc_now
+
+MARGIN = 0.02  # a value is kept where it beats the best so far by more than this fraction
+
+
+def tune(req: RunRequest, budget_s: float) -> int:
+    checked = runner.check(req)
+    table = checked.case.spec.get("tune")
+    if not table or not table.get("settings"):
+        raise UsageError(f"case {checked.case.name} has nothing to tune: its case.toml has no [tune] settings")
+    if len(checked.worlds) != 1:
+        raise UsageError("tune measures one point: give NODES and GPUS_PER_NODE one value each")
+    stack_env = runner.prepare(req, checked)
+    runner.check_stack(req, checked, stack_env)
+    study = {"tune_id": f"{utc_now().replace(':', '').replace('-', '')}-{checked.case.name}-tune",
+             "case": checked.case.name, "argv": req.provenance_argv(), "budget_s": budget_s,
+             "started_at": utc_now(), "trials": []}
+    started, args = time.monotonic(), list(req.case_args)
+    best = trial(req, checked, stack_env, study, "(as asked)", {}, args)
+    if best is None or best["status"] != "ok":
+        return finish(req, study, None, INTERRUPTED if best is None else "the run as asked failed", started)
+    if found := best.get("batch_found"):  # --batch-size max: searched once, then kept
+        args = checked.search_asked.args_at(args, found)
+    chosen: dict = {}
+    stopped = "every setting tried"
+    for name, values in table["settings"].items():
+        if (needs := (table.get("needs") or {}).get(name)) and not setting_of(args, needs):
+            continue
+        winner = None
+        for value in values:
+            if value == setting_of(args, name):
+                continue
+            longest = max(t["seconds"] for t in study["trials"])
+            if time.monotonic() - started + longest > budget_s:
+                stopped = f"the budget of {budget_s / 60:g} min was spent after {len(study['trials'])} trial(s)"
+                break
+            tried = trial(req, checked, stack_env, study, f"{name}={value_label(value)}", {**chosen, name: value},
+                          with_setting(args, name, value))
+            if tried is None:  # interrupted
+                return finish(req, study, best, INTERRUPTED, started)
+            if tried["status"] == "ok" and tried["throughput"] > (winner or best)["throughput"] * (1 + MARGIN):
+                winner = tried
+        if winner:
+            best, chosen = winner, dict(winner["settings"])
+            args = with_setting(args, name, chosen[name])
+        if stopped != "every setting tried":
+            break
+    return finish(req, study, best, stopped, started)
+
+
+def trial(req: RunRequest, checked, stack_env, study: dict, label: str, settings: dict, args: list[str]) -> dict | None:
+    """One run of the case with `args`, its record written as any run's; what the study keeps of it."""
+    began = time.monotonic()
+    entry = {"label": label, "settings": settings, "args": args}
+    try:
+        options, asked = runner.case_options(checked.case, args)
+    except UsageError as exc:
+        entry.update(status="refused", reason=str(exc), throughput=None, seconds=0.0)
+        study["trials"].append(entry)
+        return entry
+    log(f"tune: trial {len(study['trials']) + 1}: {label}")
+    trial_req = replace(req, case_args=args, run_id=None)
+    record, path = runner.run_point(trial_req, replace(checked, options=options, search_asked=asked),
+                                    checked.worlds[0], stack_env, None, None)
+    tp = record["metrics"]["throughput"]
+    entry.update(status=record["status"], reason=record["reason"], throughput=tp["mean"], ci95=tp["ci95"],
+                 unit=tp.get("unit", "img/s"), run_id=record["run_id"], record=str(path),
+                 seconds=round(time.monotonic() - began, 1))
+    if searched := record["metrics"].get("batch_search"):
+        entry["batch_found"] = searched["found"]
+    study["trials"].append(entry)
+    return None if record["reason"] == INTERRUPTED else entry
+
+
+def finish(req: RunRequest, study: dict, best: dict | None, stopped: str, started: float) -> int:
+    """The study's file and, where a trial succeeded, the best settings as a preset; the table printed."""
+    folder = tune_folder(req.results_dir)
+    folder.mkdir(parents=True, exist_ok=True)
+    baseline = study["trials"][0] if study["trials"] else None
+    study.update(seconds=round(time.monotonic() - started, 1), stopped=stopped, best=None, preset=None)
+    if best and best["status"] == "ok":
+        options = dict(best["settings"])
+        if found := baseline.get("batch_found"):
+            options[checked_batch_option(req)] = found
+        preset = folder / f"{study['tune_id']}.toml"
+        preset.write_text(tuned_presets.text(study["case"], options, [
+            f"suite tune: the best of {len(study['trials'])} trial(s) of {study['case']} ({stopped})",
+            f"measured {best['throughput']:.4g} {best['unit']} ({ratio(best, baseline)} x the run as asked), "
+            f"record {best['record']}", f"pass it back: ARGS=\"--preset {tuned_presets.PREFIX}{preset}\""]))
+        study.update(best={"label": best["label"], "options": options, "throughput": best["throughput"],
+                           "vs_asked": ratio(best, baseline), "run_id": best["run_id"]}, preset=str(preset))
+    for trial_entry in study["trials"]:
+        trial_entry["vs_asked"] = ratio(trial_entry, baseline)
+    path = folder / f"{study['tune_id']}.json"
+    write_json_atomic(path, study)
+    print("\n" + "\n".join(study_lines(study)) + f"\n   study: {path}")
+    return 0 if study["best"] else 1
+
+
+def checked_batch_option(req: RunRequest) -> str:
+    return batch_search.asked(load_case(req.case), req.case_args).option
+
+
+def ratio(entry: dict, baseline: dict | None) -> float | None:
+    if not baseline or entry.get("throughput") is None or not baseline.get("throughput"):
+        return None
+    value = entry["throughput"] / baseline["throughput"]
+    return round(value, 3) if math.isfinite(value) else None
+
+
+def value_label(value) -> str:
+    return "on" if value is True else "off" if value is False else str(value)
+
+
+def setting_of(args: list[str], name: str):
+    """A setting's value in the case arguments: True/False for a flag, the last value given, None if absent."""
+    flag = f"--{name}"
+    found = None
+    for index, arg in enumerate(args):
+        if arg == flag:
+            following = args[index + 1] if index + 1 < len(args) else None
+            found = True if following is None or following.startswith("--") else following
+        elif arg.startswith(flag + "="):
+            found = arg.split("=", 1)[1]
+    return found
+
+
+def with_setting(args: list[str], name: str, value) -> list[str]:
+    """The case arguments with a setting replaced: a flag added (True) or taken out (False), or --NAME VALUE."""
+    flag, kept, skip = f"--{name}", [], False
+    for index, arg in enumerate(args):
+        if skip:
+            skip = False
+            continue
+        if arg == flag:
+            following = args[index + 1] if index + 1 < len(args) else None
+            skip = following is not None and not following.startswith("--")
+            continue
+        if not arg.startswith(flag + "="):
+            kept.append(arg)
+    if value is True:
+        return [*kept, flag]
+    return kept if value is False else [*kept, flag, str(value)]

@@ -1,0 +1,174 @@
+"""`suite tune` (suite/execution/tune.py): which settings it tries, in which order, what it keeps, when the
+budget stops it, and the preset it writes, over trials a fake answers; `--preset tuned:FILE` read back; the
+study's table. The real study at tiny sizes is in tests/integration/test_tune_study.py."""
+
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from suite.analysis.tuning import report_body, study_lines
+from suite.base.errors import UsageError
+from suite.execution import tune as tuning
+from suite.execution.request import RunRequest
+from suite.inputs import tuned_presets
+from suite.inputs.cases import known_cases, load_case
+
+
+class Trials:
+    """Trials answered from a table: throughput by the settings on, each trial `seconds` long."""
+
+    def __init__(self, speed, seconds=10.0, failing=()):
+        self.speed, self.seconds, self.failing, self.asked = speed, seconds, failing, []
+
+    def __call__(self, req, checked, stack_env, study, label, settings, args):
+        self.asked.append(label)
+        ok = label not in self.failing
+        entry = {"label": label, "settings": settings, "args": args, "status": "ok" if ok else "failed",
+                 "reason": None if ok else "rank 0 failed", "throughput": self.speed(args) if ok else None,
+                 "ci95": None, "unit": "tokens/s", "run_id": f"run-{len(self.asked)}",
+                 "record": f"/r/run-{len(self.asked)}.json", "seconds": self.seconds}
+        study["trials"].append(entry)
+        return entry
+
+
+@pytest.fixture
+def fake_runs(monkeypatch, tmp_path):
+    """tune() over pytorch-gpt's [tune] table, its runner's checks and stack stubbed, trials from a table."""
+    checked = type("Checked", (), {"case": load_case("pytorch-gpt"), "worlds": [object()], "search_asked": None})()
+    monkeypatch.setattr(tuning.runner, "check", lambda req: checked)
+    monkeypatch.setattr(tuning.runner, "prepare", lambda req, c: "stack")
+    monkeypatch.setattr(tuning.runner, "check_stack", lambda req, c, s: None)
+    clock = {"now": 0.0}
+    monkeypatch.setattr(tuning.time, "monotonic", lambda: clock["now"])
+
+    def run(trials: Trials, budget_s=3600.0, args=("--batch-size", "8")):
+        def timed(*a):
+            clock["now"] += trials.seconds
+            return trials(*a)
+        monkeypatch.setattr(tuning, "trial", timed)
+        req = RunRequest(case="pytorch-gpt", case_args=list(args), results_dir=tmp_path / "results")
+        code = tuning.tune(req, budget_s)
+        study = next((tmp_path / "tune").glob("*.json")).read_text()
+        return code, __import__("json").loads(study)
+    return run
+
+
+def speed_of(args):
+    """bf16 doubles the speed, compile adds a half, reduce-overhead a tenth, fused 1%: below the margin."""
+    x = 100.0
+    x *= 2 if "bf16" in args else 1
+    x *= 1.5 if "--compile" in args else 1
+    x *= 1.1 if "reduce-overhead" in args else 1
+    x *= 1.01 if "fused" in args else 1
+    return x
+
+
+def test_each_setting_is_tried_on_top_of_the_best_so_far_and_the_best_written_as_a_preset(fake_runs):
+    code, study = fake_runs(trials := Trials(speed_of))
+    assert code == 0
+    assert trials.asked == ["(as asked)", "precision=bf16", "precision=fp32", "compile=on",
+                            "compile-mode=reduce-overhead", "compile-mode=max-autotune",
+                            "optimizer-impl=fused", "optimizer-impl=foreach"]
+    assert study["best"]["options"] == {"precision": "bf16", "compile": True, "compile-mode": "reduce-overhead"}
+    assert study["best"]["vs_asked"] == pytest.approx(3.3)  # fused's 1% is within the margin: not kept
+    assert study["stopped"] == "every setting tried"
+    preset = Path(study["preset"])
+    options = tuned_presets.read("pytorch-gpt", preset)
+    assert options == study["best"]["options"]
+    expanded = tuned_presets.expand("pytorch-gpt", ["--preset", f"tuned:{preset}", "--batch-size", "4"])
+    assert expanded == ["--precision", "bf16", "--compile", "--compile-mode", "reduce-overhead", "--batch-size", "4"]
+
+
+def test_a_setting_that_needs_a_flag_is_not_tried_where_the_flag_lost(fake_runs):
+    _, study = fake_runs(trials := Trials(lambda args: 50.0 if "--compile" in args else 100.0))
+    assert "compile=on" in trials.asked and not any(a.startswith("compile-mode") for a in trials.asked)
+    assert study["best"]["options"] == {}  # nothing beat the run as asked: the preset says so by being empty
+
+
+def test_the_budget_stops_the_trials_before_one_would_pass_it(fake_runs):
+    code, study = fake_runs(trials := Trials(speed_of, seconds=20.0), budget_s=60.0)
+    assert trials.asked == ["(as asked)", "precision=bf16", "precision=fp32"]  # a fourth would end at 80 s
+    assert study["stopped"] == "the budget of 1 min was spent after 3 trial(s)"
+    assert code == 0 and study["best"]["options"] == {"precision": "bf16"}
+
+
+def test_a_failed_trial_is_kept_in_the_table_and_never_chosen(fake_runs):
+    _, study = fake_runs(Trials(speed_of, failing=("compile=on",)))
+    assert "compile" not in study["best"]["options"]
+    failed = next(t for t in study["trials"] if t["label"] == "compile=on")
+    assert failed["status"] == "failed" and failed["vs_asked"] is None
+    assert any("compile=on" in line and "rank 0 failed" in line for line in study_lines(study))
+
+
+def test_where_the_run_as_asked_fails_no_preset_is_written(fake_runs):
+    code, study = fake_runs(Trials(speed_of, failing=("(as asked)",)))
+    assert code == 1 and study["best"] is None and study["preset"] is None
+    assert "no trial succeeded" in study_lines(study)[-1]
+
+
+def test_the_table_and_the_report_page_name_every_trial_and_the_best(fake_runs, tmp_path):
+    _, study = fake_runs(Trials(speed_of))
+    lines = study_lines(study)
+    assert lines[0].startswith("== tune pytorch-gpt: 8 trial(s)")
+    assert any(line.strip().startswith("compile-mode=reduce-overhead (best)") for line in lines)
+    best = next(line for line in lines if line.startswith("   best: "))
+    assert all(words in best for words in ("precision=bf16", "compile,", "compile-mode=reduce-overhead", "(3.3 x"))
+    page = report_body(tmp_path / "results")
+    assert page.count("<tr>") == 1 + 8 and "compile-mode=reduce-overhead (best)" in page and "3.3 x" in page
+
+
+def test_settings_are_set_and_read_in_the_case_arguments():
+    args = ["--batch-size", "4", "--compile", "--precision=fp32", "--lr", "1"]
+    assert tuning.setting_of(args, "compile") is True and tuning.setting_of(args, "precision") == "fp32"
+    assert tuning.setting_of(args, "amp") is None
+    assert tuning.with_setting(args, "compile", False) == ["--batch-size", "4", "--precision=fp32", "--lr", "1"]
+    assert tuning.with_setting(args, "precision", "bf16")[-2:] == ["--precision", "bf16"]
+    assert "--precision=fp32" not in tuning.with_setting(args, "precision", "bf16")
+    assert tuning.with_setting(["--amp"], "amp", True) == ["--amp"]
+
+
+@pytest.mark.parametrize("name", known_cases())
+def test_every_cases_tune_settings_are_its_own_options_with_values_it_takes(name):
+    case = load_case(name)
+    table = case.spec.get("tune")
+    assert table and table["settings"], f"{name} has no [tune] settings"
+    for option, values in table["settings"].items():
+        for value in values:
+            args = tuning.with_setting(case.tiny_args(), option, value)
+            needs = (table.get("needs") or {}).get(option)
+            case.parse_options(tuning.with_setting(args, needs, True) if needs else args)
+
+
+@pytest.mark.parametrize("text,said", [
+    (None, "cannot read it"),
+    ("case = [", "not a TOML file"),
+    ('case = "jax-gpt"\n[options]\n', "was tuned for case 'jax-gpt', not pytorch-gpt"),
+    ('case = "pytorch-gpt"\n', "has no [options] table"),
+])
+def test_a_tuned_preset_that_cannot_be_used_is_refused_in_one_line(tmp_path, text, said):
+    path = tmp_path / "p.toml"
+    if text is not None:
+        path.write_text(text)
+    with pytest.raises(UsageError, match=said.replace("[", r"\[").replace("(", r"\(")):
+        tuned_presets.expand("pytorch-gpt", ["--preset", f"tuned:{path}"])
+
+
+def test_named_presets_and_other_arguments_pass_through():
+    args = ["--preset", "h100", "--batch-size", "4"]
+    assert tuned_presets.expand("pytorch-gpt", args) == args
+
+
+def test_a_budget_out_of_range_is_refused(tmp_path):
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+    done = subprocess.run([sys.executable, "-m", "suite", "tune", "--case", "pytorch-gpt", "--budget", "0"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and "--budget (Make: BUDGET) is minutes from 0 to 1440" in done.stderr
+
+
+def test_replace_keeps_a_request_a_trial_can_run():
+    req = RunRequest(case="pytorch-gpt", case_args=["--batch-size", "max"], run_id="x")
+    assert replace(req, case_args=["--batch-size", "4"], run_id=None).run_id is None
