@@ -7,6 +7,7 @@ trial is not started where the trials so far predict more memory per rank than t
 The case names its batch option and the options that make a trial short in its case.toml ([batch_search])."""
 
 import re
+import resource
 import signal
 import time
 from dataclasses import asdict, dataclass, field
@@ -213,9 +214,18 @@ def tried(search: Search, batch: int, launch, folder: Path, host_limit: int | No
                                    f"the {host_limit / 2**30:.2f} GiB a rank may take of the host's available memory")
     run_dir = folder / f"batch-{batch}"
     log(f"batch search: trying {search.asked.option} {batch}")
-    began = time.monotonic()
+    began, waited_for = time.monotonic(), largest_child_bytes()
     rep = launch(batch, run_dir)
     fits, why = outcome(rep, batch, run_dir)
     peaks = [m for m in rep.results.get("peak_memory_bytes") or [] if isinstance(m, int)]
+    if not peaks and largest_child_bytes() > waited_for:  # a case that reports none: its largest process, if here
+        peaks = [largest_child_bytes()]
     return Trial(batch, fits, why, str(run_dir), max(peaks) if peaks else None, round(time.monotonic() - began, 1))
+
+
+def largest_child_bytes() -> int:
+    """The peak resident set of the largest process this runner (or a process it started) has waited for: a
+    trial's ranks on this host where the case measures no memory of its own (on other hosts, nothing). It only
+    grows, so a trial's figure is known where it raised it: the doubling's trials, each larger than the last."""
+    return resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024
 

@@ -190,3 +190,29 @@ def test_a_hosts_share_per_rank_is_read_from_each_host_through_the_scheduler():
 
     world = World((Host("a", 2), Host("b", 1)), "hostfile")
     assert batch_search.host_bytes_per_rank(Scheduler(), world, None) == int(4 * 2**30 * batch_search.HOST_SHARE)
+
+
+def test_a_trial_of_a_case_that_reports_no_memory_is_measured_by_its_largest_process(tmp_path):
+    """pytorch-synthetic, tf-cifar and mxnet-imagenet report no peak memory: the host's guard then reads the
+    largest process the trial started here, as the kernel counted it (a real child holding 300 MiB; in a fresh
+    interpreter, whose children so far are none)."""
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    script = f"""
+import subprocess, sys
+from pathlib import Path
+from suite.execution import batch_search
+from suite.records.measure import Repetition
+def launch(batch, run_dir):
+    subprocess.run([sys.executable, "-c", "x = bytearray(300 << 20); x[::4096] = b'1' * len(x[::4096])"], check=True)
+    return Repetition(0, str(run_dir))
+search = batch_search.Search(batch_search.Asked("batch-size", "batch-size", 4, ()))
+trial = batch_search.tried(search, 4, launch, Path({str(tmp_path)!r}), 1 << 40, lambda *_: None)
+print(trial.fits, trial.peak_memory_bytes)
+"""
+    done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    fits, peak = done.stdout.split()
+    assert fits == "True" and int(peak) >= 300 << 20, done.stderr
