@@ -26,6 +26,7 @@ OUT_OF_MEMORY = re.compile(r"out of memory|OutOfMemoryError|RESOURCE_EXHAUSTED|c
                            r"Cannot allocate memory|\bMemoryError\b|std::bad_alloc|OOM when allocating|"
                            r"failed to allocate", re.IGNORECASE)
 LOG_LINES_READ = 400  # of each process's log, from its end
+MEASUREMENT_RETRIES = 2  # smaller batches measured where the one found runs out of memory with the run's steps
 TRIAL_TIMEOUT_S = 600.0  # a trial's time limit (the case's, where shorter): a batch slower than this bounds the search
 
 
@@ -64,6 +65,7 @@ class Search:
     trials: list[Trial] = field(default_factory=list)
     found: int | None = None
     seconds: float = 0.0
+    retries: int = 0
 
     def as_record(self) -> dict:
         bound = min((t for t in self.trials if not t.fits and t.batch > (self.found or 0)),
@@ -74,6 +76,19 @@ class Search:
 
     def trial_at(self, batch: int) -> Trial:
         return next(t for t in reversed(self.trials) if t.batch == batch)
+
+    def smaller_after(self, rep) -> int | None:
+        """Where the measurement at the batch found ran out of memory (a trial is shorter than the run: at the
+        very edge, more steps can take more), the next smaller batch to measure, the failed measurement kept
+        as a trial; None where it did not fail for memory, or nothing smaller is left to try."""
+        if rep.status == "ok" or not self.found or self.found <= 1 or self.retries >= MEASUREMENT_RETRIES:
+            return None
+        if (why := memory_reason(rep, Path(rep.run_dir))) is None:
+            return None
+        self.trials.append(Trial(self.found, False, why.replace("out of memory", "out of memory in the measurement",
+                                                                1), rep.run_dir))
+        self.found, self.retries = self.found - 1, self.retries + 1
+        return self.found
 
 
 def asked(case, case_args: list[str]) -> Asked | None:
@@ -148,13 +163,21 @@ def outcome(rep, batch: int, run_dir: Path) -> tuple[bool, str]:
     if rep.status == "ok":
         return True, "trained"
     reason = rep.reason or "failed"
-    if line := memory_line(run_dir):
-        return False, f"out of memory: {line}"
-    if any(code == -signal.SIGKILL for code in rep.exit_codes.values() if code is not None):
-        return False, f"out of memory: a process was killed (SIGKILL, the kernel's out-of-memory killer?): {reason}"
+    if why := memory_reason(rep, run_dir):
+        return False, why
     if "time limit" in reason or "stall limit" in reason:
         return False, f"too slow for the trial's time limit: {reason}"
     raise RunFailed(f"--batch-size max: the trial at batch {batch} failed, not for memory: {reason}")
+
+
+def memory_reason(rep, run_dir: Path) -> str | None:
+    """'out of memory: ...' where a failed launch's logs say an allocation failed or a rank was SIGKILLed."""
+    if line := memory_line(run_dir):
+        return f"out of memory: {line}"
+    if any(code == -signal.SIGKILL for code in rep.exit_codes.values() if code is not None):
+        return ("out of memory: a process was killed (SIGKILL, the kernel's out-of-memory killer?): "
+                f"{rep.reason or 'failed'}")
+    return None
 
 
 def memory_line(run_dir: Path) -> str | None:

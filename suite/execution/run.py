@@ -308,18 +308,15 @@ def run_point(req: RunRequest, checked: Checked, world: World, stack_env, failur
             argv = searched_argv(req, checked, world, stack_env, search, req.runs_dir / ctx.run_id / "batch-search")
             ctx = replace(ctx, options=case.parse_options(argv))
         for index in range(checked.repeat if stack_env else 0):
-            rep_dir = req.runs_dir / ctx.run_id / f"rep-{index}"
-            rep_dir.mkdir(parents=True)
-            plan = with_samplers(plan_point(req, checked, world, stack_env, rep_dir, argv=argv), world, rep_dir,
-                                 req.telemetry_interval)
-            details = plan.details
-            log(f"repetition {index + 1}/{checked.repeat}: {' '.join(plan.processes[0].argv[:8])} ...")
-            try:
-                reps.append(run_repetition(index, plan, checked.scheduler, rep_dir, checked.timeout_s,
-                                           checked.stall_s, checked.cluster_profile))
-            finally:
-                strays.end(rep_dir, log)
-                checked.runtime.cleanup(stack_env, log)
+            rep, details = repetition(req, checked, world, stack_env, index, req.runs_dir / ctx.run_id / f"rep-{index}",
+                                      argv)
+            while index == 0 and search and (smaller := search.smaller_after(rep)):
+                log(f"batch search: the measurement at {smaller + 1} ran out of memory; measuring at {smaller}")
+                argv = search.asked.args_at(req.case_args, smaller)
+                ctx = replace(ctx, options=case.parse_options(argv))
+                rep, details = repetition(req, checked, world, stack_env, index,
+                                          req.runs_dir / ctx.run_id / f"rep-{index}-batch-{smaller}", argv)
+            reps.append(rep)
     except KeyboardInterrupt:
         failure = INTERRUPTED
     except (RunFailed, RuntimeError, OSError) as exc:
@@ -343,6 +340,21 @@ def run_point(req: RunRequest, checked: Checked, world: World, stack_env, failur
     path = write_record(record, req.results_dir)
     print_summary(record, path)
     return record, path
+
+
+def repetition(req: RunRequest, checked: Checked, world: World, stack_env: StackEnv, index: int, rep_dir: Path,
+               argv: list[str]) -> tuple[Repetition, dict]:
+    """One launch of the case, its samplers beside it; the repetition and the plan's details."""
+    rep_dir.mkdir(parents=True)
+    plan = with_samplers(plan_point(req, checked, world, stack_env, rep_dir, argv=argv), world, rep_dir,
+                         req.telemetry_interval)
+    log(f"repetition {index + 1}/{checked.repeat}: {' '.join(plan.processes[0].argv[:8])} ...")
+    try:
+        return run_repetition(index, plan, checked.scheduler, rep_dir, checked.timeout_s, checked.stall_s,
+                              checked.cluster_profile), plan.details
+    finally:
+        strays.end(rep_dir, log)
+        checked.runtime.cleanup(stack_env, log)
 
 
 def searched_argv(req: RunRequest, checked: Checked, world: World, stack_env: StackEnv,

@@ -3,6 +3,7 @@ starts inherits: on a CPU the limit a GPU's memory is), searches pytorch-gpt's a
 short trial runs that end in the framework's own out-of-memory error, then measures at the batch it found. The
 search's decisions over every kind of bound are in tests/unit/test_batch_search.py."""
 
+import os
 import resource
 import subprocess
 import sys
@@ -15,9 +16,13 @@ from suite.records.schema import validate
 
 # The address space a rank may map: at a context of 512 tokens and a vocabulary of 8,192 each sequence of the
 # batch takes ~50 MB (the logits and their gradient), so the limit falls a few sequences above [tiny]'s batch 4
-# (measured here: pytorch-gpt 7, jax-gpt 9); JAX maps ~1.5 GB before its first step (its threads' stacks).
-LIMITS = {"pytorch-gpt": 1200 << 20, "jax-gpt": 2 << 30}
+# (measured here: pytorch-gpt 8, jax-gpt 10, give or take one from run to run: the measurement then falls back
+# one batch, which the test allows); JAX maps well over a GB before its first step (its threads' stacks).
+LIMITS = {"pytorch-gpt": 1200 << 20, "jax-gpt": 1700 << 20}
 SIZES = ("--context", "512", "--vocab-size", "8192")
+# glibc gives threads arenas of their own, each mapping 64 MiB of address space as threads happen to need one:
+# that moved the limit found by a few sequences from run to run; one arena makes the address space the data's.
+STEADY = {"MALLOC_ARENA_MAX": "1"}
 
 
 def under_limit(limit: int):
@@ -31,19 +36,22 @@ def test_the_largest_batch_under_a_memory_limit_is_found_to_one_sequence_and_mea
     command = [sys.executable, "-m", "suite", "run", "--case", case, "--results-dir", str(tmp_path / "results"),
                "--runs-dir", str(tmp_path / "runs"), "--", *tiny(case), *SIZES, "--batch-size", "max"]
     done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=900,
-                          preexec_fn=under_limit(LIMITS[case]))
+                          preexec_fn=under_limit(LIMITS[case]), env={**os.environ, **STEADY})
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     record = records_in(tmp_path / "results")[-1]
     validate(record)
     search = record["metrics"]["batch_search"]
-    found, trials = search["found"], {t["batch"]: t for t in search["trials"]}
-    assert record["status"] == "ok" and found > 1
+    found = search["found"]
+    assert record["status"] == "ok" and found > 1  # it trained at the batch found: the measurement
     assert record["config"]["batch_per_device"] == found == record["config"]["options"]["batch-size"]
-    assert trials[found]["fits"] and Path(trials[found]["run_dir"]).is_dir()
-    assert not trials[found + 1]["fits"]  # the batch one sequence larger did not train ...
-    assert trials[found + 1]["why"].startswith("out of memory: ")  # ... for memory, in the framework's words
+    assert not any(t["batch"] == found and not t["fits"] for t in search["trials"])
+    # the batch one sequence larger did not train, in a trial or (at the very edge, with the run's more steps) in
+    # the measurement, which then measured one smaller: for memory, in the framework's words
+    larger = [t for t in search["trials"] if t["batch"] == found + 1]
+    assert larger and not any(t["fits"] for t in larger)
+    assert all(t["why"].startswith("out of memory") and Path(t["run_dir"]).is_dir() for t in larger)
     said = {"pytorch-gpt": "can't allocate memory", "jax-gpt": "RESOURCE_EXHAUSTED"}[case]
-    assert said in trials[found + 1]["why"]
+    assert said in larger[-1]["why"]
     assert search["bound"]["batch"] == found + 1
     assert f"--batch-size max chose {found}, the largest that trained; {found + 1} did not: out of memory" \
         in done.stdout

@@ -216,3 +216,21 @@ print(trial.fits, trial.peak_memory_bytes)
     done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=120)
     fits, peak = done.stdout.split()
     assert fits == "True" and int(peak) >= 300 << 20, done.stderr
+
+
+def test_where_the_measurement_at_the_batch_found_runs_out_of_memory_one_smaller_is_measured(tmp_path):
+    """A trial is shorter than the run: at the very edge the run's more steps can take more memory. The failed
+    measurement is kept as a trial and the next smaller batch measured, twice at most."""
+    found = search(Device(13), tmp_path)
+    (tmp_path / "rep-0" / "logs").mkdir(parents=True)
+    (tmp_path / "rep-0" / "logs" / "rank-0.log").write_text(SAID_BY["xla"] + "\n")
+    failed = Repetition(0, str(tmp_path / "rep-0"), status="failed", reason="rank-0 exited with 1",
+                        exit_codes={"rank-0": 1})
+    assert found.smaller_after(failed) == 12 and found.found == 12
+    assert found.trials[-1].batch == 13 and found.trials[-1].why.startswith("out of memory in the measurement: ")
+    assert found.as_record()["bound"]["batch"] == 13
+    assert found.smaller_after(failed) == 11
+    assert found.smaller_after(failed) is None  # two retries at most: the record then fails as any run
+    assert search(Device(13), tmp_path / "b").smaller_after(Repetition(0, str(tmp_path))) is None  # it trained
+    other = Repetition(0, str(tmp_path / "b"), status="failed", reason="NCCL error", exit_codes={"rank-0": 1})
+    assert search(Device(13), tmp_path / "c").smaller_after(other) is None  # not memory: no retry
