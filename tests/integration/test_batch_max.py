@@ -50,7 +50,8 @@ def test_the_largest_batch_under_a_memory_limit_is_found_to_one_sequence_and_mea
     larger = [t for t in search["trials"] if t["batch"] == found + 1]
     assert larger and not any(t["fits"] for t in larger)
     assert all(t["why"].startswith("out of memory") and Path(t["run_dir"]).is_dir() for t in larger)
-    said = {"pytorch-gpt": "can't allocate memory", "jax-gpt": "RESOURCE_EXHAUSTED"}[case]
+    # XLA says RESOURCE_EXHAUSTED, or INTERNAL where the allocation fails while it dispatches the step
+    said = {"pytorch-gpt": "can't allocate memory", "jax-gpt": "Out of memory allocating"}[case]
     assert said in larger[-1]["why"]
     assert search["bound"]["batch"] == found + 1
     assert f"--batch-size max chose {found}, the largest that trained; {found + 1} did not: out of memory" \
