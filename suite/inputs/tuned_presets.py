@@ -13,7 +13,7 @@ PREFIX = "tuned:"
 
 def expand(case_name: str, case_args: list[str]) -> list[str]:
     """The case arguments with each `--preset tuned:FILE` replaced by FILE's options, placed first."""
-    first, rest, index = [], [], 0
+    first, rest, index, found = [], [], 0, False
     while index < len(case_args):
         arg = case_args[index]
         value = case_args[index + 1] if arg == "--preset" and index + 1 < len(case_args) else None
@@ -21,11 +21,12 @@ def expand(case_name: str, case_args: list[str]) -> list[str]:
             value = arg.split("=", 1)[1]
         if value is not None and value.startswith(PREFIX):
             first += option_args(read(case_name, Path(value.removeprefix(PREFIX))))
+            found = True
             index += 1 if arg.startswith("--preset=") else 2
             continue
         rest.append(arg)
         index += 1
-    return [*first, *rest] if first else case_args
+    return [*first, *rest] if found else case_args
 
 
 def read(case_name: str, path: Path) -> dict:

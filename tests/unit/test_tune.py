@@ -154,6 +154,13 @@ def test_a_tuned_preset_that_cannot_be_used_is_refused_in_one_line(tmp_path, tex
         tuned_presets.expand("pytorch-gpt", ["--preset", f"tuned:{path}"])
 
 
+def test_a_preset_where_nothing_beat_the_run_as_asked_adds_nothing_and_is_taken_out(tmp_path):
+    path = tmp_path / "p.toml"
+    path.write_text(tuned_presets.text("pytorch-gpt", {}, ["nothing beat the run as asked"]))
+    assert tuned_presets.expand("pytorch-gpt", ["--preset", f"tuned:{path}", "--lr", "1"]) == ["--lr", "1"]
+    assert tuned_presets.expand("pytorch-gpt", [f"--preset=tuned:{path}"]) == []
+
+
 def test_named_presets_and_other_arguments_pass_through():
     args = ["--preset", "h100", "--batch-size", "4"]
     assert tuned_presets.expand("pytorch-gpt", args) == args
