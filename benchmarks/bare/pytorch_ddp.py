@@ -1,9 +1,11 @@
 """The pytorch-ddp synthetic training loop without the suite: the same model, batch, image size,
-precision and memory format, DistributedDataParallel over a world of one (NCCL on a GPU, Gloo on a
-CPU), no probe, no launcher, no telemetry. Times its iterations for about --seconds and prints one JSON
-line: what `make gpu-check` sets the suite's figure against.
+precision, memory format, compilation and SGD implementation, in a world of one (NCCL on a GPU, Gloo on a
+CPU) where the case trains the bare model too (no DistributedDataParallel: nothing to exchange), no probe,
+no launcher, no telemetry. Times its iterations for about --seconds and prints one JSON line: what
+`make gpu-check` sets the suite's figure against.
 
-    <stack python> benchmarks/bare/pytorch_ddp.py --batch-size 256 --image-size 224 --amp --channels-last
+    <stack python> benchmarks/bare/pytorch_ddp.py --batch-size 256 --image-size 224 --amp --channels-last \
+        [--compile [--compile-mode reduce-overhead]] [--optimizer-impl fused]
 """
 
 import argparse
@@ -16,7 +18,6 @@ import time
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
-from torch.nn.parallel import DistributedDataParallel
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
 from cases._shared.torch_resnet import resnet50
@@ -31,6 +32,10 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=30.0, help="time iterations until this long")
     parser.add_argument("--amp", action="store_true")
     parser.add_argument("--channels-last", action="store_true")
+    parser.add_argument("--compile", action="store_true", help="torch.compile the model")
+    parser.add_argument("--compile-mode", choices=("default", "reduce-overhead", "max-autotune"), default="default")
+    parser.add_argument("--optimizer-impl", choices=("auto", "foreach", "fused"), default="auto",
+                        help="SGD's implementation; auto: fused on a GPU, foreach on the CPU")
     args = parser.parse_args()
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=os.environ.get("MASTER_PORT", "29581"))
     cuda = torch.cuda.is_available()
@@ -40,8 +45,11 @@ def main() -> None:
         torch.backends.cudnn.benchmark = True
     dist.init_process_group("nccl" if cuda else "gloo", rank=0, world_size=1)
     fmt = torch.channels_last if args.channels_last else torch.contiguous_format
-    model = DistributedDataParallel(resnet50().to(device, memory_format=fmt), device_ids=[0] if cuda else None)
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    bare = resnet50().to(device, memory_format=fmt)
+    model = torch.compile(bare, mode=args.compile_mode) if args.compile else bare
+    implementation = args.optimizer_impl if args.optimizer_impl != "auto" else ("fused" if cuda else "foreach")
+    optimizer = torch.optim.SGD(bare.parameters(), lr=0.01, momentum=0.9, fused=implementation == "fused",
+                                foreach=implementation == "foreach")
     scaler = torch.amp.GradScaler("cuda", enabled=args.amp and cuda)
     generator = torch.Generator().manual_seed(42)
     images = torch.randn(args.batch_size, 3, args.image_size, args.image_size, generator=generator)
@@ -69,7 +77,12 @@ def main() -> None:
         sync()
         samples.append(args.batch_size * args.steps_per_iter / (time.perf_counter() - start))
     dist.destroy_process_group()
+    config = {"model": "resnet50", "parameters": sum(p.numel() for p in bare.parameters()),
+              "batch_per_device": args.batch_size, "image_size": args.image_size, "compile": args.compile,
+              "compile_mode": args.compile_mode if args.compile else None, "optimizer_impl": implementation,
+              "channels_last": args.channels_last}
     print(json.dumps({"samples": samples, "throughput": sum(samples) / len(samples), "device": str(device),
+                      "config": config,
                       "device_type": device.type, "device_name": torch.cuda.get_device_name(device) if cuda else "cpu",
                       "host": socket.gethostname(), "settings": vars(args)}))
 

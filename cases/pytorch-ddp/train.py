@@ -7,6 +7,8 @@ case.toml. --data synthetic trains on a fixed batch on the device (Horovod's ben
 in iterations); --data imagefolder on class folders of JPEGs (timed in epochs, the first not counted).
 """
 
+import contextlib
+import functools
 import time
 
 import numpy
@@ -17,6 +19,7 @@ import torch.nn.functional as F
 from pipeline import Normalise, make_loader
 from torch.nn.parallel import DistributedDataParallel
 
+from cases._shared import ddp_assembly
 from cases._shared.flops import report_work
 from cases._shared.gpu_busy import pass_gpu_seconds
 from cases._shared.image_folder import folder_facts, train_root
@@ -51,9 +54,9 @@ def main() -> None:
     if loader:
         train_epochs(args, probe, net.step, loader, sampler, Normalise(device, net.memory_format), net.sync)
     else:
-        train_synthetic(args, probe, net.step, batch, net.sync, fixed, device, net.model)
+        train_synthetic(args, probe, net, batch, fixed, device)
     if device.type == "cuda":  # the GPU's own time for a step's pass, beside the timed step (diagnosis)
-        probe.result(gpu_pass_s=pass_gpu_seconds(forward_backward(args, net.model, device, fixed)))
+        probe.result(gpu_pass_s=pass_gpu_seconds(forward_backward(args, net, device, fixed)))
     probe.end()
     leave_process_group()
 
@@ -78,8 +81,9 @@ def image_loader(args, where: dict, size: int, batch: int, device):
 
 
 class Training:
-    """The model wrapped in DistributedDataParallel (then compiled, with --compile), SGD with momentum at a
-    rate that grows with the world, the train step, and the device's sync."""
+    """The model in DistributedDataParallel where more than one rank trains (bare at a world of one), then
+    compiled at --compile-mode with --compile (cases/_shared/ddp_assembly.py), SGD with momentum at a rate that
+    grows with the world in --optimizer-impl's implementation, the train step, and the device's sync."""
 
     def __init__(self, args, device, batch: int, size: int, classes: int, world: int):
         self.device, self.batch, self.size, self.classes = device, batch, size, classes
@@ -87,12 +91,18 @@ class Training:
         self.bare = MODELS[args.model](num_classes=classes).to(device, memory_format=self.memory_format)
         self.ddp_settings = {"bucket_cap_mb": args.bucket_cap_mb, "static_graph": args.static_graph,
                              "gradient_as_bucket_view": args.gradient_as_bucket_view}
-        model = DistributedDataParallel(self.bare, device_ids=[device.index] if device.type == "cuda" else None,
-                                        **self.ddp_settings)
-        self.parameters = sum(p.numel() for p in model.parameters())
-        self.model = torch.compile(model) if args.compile else model
+
+        def wrap(module):
+            return DistributedDataParallel(module, device_ids=[device.index] if device.type == "cuda" else None,
+                                           **self.ddp_settings)
+
+        compile_fn = functools.partial(torch.compile, mode=args.compile_mode) if args.compile else None
+        self.model, self.wrapped = ddp_assembly.wrapped_then_compiled(self.bare, world, wrap, compile_fn)
+        self.parameters = sum(p.numel() for p in self.bare.parameters())
         self.lr = 0.01 * world
-        optimizer = torch.optim.SGD(self.model.parameters(), lr=self.lr, momentum=0.9)
+        self.optimizer_impl = ddp_assembly.optimizer_implementation(args.optimizer_impl, device.type)
+        optimizer = torch.optim.SGD(self.bare.parameters(), lr=self.lr, momentum=0.9,
+                                    **ddp_assembly.optimizer_flags(self.optimizer_impl))
         self.step = make_step(args, self.model, optimizer, device)
         self.sync = torch.cuda.synchronize if device.type == "cuda" else None
 
@@ -107,7 +117,10 @@ def start_config(args, net: Training, backend: str, where: dict, loader) -> dict
         "dtype": f"amp-{str(amp_dtype(device)).removeprefix('torch.')}" if args.amp else "float32",
         **data_facts(args), "batch_per_device": net.batch, "global_batch": net.batch * where["world"],
         "image_size": net.size, "classes": net.classes, "lr": net.lr, "threads_per_worker": torch.get_num_threads(),
-        "backend": backend, "launcher": args.launcher, "ddp": net.ddp_settings, "compile": args.compile,
+        "backend": backend, "launcher": args.launcher, "ddp": net.ddp_settings, "ddp_wrapped": net.wrapped is not None,
+        "notes": ddp_assembly.world_1_notes(where["world"]), "compile": args.compile,
+        "compile_mode": args.compile_mode if args.compile else None, "optimizer": "SGD",
+        "optimizer_impl": net.optimizer_impl,
         "channels_last": args.channels_last, "loader_workers": args.workers if loader else None,
         "images_per_rank_per_epoch": len(loader) * net.batch if loader else None,
     }
@@ -161,24 +174,25 @@ def data_facts(args) -> dict:
     return folder_facts()
 
 
-def forward_backward(args, model, device, fixed):
-    """A forward and backward pass with DDP's gradient exchange switched off (no_sync; gradients
-    dropped, weights untouched): the step's own work without the exchange and the update."""
+def forward_backward(args, net: Training, device, fixed):
+    """A forward and backward pass with DDP's gradient exchange switched off (no_sync where the model is
+    wrapped; gradients dropped, weights untouched): the step's own work without the exchange and the update."""
+    model = net.model
 
     def one_pass():
-        with model.no_sync():
+        with net.wrapped.no_sync() if net.wrapped is not None else contextlib.nullcontext():
             with torch.autocast(device.type, dtype=amp_dtype(device), enabled=args.amp):
                 loss = F.cross_entropy(model(fixed[0]), fixed[1])
             loss.backward()
-            model.zero_grad(set_to_none=True)
+            net.bare.zero_grad(set_to_none=True)
 
     return one_pass
 
 
-def step_without_exchange(args, model, device, fixed, sync) -> float:
+def step_without_exchange(args, net: Training, device, fixed, sync) -> float:
     """Seconds of a forward and backward pass without the exchange: beside the timed step's seconds,
     what the exchange (and the optimizer's update) costs, for the run's diagnosis."""
-    passes, one_pass = max(1, args.num_batches_per_iter), forward_backward(args, model, device, fixed)
+    passes, one_pass = max(1, args.num_batches_per_iter), forward_backward(args, net, device, fixed)
     if sync:
         sync()
     began = time.perf_counter()
@@ -189,12 +203,13 @@ def step_without_exchange(args, model, device, fixed, sync) -> float:
     return (time.perf_counter() - began) / passes
 
 
-def train_synthetic(args, probe, step, batch, sync, fixed, device, model) -> None:
+def train_synthetic(args, probe, net: Training, batch, fixed, device) -> None:
+    step, sync = net.step, net.sync
     with probe.warmup(images=batch * args.num_warmup_batches, sync=sync):
         for _ in range(args.num_warmup_batches):
             step(*fixed)
     if dist.get_world_size() > 1:
-        probe.result(step_without_exchange_s=step_without_exchange(args, model, device, fixed, sync))
+        probe.result(step_without_exchange_s=step_without_exchange(args, net, device, fixed, sync))
 
     def one_iteration():
         for _ in range(args.num_batches_per_iter):

@@ -7,14 +7,15 @@ DistributedDataParallel and fully_shard.
 - FSDP2: each block compiled, then sharded, block by block, then the whole model sharded
   (torchtitan's order), the loss compiled on its own; at a world of one the record says that
   sharding saves nothing there, and the gathered parameters are kept from forward to backward.
-- AdamW's implementation: fused on GPUs, foreach elsewhere, unless asked.
+- AdamW's implementation: fused on GPUs, foreach elsewhere, unless asked (cases/_shared/ddp_assembly.py).
 - Python's garbage collector, where asked (torchtitan's): automatic collection off over the steps,
   what lived before them frozen, a young collection every N steps."""
 
 import contextlib
 import gc
 
-DDP_WORLD_1 = "world size 1: nothing to exchange, so the bare model trains (no DistributedDataParallel)"
+from cases._shared.ddp_assembly import DDP_WORLD_1
+
 FSDP_WORLD_1 = ("world size 1: the one shard is the whole model, so sharding saves no memory; the all-gathers and "
                 "reduce-scatters only copy that shard, a cost a single device does not need")
 KEEP_GATHERED_WORLD_1 = ("world size 1: resharding after the forward pass would free a copy of the parameters only "
@@ -77,18 +78,6 @@ def compiled_parts(parallel: str, world: int) -> str:
     if parallel == "fsdp":
         return "each block, then fully_shard (torchtitan's order); the loss on its own"
     return "the model with its loss as one graph" + (", then DistributedDataParallel" if world > 1 else "")
-
-
-def optimizer_implementation(requested: str, device_type: str) -> str:
-    """auto: fused on GPUs (one kernel for every parameter's update), foreach elsewhere."""
-    if requested != "auto":
-        return requested
-    return "fused" if device_type == "cuda" else "foreach"
-
-
-def optimizer_flags(implementation: str) -> dict:
-    """AdamW's keyword arguments for the implementation (the two flags are exclusive)."""
-    return {"fused": implementation == "fused", "foreach": implementation == "foreach"}
 
 
 def pass_spins(parallel: str, world: int, default: tuple[float, ...]) -> tuple[float, ...]:

@@ -5,9 +5,10 @@ One process per device, started by torchrun, by the suite (--launcher ranks) or 
 cases/_shared/torch_dist.py). --data synthetic trains on a fixed batch of random tokens on the device;
 --data tokens on windows of $SUITE_DATA_DIR/tokens/train.bin (cases/_shared/token_windows.py), each rank its
 own. A step is --grad-accum micro-batches, the gradients exchanged once; steps are timed in iterations of
---num-batches-per-iter, after --num-warmup-batches untimed ones. The order of compilation and wrapping, the
-optimizer's implementation and the garbage collector's settings: assembly.py. On GPUs the GPU's own time for
-a step's passes is measured after the timed window (cases/_shared/gpu_busy.py). Options come from case.toml."""
+--num-batches-per-iter, after --num-warmup-batches untimed ones. The order of compilation and wrapping and the
+garbage collector's settings: assembly.py; the optimizer's implementation: cases/_shared/ddp_assembly.py. On
+GPUs the GPU's own time for a step's passes is measured after the timed window (cases/_shared/gpu_busy.py).
+Options come from case.toml."""
 
 import contextlib
 import functools
@@ -22,6 +23,7 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 from torch.nn.parallel import DistributedDataParallel
 
+from cases._shared import ddp_assembly
 from cases._shared.flops import precision, report_peak, training_flops_per_sample
 from cases._shared.gpu_busy import SPINS_S, pass_gpu_seconds
 from cases._shared.memory import peak_memory
@@ -90,9 +92,9 @@ def with_fsdp(args, bare: GPT, device: torch.device, world: int, amp: torch.dtyp
 
 def make_optimizer(args, bare: GPT, device: torch.device):
     """AdamW in --optimizer-impl's implementation, and the implementation's name."""
-    implementation = assembly.optimizer_implementation(args.optimizer_impl, device.type)
+    implementation = ddp_assembly.optimizer_implementation(args.optimizer_impl, device.type)
     optimizer = torch.optim.AdamW(bare.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=0.1,
-                                  **assembly.optimizer_flags(implementation))
+                                  **ddp_assembly.optimizer_flags(implementation))
     return optimizer, implementation
 
 

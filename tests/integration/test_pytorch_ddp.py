@@ -1,5 +1,6 @@
 """pytorch-ddp: the torchrun and ranks launchers' plans, and real DistributedDataParallel runs of the
-case (Gloo on this machine's CPUs) through the suite's CLI: 2 workers under each launcher, 2 hosts
+case (Gloo on this machine's CPUs) through the suite's CLI: 2 workers under each launcher, one worker
+training the bare model compiled, 2 hosts
 over ssh, the imagefolder input and its sampler, and a dying worker ending the job."""
 
 import json
@@ -107,6 +108,7 @@ def test_two_ddp_workers_on_this_machine(suite_cli, ddp_stack, launcher):
     assert (reported["backend"], reported["launcher"], record["execution"]["launcher"]) == ("gloo", launcher, launcher)
     assert reported["ddp"] == {"bucket_cap_mb": 10.0, "static_graph": True, "gradient_as_bucket_view": True}
     assert record["execution"]["ddp"] == reported["ddp"]
+    assert reported["ddp_wrapped"] is True and reported["notes"] == [] and reported["optimizer_impl"] == "foreach"
     assert reported["lr"] == pytest.approx(0.02) and reported["parameters"] == 25_557_032
     assert record["config"]["data"] == "synthetic" and record["config"]["global_batch"] == 8
     tp = record["metrics"]["throughput"]
@@ -115,6 +117,22 @@ def test_two_ddp_workers_on_this_machine(suite_cli, ddp_stack, launcher):
     assert names == (["torchrun-0"] if launcher == "torchrun" else ["rank-0", "rank-1"])
     assert record["provenance"]["versions"]["torch"].startswith("2.13.0")
     assert "horovod" not in ddp_stack.info["packages"]
+
+
+def test_one_worker_trains_the_bare_model_compiled_in_the_mode_asked_and_says_so(suite_cli, ddp_stack):
+    """A world of one: no DistributedDataParallel (nothing to exchange), which the record and the summary say;
+    --compile-mode and --optimizer-impl reach torch (CUDA graphs need a GPU: on a CPU the mode compiles
+    without them) and the record names them."""
+    result = suite_cli("run", *CASE, case_args=(*TINY, "--model", "tiny-cnn", "--compile", "--compile-mode",
+                                                "reduce-overhead", "--optimizer-impl", "fused"))
+    record = checked_record(result, suite_cli)
+    reported = record["config"]["reported_by_case"]
+    assert reported["ddp_wrapped"] is False and reported["notes"][0].startswith("world size 1: nothing to exchange")
+    assert (reported["compile"], reported["compile_mode"], reported["optimizer_impl"]) == (True, "reduce-overhead",
+                                                                                          "fused")
+    assert record["metrics"]["results"][0]["compile_seconds"] > 0
+    assert "settings: compiled (mode reduce-overhead), optimizer fused" in result.stdout
+    assert "note: world size 1: nothing to exchange" in result.stdout
 
 
 @pytest.mark.parametrize("launcher", ["torchrun", "ranks"])

@@ -96,18 +96,20 @@ def run(check, sides, rounds=2, budget=None) -> int:
 # --- the checks and their targets ------------------------------------------------------------------
 
 def test_every_case_the_gpu_host_runs_is_checked_against_its_bare_loop_and_its_targets(check):
-    assert check.NAMES == ["pytorch-ddp-dle", "pytorch-gpt", "pytorch-gpt-h100", "jax-gpt-h100", "jax-resnet"]
+    assert check.NAMES == ["pytorch-ddp-dle", "pytorch-gpt", "pytorch-gpt-h100", "jax-gpt-h100", "jax-resnet",
+                           "pytorch-ddp-h100"]
     assert check.targets() == {
-        "suite_vs_bare.pytorch-ddp-dle": 0.98, "published.pytorch-ddp-dle": 0.8,
+        "suite_vs_bare.pytorch-ddp-dle": 0.98,
         "suite_vs_bare.pytorch-gpt": 0.98,
         "suite_vs_bare.pytorch-gpt-h100": 0.98, "mfu.pytorch-gpt-h100": 0.40,
         "suite_vs_bare.jax-gpt-h100": 0.98, "mfu.jax-gpt-h100": 0.35,
-        "suite_vs_bare.jax-resnet": 0.98}
+        "suite_vs_bare.jax-resnet": 0.98,
+        "suite_vs_bare.pytorch-ddp-h100": 0.98, "published.pytorch-ddp-h100": 0.8}
     entries = {entry.name: entry for entry in check.ENTRIES}
     assert [(e.case, e.preset, e.bare) for e in check.ENTRIES] == [
         ("pytorch-ddp", "dle", "pytorch_ddp.py"), ("pytorch-gpt", None, "pytorch_gpt.py"),
         ("pytorch-gpt", "h100", "pytorch_gpt.py"), ("jax-gpt", "h100", "jax_gpt.py"),
-        ("jax-resnet", None, "jax_resnet.py")]
+        ("jax-resnet", None, "jax_resnet.py"), ("pytorch-ddp", "h100", "pytorch_ddp.py")]
     for entry in check.ENTRIES:
         assert (ROOT / "benchmarks" / "bare" / entry.bare).exists()
     # the bare loop trains what the preset sets, the same steps and window as the suite's run
@@ -123,6 +125,9 @@ def test_every_case_the_gpu_host_runs_is_checked_against_its_bare_loop_and_its_t
     assert entries["pytorch-ddp-dle"].bare_args("full", 30) == [
         "--amp", "--channels-last", "--batch-size", "256", "--warmup", "20", "--steps-per-iter", "10",
         "--image-size", "224", "--seconds", "30"]
+    assert entries["pytorch-ddp-h100"].bare_args("full", 30)[:9] == [
+        "--amp", "--channels-last", "--batch-size", "256", "--compile", "--compile-mode", "reduce-overhead",
+        "--optimizer-impl", "fused"]
     assert "--device" not in entries["pytorch-ddp-dle"].bare_args("tiny", 1)  # the DDP loop finds its GPU itself
     assert entries["jax-resnet"].suite_args("tiny", 1)[:2] == ["--batch-size", "2"]  # the case's [tiny] wins
 
@@ -133,7 +138,7 @@ def test_every_check_holds_prints_one_line_each_and_exits_0(check, tmp_path, cap
     assert "suite_vs_bare.pytorch-gpt: 1.000 (>= 0.98)  round ratios [1.0, 1.0] (spread 0.000)" in out
     assert "mfu.pytorch-gpt-h100: 0.450 (>= 0.4)  445.2 TFLOP/s per GPU of the H100 SXM datasheet's dense bf16" in out
     assert "mfu.jax-gpt-h100: 0.450 (>= 0.35)" in out
-    assert "published.pytorch-ddp-dle: 0.900 (>= 0.8)" in out
+    assert "published.pytorch-ddp-h100: 0.900 (>= 0.8)" in out
     for name in check.NAMES:
         for kind in ("device", "host", "sides", "telemetry", "mllog"):
             assert f"{kind}.{name}: ok" in out
@@ -150,7 +155,9 @@ def test_a_ratio_under_its_target_is_missed_and_exits_1(check, tmp_path, capsys)
     out = capsys.readouterr().out
     assert "mfu.pytorch-gpt-h100: 0.300 (>= 0.4, MISSED)" in out and "mfu.jax-gpt-h100: 0.300 (>= 0.35, MISSED)" in out
     assert run(check, healthy(check, tmp_path / "published", published=0.62)) == 1
-    assert "published.pytorch-ddp-dle: 0.620 (>= 0.8, MISSED)" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "published.pytorch-ddp-h100: 0.620 (>= 0.8, MISSED)" in out
+    assert "published.pytorch-ddp-dle: 0.620 (" not in out  # dle's figure is shown, its target is h100's
 
 
 def test_the_rounds_run_in_turns_and_their_ratios_show_the_spread(check, tmp_path, capsys):
@@ -210,7 +217,7 @@ def test_quick_fits_its_budget_by_the_plan_and_stops_where_the_budget_is_spent(c
     quick, full = check.parse(["--quick"]), check.parse([])
     assert (quick.rounds, quick.min_seconds, full.rounds, full.min_seconds) == (1, 5.0, 3, 30.0)
     assert check.parse(["--quick", "--rounds", "2"]).rounds == 2
-    planned = check.plan_seconds(check.ENTRIES, quick.rounds, quick.min_seconds)
+    planned = check.plan_seconds(check.selected(None, quick=True), quick.rounds, quick.min_seconds)
     assert planned <= check.QUICK_BUDGET_S == 480.0
     assert check.plan_seconds(check.ENTRIES, full.rounds, full.min_seconds) > 3 * planned
     # rounds x cases: each round runs both sides, each its measured time beside the window
@@ -245,6 +252,9 @@ def test_quick_fits_its_budget_by_the_plan_and_stops_where_the_budget_is_spent(c
 def test_only_narrows_the_cases_and_an_unknown_name_is_refused(check, tmp_path, capsys, monkeypatch):
     assert [e.name for e in check.selected(["jax-resnet", "pytorch-gpt"])] == ["pytorch-gpt", "jax-resnet"]
     assert check.selected(None) == list(check.ENTRIES)
+    # --quick: the cases of its plan; pytorch-ddp-h100's compilation only where --only names it
+    assert [e.name for e in check.selected(None, quick=True)] == check.NAMES[:-1]
+    assert [e.name for e in check.selected(["pytorch-ddp-h100"], quick=True)] == ["pytorch-ddp-h100"]
     with pytest.raises(UsageError, match="--only: no case jax-vit"):
         check.selected(["jax-vit"])
     monkeypatch.setattr(check, "host_gpus", lambda: 1)

@@ -1,7 +1,7 @@
 """pytorch-gpt's training step put together (cases/pytorch-gpt/assembly.py), with fakes for torch.compile,
 DistributedDataParallel and fully_shard: at a world of one the model trains bare and the record says why;
 --compile compiles the model with its loss before DDP wraps it (nanoGPT's order), each block before
-fully_shard shards it (torchtitan's); AdamW is fused on GPUs and foreach elsewhere; FSDP2 at a world of one
+fully_shard shards it (torchtitan's); FSDP2 at a world of one
 says that it saves nothing and keeps its gathered parameters; --gc-every turns automatic collection off
 over the steps and undoes it; --preset h100 holds what a GPU run needs."""
 
@@ -92,15 +92,6 @@ def test_the_summary_notes_what_a_world_of_one_did_to_each_parallel_mode_and_not
     assert fsdp_note.startswith("--parallel fsdp at world size 1: the one shard") and "measure that cost" in fsdp_note
     assert assembly.world_notes("ddp", assembly.ddp_settings(25.0, 2)) == []
     assert assembly.world_notes("fsdp", assembly.fsdp_settings("bfloat16", True, 13, 2)) == []
-
-
-@pytest.mark.parametrize("requested, device, used", [
-    ("auto", "cuda", "fused"), ("auto", "cpu", "foreach"), ("foreach", "cuda", "foreach"), ("fused", "cpu", "fused"),
-])
-def test_adamw_is_fused_on_gpus_and_foreach_elsewhere_unless_asked(requested, device, used):
-    assert assembly.optimizer_implementation(requested, device) == used
-    flags = assembly.optimizer_flags(used)
-    assert flags[used] is True and sum(flags.values()) == 1  # torch refuses both at once
 
 
 def test_the_gpu_pass_spins_once_where_it_starts_collectives():

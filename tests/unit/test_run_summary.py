@@ -35,7 +35,8 @@ def test_the_summary_names_the_settings_that_change_the_speed_and_the_cases_note
     assert settings_line(gpt, Path("r.json")) == ("settings: fsdp, compiled (mode max-autotune), preset h100, "
                                                   "optimizer fused, context 1024 tokens, no activation checkpointing")
     ddp = {"case": "pytorch-ddp", "config": {"options": {"preset": "dle", "compile": True, "channels-last": True}}}
-    assert settings_line(ddp, Path("r.json")) == "settings: compiled, preset dle, channels-last"
+    assert settings_line(ddp, Path("r.json")) == ("settings: compiled (mode default), preset dle, optimizer auto, "
+                                                  "channels-last")
     assert settings_line({"case": "tf-cifar", "config": {}}, Path("r.json")) is None
     record = {**gpt, "status": "ok", "config": {"model": "gpt", "reported_by_case": reported},
               "world": {"nodes": 1, "devices": 1, "hosts": ["gpu01"]}, "metrics": {"throughput": {"mean": None}}}
