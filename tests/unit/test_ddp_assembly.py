@@ -4,25 +4,10 @@ cuts the graph at the buckets) and trains the bare model at a world of one, sayi
 fused on GPUs and foreach elsewhere unless asked; pytorch-ddp's --preset h100 holds what its GPU run needs."""
 
 import pytest
+from support.assembly_fakes import Recorder
 
 from cases._shared import ddp_assembly
 from suite.inputs.cases import load_case
-
-
-class Recorder:
-    """Fakes of torch.compile and DistributedDataParallel that note what each is given, in order, and hand
-    back a tagged stand-in of it."""
-
-    def __init__(self):
-        self.calls = []
-
-    def compile(self, module):
-        self.calls.append(("compile", module))
-        return ("compiled", module)
-
-    def wrap(self, module):
-        self.calls.append(("ddp", module))
-        return ("ddp", module)
 
 
 def test_more_than_one_rank_wraps_the_model_then_compiles_the_wrapper():

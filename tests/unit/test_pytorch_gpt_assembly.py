@@ -10,31 +10,13 @@ import importlib.util
 
 import pytest
 from conftest import ROOT
+from support.assembly_fakes import Recorder
 
 from suite.inputs.cases import load_case
 
 _spec = importlib.util.spec_from_file_location("pytorch_gpt_assembly", ROOT / "cases" / "pytorch-gpt" / "assembly.py")
 assembly = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(assembly)
-
-
-class Recorder:
-    """Fakes of torch.compile, DistributedDataParallel and fully_shard that note what each is given, in
-    order; compile and wrap hand back a tagged stand-in of what they were given."""
-
-    def __init__(self):
-        self.calls = []
-
-    def compile(self, module):
-        self.calls.append(("compile", module))
-        return ("compiled", module)
-
-    def wrap(self, module):
-        self.calls.append(("ddp", module))
-        return ("ddp", module)
-
-    def shard(self, module):
-        self.calls.append(("shard", module))
 
 
 def test_ddp_at_a_world_of_one_trains_the_bare_model_and_the_record_says_why():
