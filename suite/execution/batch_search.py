@@ -16,6 +16,7 @@ from pathlib import Path
 from suite.base.errors import RunFailed, UsageError
 from suite.execution.plugins import Scheduler
 from suite.inputs.hostfiles import World
+from suite.instack.case_options import value_given, with_option, without_option
 
 MAX = "max"
 CEILING = 1 << 16  # a batch no device trains: the search's last resort where nothing else bounds it
@@ -42,7 +43,7 @@ class Asked:
 
     def args_at(self, case_args: list[str], batch: int) -> list[str]:
         """The case arguments with the batch option at `batch` (and `max` taken out)."""
-        return [*without(without(case_args, self.given), self.option), f"--{self.option}", str(batch)]
+        return with_option(without_option(case_args, self.given), self.option, batch)
 
 
 @dataclass
@@ -96,40 +97,20 @@ def asked(case, case_args: list[str]) -> Asked | None:
     counts), or None; a UsageError where the case has no [batch_search] table to search with."""
     table = case.spec.get("batch_search")
     option = (table or {}).get("option", "batch-size")
-    given = next((o for o in dict.fromkeys(("batch-size", option)) if value_of(case_args, o) == MAX), None)
+    given = next((o for o in dict.fromkeys(("batch-size", option)) if value_given(case_args, o) == MAX), None)
     if given is None:
         return None
     if table is None:
         raise UsageError(f"case {case.name} cannot search its batch (--{given} max): its case.toml has no "
                          "[batch_search] table naming the options of a short trial run")
-    start = case.parse_options(without(without(case_args, given, MAX), option, MAX)).get(option)
+    start = case.parse_options(without_option(without_option(case_args, given, which=is_max), option,
+                                              which=is_max)).get(option)
     trial = [f"--{name}" if value is True else f"--{name}={value}" for name, value in table.get("trial", {}).items()]
     return Asked(given, option, start if isinstance(start, int) and start >= 1 else 1, tuple(trial))
 
 
-def value_of(case_args: list[str], option: str) -> str | None:
-    """The last value given to --OPTION (as `--OPTION V` or `--OPTION=V`), or None."""
-    found, flag = None, f"--{option}"
-    for index, arg in enumerate(case_args):
-        if arg == flag and index + 1 < len(case_args):
-            found = case_args[index + 1]
-        elif arg.startswith(flag + "="):
-            found = arg[len(flag) + 1:]
-    return found
-
-
-def without(case_args: list[str], option: str, only: str | None = None) -> list[str]:
-    """The case arguments with the values of --OPTION taken out (each of them, or only those equal to `only`)."""
-    kept, index, flag = [], 0, f"--{option}"
-    while index < len(case_args):
-        arg = case_args[index]
-        if arg == flag and index + 1 < len(case_args) and only in (None, case_args[index + 1]):
-            index += 2
-            continue
-        if not (arg.startswith(flag + "=") and only in (None, arg[len(flag) + 1:])):
-            kept.append(arg)
-        index += 1
-    return kept
+def is_max(value) -> bool:
+    return value == MAX
 
 
 def host_bytes_per_rank(scheduler: Scheduler, world: World, cluster) -> int | None:

@@ -14,11 +14,10 @@ from suite.analysis.tuning import study_lines, tune_folder
 from suite.base.errors import INTERRUPTED, UsageError
 from suite.base.jsonfile import write_json_atomic
 from suite.base.log import log
-from suite.execution import batch_search
 from suite.execution import run as runner
 from suite.execution.request import RunRequest
 from suite.inputs import tuned_presets
-from suite.inputs.cases import load_case
+from suite.instack.case_options import is_flag, value_given, with_option
 from suite.records.write import utc_now
 
 MARGIN = 0.02  # a value is kept where it beats the best so far by more than this fraction
@@ -37,36 +36,38 @@ def tune(req: RunRequest, budget_s: float) -> int:
              "case": checked.case.name, "argv": req.provenance_argv(), "budget_s": budget_s,
              "started_at": utc_now(), "trials": []}
     started, args = time.monotonic(), list(req.case_args)
+    batch_option = checked.search_asked.option if checked.search_asked else None
     best = trial(req, checked, stack_env, study, "(as asked)", {}, args)
     if best is None or best["status"] != "ok":
-        return finish(req, study, None, INTERRUPTED if best is None else "the run as asked failed", started)
+        return finish(req, study, None, INTERRUPTED if best is None else "the run as asked failed", started,
+                      batch_option)
     if found := best.get("batch_found"):  # --batch-size max: searched once, then kept
         args = checked.search_asked.args_at(args, found)
     chosen: dict = {}
     stopped = "every setting tried"
     for name, values in table["settings"].items():
-        if (needs := (table.get("needs") or {}).get(name)) and not setting_of(args, needs):
+        if (needs := (table.get("needs") or {}).get(name)) and not setting_of(checked.case, args, needs):
             continue
         winner = None
         for value in values:
-            if value == setting_of(args, name):
+            if value == setting_of(checked.case, args, name):
                 continue
             longest = max(t["seconds"] for t in study["trials"])
             if time.monotonic() - started + longest > budget_s:
                 stopped = f"the budget of {budget_s / 60:g} min was spent after {len(study['trials'])} trial(s)"
                 break
             tried = trial(req, checked, stack_env, study, f"{name}={value_label(value)}", {**chosen, name: value},
-                          with_setting(args, name, value))
+                          with_setting(checked.case, args, name, value))
             if tried is None:  # interrupted
-                return finish(req, study, best, INTERRUPTED, started)
+                return finish(req, study, best, INTERRUPTED, started, batch_option)
             if tried["status"] == "ok" and tried["throughput"] > (winner or best)["throughput"] * (1 + MARGIN):
                 winner = tried
         if winner:
             best, chosen = winner, dict(winner["settings"])
-            args = with_setting(args, name, chosen[name])
+            args = with_setting(checked.case, args, name, chosen[name])
         if stopped != "every setting tried":
             break
-    return finish(req, study, best, stopped, started)
+    return finish(req, study, best, stopped, started, batch_option)
 
 
 def trial(req: RunRequest, checked, stack_env, study: dict, label: str, settings: dict, args: list[str]) -> dict | None:
@@ -93,8 +94,10 @@ def trial(req: RunRequest, checked, stack_env, study: dict, label: str, settings
     return None if record["reason"] == INTERRUPTED else entry
 
 
-def finish(req: RunRequest, study: dict, best: dict | None, stopped: str, started: float) -> int:
-    """The study's file and, where a trial succeeded, the best settings as a preset; the table printed."""
+def finish(req: RunRequest, study: dict, best: dict | None, stopped: str, started: float,
+           batch_option: str | None) -> int:
+    """The study's file and, where a trial succeeded, the best settings as a preset (with the batch the first
+    trial found as `batch_option`, where it searched); the table printed."""
     folder = tune_folder(req.results_dir)
     folder.mkdir(parents=True, exist_ok=True)
     baseline = study["trials"][0] if study["trials"] else None
@@ -102,7 +105,7 @@ def finish(req: RunRequest, study: dict, best: dict | None, stopped: str, starte
     if best and best["status"] == "ok":
         options = dict(best["settings"])
         if found := baseline.get("batch_found"):
-            options[checked_batch_option(req)] = found
+            options[batch_option] = found
         preset = folder / f"{study['tune_id']}.toml"
         preset.write_text(tuned_presets.text(study["case"], options, [
             f"suite tune: the best of {len(study['trials'])} trial(s) of {study['case']} ({stopped})",
@@ -118,10 +121,6 @@ def finish(req: RunRequest, study: dict, best: dict | None, stopped: str, starte
     return 0 if study["best"] else 1
 
 
-def checked_batch_option(req: RunRequest) -> str:
-    return batch_search.asked(load_case(req.case), req.case_args).option
-
-
 def ratio(entry: dict, baseline: dict | None) -> float | None:
     if not baseline or entry.get("throughput") is None or not baseline.get("throughput"):
         return None
@@ -133,32 +132,11 @@ def value_label(value) -> str:
     return "on" if value is True else "off" if value is False else str(value)
 
 
-def setting_of(args: list[str], name: str):
-    """A setting's value in the case arguments: True/False for a flag, the last value given, None if absent."""
-    flag = f"--{name}"
-    found = None
-    for index, arg in enumerate(args):
-        if arg == flag:
-            following = args[index + 1] if index + 1 < len(args) else None
-            found = True if following is None or following.startswith("--") else following
-        elif arg.startswith(flag + "="):
-            found = arg.split("=", 1)[1]
-    return found
+def setting_of(case, args: list[str], name: str):
+    """A setting's value in the case arguments: True for a flag given, the last value given, None if absent."""
+    return value_given(args, name, is_flag(case.spec, name))
 
 
-def with_setting(args: list[str], name: str, value) -> list[str]:
+def with_setting(case, args: list[str], name: str, value) -> list[str]:
     """The case arguments with a setting replaced: a flag added (True) or taken out (False), or --NAME VALUE."""
-    flag, kept, skip = f"--{name}", [], False
-    for index, arg in enumerate(args):
-        if skip:
-            skip = False
-            continue
-        if arg == flag:
-            following = args[index + 1] if index + 1 < len(args) else None
-            skip = following is not None and not following.startswith("--")
-            continue
-        if not arg.startswith(flag + "="):
-            kept.append(arg)
-    if value is True:
-        return [*kept, flag]
-    return kept if value is False else [*kept, flag, str(value)]
+    return with_option(args, name, value, is_flag(case.spec, name))

@@ -6,27 +6,18 @@ so it need not be readable where the case runs (a container, a batch job on anot
 from pathlib import Path
 
 from suite.base.errors import UsageError
-from suite.instack.case_options import option_args, tomllib
+from suite.instack.case_options import given, option_args, tomllib, without_option
 
 PREFIX = "tuned:"
 
 
 def expand(case_name: str, case_args: list[str]) -> list[str]:
     """The case arguments with each `--preset tuned:FILE` replaced by FILE's options, placed first."""
-    first, rest, index, found = [], [], 0, False
-    while index < len(case_args):
-        arg = case_args[index]
-        value = case_args[index + 1] if arg == "--preset" and index + 1 < len(case_args) else None
-        if arg.startswith("--preset=" + PREFIX):
-            value = arg.split("=", 1)[1]
-        if value is not None and value.startswith(PREFIX):
-            first += option_args(read(case_name, Path(value.removeprefix(PREFIX))))
-            found = True
-            index += 1 if arg.startswith("--preset=") else 2
-            continue
-        rest.append(arg)
-        index += 1
-    return [*first, *rest] if found else case_args
+    tuned = [value for _, _, value in given(case_args, "preset") if value.startswith(PREFIX)]
+    if not tuned:
+        return case_args
+    first = [arg for value in tuned for arg in option_args(read(case_name, Path(value.removeprefix(PREFIX))))]
+    return [*first, *without_option(case_args, "preset", which=lambda value: value.startswith(PREFIX))]
 
 
 def read(case_name: str, path: Path) -> dict:

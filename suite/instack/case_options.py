@@ -103,6 +103,50 @@ def option_args(options: dict) -> list[str]:
     return argv
 
 
+def given(argv: list[str], name: str, flag: bool = False) -> list[tuple[int, int, str | bool]]:
+    """Each place case arguments give --NAME: (its index, the index after it, its value) for `--NAME V`,
+    `--NAME=V` and, where --NAME is a flag, a bare `--NAME` (True). A value option last with no value is
+    no place: the parser refuses it."""
+    places, option, index = [], f"--{name}", 0
+    while index < len(argv):
+        arg = argv[index]
+        if arg.startswith(option + "="):
+            places.append((index, index + 1, arg[len(option) + 1:]))
+        elif arg == option and flag:
+            places.append((index, index + 1, True))
+        elif arg == option and index + 1 < len(argv):
+            places.append((index, index + 2, argv[index + 1]))
+            index += 1
+        index += 1
+    return places
+
+
+def value_given(argv: list[str], name: str, flag: bool = False) -> str | bool | None:
+    """The last value case arguments give --NAME (True for a flag given), or None where they do not."""
+    places = given(argv, name, flag)
+    return places[-1][2] if places else None
+
+
+def without_option(argv: list[str], name: str, flag: bool = False, which=None) -> list[str]:
+    """The case arguments with --NAME taken out: every place, or those whose value `which(value)` is true."""
+    dropped = {index for start, end, value in given(argv, name, flag) if which is None or which(value)
+               for index in range(start, end)}
+    return [arg for index, arg in enumerate(argv) if index not in dropped]
+
+
+def with_option(argv: list[str], name: str, value, flag: bool = False) -> list[str]:
+    """The case arguments with --NAME set to `value`, last: a flag added (True) or taken out (False), else
+    `--NAME VALUE`."""
+    kept = without_option(argv, name, flag)
+    if value is False:
+        return kept
+    return [*kept, f"--{name}"] if value is True else [*kept, f"--{name}", str(value)]
+
+
+def is_flag(case: dict, name: str) -> bool:
+    return case.get("options", {}).get(name, {}).get("type") == "flag"
+
+
 def same_work_argv(case: dict) -> list[str]:
     """The option values of the case's [same_work] table (its `tiny` sub-table left out)."""
     return option_args({k: v for k, v in case.get("same_work", {}).items() if not isinstance(v, dict)})
@@ -118,9 +162,7 @@ def with_same_work(case: dict, argv: list[str]) -> list[str]:
     options win (a preset name that is not the case's is left for the parser to refuse)."""
     argv = list(argv)
     first = same_work_argv(case) if "same_work" in case and "--same-work" in argv else []
-    named = [argv[i + 1] for i, a in enumerate(argv[:-1]) if a == "--preset"]
-    named += [a.split("=", 1)[1] for a in argv if a.startswith("--preset=")]
-    for name in named:
+    for _, _, name in given(argv, "preset"):
         first += preset_argv(case, name)
     return [*first, *argv]
 

@@ -12,6 +12,7 @@ from suite.execution import batch_search
 from suite.execution.batch_search import Asked, Search
 from suite.execution.console import batch_search_line
 from suite.inputs.cases import known_cases, load_case
+from suite.instack.case_options import value_given
 from suite.records.measure import Repetition
 
 TORCH_CPU = ("[rank0]: RuntimeError: [enforce fail at alloc_cpu.cpp:127] err == 0. DefaultCPUAllocator: can't "
@@ -138,7 +139,7 @@ class FakeCase:
         self.spec = {"batch_search": table} if table is not None else {}
 
     def parse_options(self, argv):
-        return {"batch-size": int(batch_search.value_of(argv, "batch-size") or 32)}
+        return {"batch-size": int(value_given(argv, "batch-size") or 32)}
 
 
 @pytest.mark.parametrize("argv,start", [

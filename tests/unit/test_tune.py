@@ -119,13 +119,16 @@ def test_the_table_and_the_report_page_name_every_trial_and_the_best(fake_runs, 
 
 
 def test_settings_are_set_and_read_in_the_case_arguments():
+    gpt, ddp = load_case("pytorch-gpt"), load_case("pytorch-ddp")
     args = ["--batch-size", "4", "--compile", "--precision=fp32", "--lr", "1"]
-    assert tuning.setting_of(args, "compile") is True and tuning.setting_of(args, "precision") == "fp32"
-    assert tuning.setting_of(args, "amp") is None
-    assert tuning.with_setting(args, "compile", False) == ["--batch-size", "4", "--precision=fp32", "--lr", "1"]
-    assert tuning.with_setting(args, "precision", "bf16")[-2:] == ["--precision", "bf16"]
-    assert "--precision=fp32" not in tuning.with_setting(args, "precision", "bf16")
-    assert tuning.with_setting(["--amp"], "amp", True) == ["--amp"]
+    assert tuning.setting_of(gpt, args, "compile") is True and tuning.setting_of(gpt, args, "precision") == "fp32"
+    assert tuning.setting_of(gpt, args, "gc-every") is None
+    assert tuning.with_setting(gpt, args, "compile", False) == ["--batch-size", "4", "--precision=fp32", "--lr", "1"]
+    assert tuning.with_setting(gpt, args, "precision", "bf16")[-2:] == ["--precision", "bf16"]
+    assert "--precision=fp32" not in tuning.with_setting(gpt, args, "precision", "bf16")
+    assert tuning.with_setting(ddp, ["--amp"], "amp", True) == ["--amp"]
+    # the case says which options are flags: a flag takes no value, whatever follows it
+    assert tuning.with_setting(ddp, ["--amp", "--workers", "2"], "amp", False) == ["--workers", "2"]
 
 
 @pytest.mark.parametrize("name", known_cases())
@@ -135,9 +138,9 @@ def test_every_cases_tune_settings_are_its_own_options_with_values_it_takes(name
     assert table and table["settings"], f"{name} has no [tune] settings"
     for option, values in table["settings"].items():
         for value in values:
-            args = tuning.with_setting(case.tiny_args(), option, value)
+            args = tuning.with_setting(case, case.tiny_args(), option, value)
             needs = (table.get("needs") or {}).get(option)
-            case.parse_options(tuning.with_setting(args, needs, True) if needs else args)
+            case.parse_options(tuning.with_setting(case, args, needs, True) if needs else args)
 
 
 @pytest.mark.parametrize("text,said", [
