@@ -20,6 +20,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
+from cases._shared.ddp_assembly import optimizer_flags, optimizer_implementation
 from cases._shared.torch_resnet import resnet50
 
 
@@ -47,9 +48,8 @@ def main() -> None:
     fmt = torch.channels_last if args.channels_last else torch.contiguous_format
     bare = resnet50().to(device, memory_format=fmt)
     model = torch.compile(bare, mode=args.compile_mode) if args.compile else bare
-    implementation = args.optimizer_impl if args.optimizer_impl != "auto" else ("fused" if cuda else "foreach")
-    optimizer = torch.optim.SGD(bare.parameters(), lr=0.01, momentum=0.9, fused=implementation == "fused",
-                                foreach=implementation == "foreach")
+    implementation = optimizer_implementation(args.optimizer_impl, device.type)
+    optimizer = torch.optim.SGD(bare.parameters(), lr=0.01, momentum=0.9, **optimizer_flags(implementation))
     scaler = torch.amp.GradScaler("cuda", enabled=args.amp and cuda)
     generator = torch.Generator().manual_seed(42)
     images = torch.randn(args.batch_size, 3, args.image_size, args.image_size, generator=generator)

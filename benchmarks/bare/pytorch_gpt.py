@@ -29,6 +29,7 @@ from gpt import GPT, GPTConfig, WithLoss, next_token_loss  # noqa: E402 (after s
 from gpt_options import parse_args  # noqa: E402 (beside this script)
 from gpu_options import take, wants_bf16  # noqa: E402 (beside this script)
 
+from cases._shared.ddp_assembly import optimizer_flags, optimizer_implementation  # noqa: E402 (after sys.path is set)
 from cases._shared.timed import iterations_needed  # noqa: E402 (after sys.path is set)
 from suite.instack.cpu_binding import bind_cpus  # noqa: E402 (after sys.path is set)
 from suite.instack.probe import cpus_allowed  # noqa: E402 (after sys.path is set)
@@ -53,10 +54,10 @@ def train(args) -> tuple[list[float], dict]:
     device = pick_device(args.device)
     on_gpu = device.type == "cuda"
     amp = wants_bf16(args.precision, on_gpu)
-    implementation = args.optimizer_impl if args.optimizer_impl != "auto" else ("fused" if on_gpu else "foreach")
+    implementation = optimizer_implementation(args.optimizer_impl, device.type)
     model = GPT(config).to(device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=0.1,
-                                  foreach=implementation == "foreach", fused=implementation == "fused")
+                                  **optimizer_flags(implementation))
     generator = torch.Generator().manual_seed(args.seed + 1)
     rows = torch.randint(0, config.vocab, (args.batch_size, config.context + 1), generator=generator).to(device)
     inputs, targets = rows[:, :-1], rows[:, 1:]

@@ -137,10 +137,7 @@ def without_option(argv: list[str], name: str, flag: bool = False, which=None) -
 def with_option(argv: list[str], name: str, value, flag: bool = False) -> list[str]:
     """The case arguments with --NAME set to `value`, last: a flag added (True) or taken out (False), else
     `--NAME VALUE`."""
-    kept = without_option(argv, name, flag)
-    if value is False:
-        return kept
-    return [*kept, f"--{name}"] if value is True else [*kept, f"--{name}", str(value)]
+    return [*without_option(argv, name, flag), *option_args({name: value})]
 
 
 def is_flag(case: dict, name: str) -> bool:
