@@ -64,6 +64,7 @@ from suite.analysis.peaks import datasheet_peak  # noqa: E402 (after sys.path is
 from suite.analysis.references import summary_line as published_line  # noqa: E402 (after sys.path is set)
 from suite.analysis.utilisation import device_name_of  # noqa: E402 (after sys.path is set)
 from suite.base.errors import UsageError  # noqa: E402 (after sys.path is set)
+from suite.execution.console import timeline_text  # noqa: E402 (after sys.path is set)
 from suite.execution.request import from_argv  # noqa: E402 (after sys.path is set)
 from suite.inputs.cases import load_case  # noqa: E402 (after sys.path is set)
 from suite.inputs.host_gpus import host_gpus  # noqa: E402 (after sys.path is set)
@@ -461,7 +462,31 @@ def checks_of(outcome: Outcome) -> tuple[list[Check], list[str]]:
         info.append(f"  {published_line(published)}")
     if diagnosis := records[-1]["metrics"].get("diagnosis"):
         info.append(f"  diagnosis: {summary_line(diagnosis)}")
+    if took := time_line(outcome):
+        info.append(f"  {took}")
     return checks, info
+
+
+BARE_PHASES = (("set_up_s", "set-up"), ("compile_s", "compile"), ("warmup_s", "warmup"), ("window_s", "timed window"))
+
+
+def time_line(outcome: Outcome) -> str | None:
+    """Where each side's wall seconds went in its last round (what --quick's budget is made of): the suite's
+    run by its record's timeline (the runner: its own work before the launch and after the exit), the bare
+    loop by its phases (set-up from its process's start; the rest: its exit and output)."""
+    parts = []
+    if outcome.records and outcome.seconds["suite"]:
+        wall = outcome.seconds["suite"][-1]
+        phases = outcome.records[-1]["repetitions"][0].get("timeline") or {}
+        shown = [f"the runner {wall - phases['total_s']:.1f}"] if "total_s" in phases else []
+        shown += [text] if (text := timeline_text(phases)) else []
+        parts.append(f"suite {wall:.1f} s ({', '.join(shown)})" if shown else f"suite {wall:.1f} s")
+    if outcome.bares and outcome.seconds["bare"]:
+        wall, phases = outcome.seconds["bare"][-1], outcome.bares[-1].get("phases") or {}
+        shown = [f"{what} {phases[key]:.1f}" for key, what in BARE_PHASES if key in phases]
+        rest = f", the rest {wall - sum(phases.values()):.1f}" if phases else ""
+        parts.append(f"bare {wall:.1f} s ({', '.join(shown)}{rest})" if shown else f"bare {wall:.1f} s")
+    return f"time: {'; '.join(parts)}" if parts else None
 
 
 # --- the whole check -------------------------------------------------------------------------------
@@ -496,7 +521,10 @@ def check_host(entries, sides, rounds: int, min_seconds: float, budget: Budget, 
         metrics = outcome.records[-1]["metrics"] if outcome.records else {}
         results[entry.name] = {"case": entry.case, "preset": entry.preset, "failure": outcome.failure,
                                **outcome.values, "seconds": outcome.seconds, "published": metrics.get("published"),
-                               "utilisation": metrics.get("utilisation")}
+                               "utilisation": metrics.get("utilisation"),
+                               "timeline": outcome.records[-1]["repetitions"][0].get("timeline")
+                               if outcome.records else None,
+                               "bare_phases": outcome.bares[-1].get("phases") if outcome.bares else None}
     failed = [c.name for c in all_checks if c.met is False]
     elapsed = time.monotonic() - began
     limit = f" of the {budget.seconds:.0f}-second budget" if budget.seconds is not None else ""

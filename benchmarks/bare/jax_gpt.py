@@ -24,13 +24,14 @@ sys.path[:0] = [ROOT, os.path.join(ROOT, "cases", "jax-gpt")]
 
 from gpt_options import parse_args  # noqa: E402 (beside this script)
 from gpu_options import choose_jax_platform, take, wants_bf16  # noqa: E402 (beside this script)
+from phases import Phases  # noqa: E402 (beside this script)
 
 from cases._shared.timed import iterations_needed  # noqa: E402 (after sys.path is set)
 from suite.instack.cpu_binding import bind_cpus  # noqa: E402 (after sys.path is set)
 from suite.instack.probe import cpus_allowed  # noqa: E402 (after sys.path is set)
 
 
-def train(args) -> tuple[list[float], dict]:
+def train(args, phases: Phases) -> tuple[list[float], dict]:
     """Each timed iteration's tokens/s, and the model's facts as the case reports them."""
     import jax
     import jax.numpy as jnp
@@ -56,10 +57,13 @@ def train(args) -> tuple[list[float], dict]:
         updates, s = optimizer.update(grads, s, p)
         return optax.apply_updates(p, updates), s, loss
 
+    phases.mark("set_up")
     compiled = jax.jit(step, donate_argnums=(0, 1)).lower(params, state, inputs, targets).compile()
+    phases.mark("compile")
     for _ in range(args.num_warmup_batches):
         params, state, _ = compiled(params, state, inputs, targets)
     jax.block_until_ready(params)
+    phases.mark("warmup")
     tokens = args.batch_size * config.context * args.num_batches_per_iter
     samples, total = [], args.num_iters
     while len(samples) < total:
@@ -70,6 +74,7 @@ def train(args) -> tuple[list[float], dict]:
         samples.append(tokens / (time.perf_counter() - began))
         if len(samples) == 1:  # the cases' rule for --min-seconds (0: exactly --num-iters)
             total = iterations_needed(args.num_iters, tokens / samples[0], args.min_seconds)
+    phases.mark("window")
     parameters = sum(int(leaf.size) for leaf in jax.tree_util.tree_leaves(params))
     device = jax.devices()[0]
     return samples, {"model": "gpt", "dtype": "amp-bfloat16" if bf16 else "float32", "parameters": parameters,
@@ -83,11 +88,12 @@ def main() -> None:
     vars(args).update(vars(gpu))
     choose_jax_platform(args.device, "benchmarks/bare/jax_gpt.py")  # before JAX makes its backend
     threads = bind_cpus(0, 1)
-    samples, reported = train(args)
+    phases = Phases()
+    samples, reported = train(args, phases)
     # config and binding as the case reports them, for the bench to compare the two sides
     binding = {"policy": os.environ.get("SUITE_CPU_BIND", "none"), "cpus": cpus_allowed()}
     print(json.dumps({"samples": samples, "throughput": sum(samples) / len(samples),
-                      "config": {**reported, "threads_per_worker": threads},
+                      "config": {**reported, "threads_per_worker": threads}, "phases": phases.seconds(),
                       "binding": binding, "device_type": reported["device_type"],
                       "device_name": reported["device_name"], "host": socket.gethostname(), "settings": vars(args)}))
 

@@ -22,6 +22,7 @@ ROOT = os.path.join(os.path.dirname(__file__), "..", "..")
 sys.path[:0] = [ROOT, os.path.join(ROOT, "cases", "jax-resnet")]
 
 import gpu_options  # noqa: E402 (beside this script)
+from phases import Phases  # noqa: E402 (beside this script)
 
 from cases._shared.timed import iterations_needed  # noqa: E402 (after sys.path is set)
 from suite.instack.cpu_binding import bind_cpus  # noqa: E402 (after sys.path is set)
@@ -41,7 +42,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def train(args) -> tuple[list[float], dict]:
+def train(args, phases: Phases) -> tuple[list[float], dict]:
     """Each timed iteration's img/s, and the model's facts as the case reports them."""
     import jax
     import jax.numpy as jnp
@@ -71,10 +72,13 @@ def train(args) -> tuple[list[float], dict]:
         updates, opt_state = optimizer.update(grads, opt_state, params)
         return optax.apply_updates(params, updates), stats, opt_state, loss
 
+    phases.mark("set_up")
     compiled = jax.jit(step, donate_argnums=(0, 1, 2)).lower(params, stats, opt_state, images, labels).compile()
+    phases.mark("compile")
     for _ in range(args.num_warmup_batches):
         params, stats, opt_state, _ = compiled(params, stats, opt_state, images, labels)
     jax.block_until_ready((params, opt_state))
+    phases.mark("warmup")
     per_iteration = args.batch_size * args.num_batches_per_iter
     samples, total = [], args.num_iters
     while len(samples) < total:
@@ -85,6 +89,7 @@ def train(args) -> tuple[list[float], dict]:
         samples.append(per_iteration / (time.perf_counter() - began))
         if len(samples) == 1:  # the cases' rule for --min-seconds (0: exactly --num-iters)
             total = iterations_needed(args.num_iters, per_iteration / samples[0], args.min_seconds)
+    phases.mark("window")
     parameters = sum(int(leaf.size) for leaf in jax.tree_util.tree_leaves(params))
     device = jax.devices()[0]
     return samples, {"model": args.model, "dtype": "amp-bfloat16" if bf16 else "float32", "parameters": parameters,
@@ -96,10 +101,12 @@ def main() -> None:
     args = parse_args()
     gpu_options.choose_jax_platform(args.device, "benchmarks/bare/jax_resnet.py")  # before JAX makes its backend
     threads = bind_cpus(0, 1)
-    samples, reported = train(args)
+    phases = Phases()
+    samples, reported = train(args, phases)
     binding = {"policy": os.environ.get("SUITE_CPU_BIND", "none"), "cpus": cpus_allowed()}
     print(json.dumps({"samples": samples, "throughput": sum(samples) / len(samples),
-                      "config": {**reported, "threads_per_worker": threads}, "binding": binding,
+                      "config": {**reported, "threads_per_worker": threads}, "phases": phases.seconds(),
+                      "binding": binding,
                       "device_type": reported["device_type"], "device_name": reported["device_name"],
                       "host": socket.gethostname(), "settings": vars(args)}))
 

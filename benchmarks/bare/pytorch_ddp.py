@@ -18,6 +18,7 @@ import time
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
+from phases import Phases
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
 from cases._shared.ddp_assembly import optimizer_flags, optimizer_implementation
@@ -38,6 +39,7 @@ def main() -> None:
     parser.add_argument("--optimizer-impl", choices=("auto", "foreach", "fused"), default="auto",
                         help="SGD's implementation; auto: fused on a GPU, foreach on the CPU")
     args = parser.parse_args()
+    phases = Phases()
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=os.environ.get("MASTER_PORT", "29581"))
     cuda = torch.cuda.is_available()
     device = torch.device("cuda", 0) if cuda else torch.device("cpu")
@@ -66,9 +68,11 @@ def main() -> None:
         scaler.step(optimizer)
         scaler.update()
 
-    for _ in range(args.warmup):
+    phases.mark("set_up")
+    for _ in range(args.warmup):  # the compilation, where asked, in the first step
         step()
     sync()
+    phases.mark("warmup")
     samples, began = [], time.perf_counter()
     while time.perf_counter() - began < args.seconds or len(samples) < 3:
         start = time.perf_counter()
@@ -76,13 +80,14 @@ def main() -> None:
             step()
         sync()
         samples.append(args.batch_size * args.steps_per_iter / (time.perf_counter() - start))
+    phases.mark("window")
     dist.destroy_process_group()
     config = {"model": "resnet50", "parameters": sum(p.numel() for p in bare.parameters()),
               "batch_per_device": args.batch_size, "image_size": args.image_size, "compile": args.compile,
               "compile_mode": args.compile_mode if args.compile else None, "optimizer_impl": implementation,
               "channels_last": args.channels_last}
     print(json.dumps({"samples": samples, "throughput": sum(samples) / len(samples), "device": str(device),
-                      "config": config,
+                      "config": config, "phases": phases.seconds(),
                       "device_type": device.type, "device_name": torch.cuda.get_device_name(device) if cuda else "cpu",
                       "host": socket.gethostname(), "settings": vars(args)}))
 

@@ -28,6 +28,7 @@ sys.path[:0] = [ROOT, os.path.join(ROOT, "cases", "pytorch-gpt")]
 from gpt import GPT, GPTConfig, WithLoss, next_token_loss  # noqa: E402 (after sys.path is set)
 from gpt_options import parse_args  # noqa: E402 (beside this script)
 from gpu_options import take, wants_bf16  # noqa: E402 (beside this script)
+from phases import Phases  # noqa: E402 (beside this script)
 
 from cases._shared.ddp_assembly import optimizer_flags, optimizer_implementation  # noqa: E402 (after sys.path is set)
 from cases._shared.timed import iterations_needed  # noqa: E402 (after sys.path is set)
@@ -45,7 +46,7 @@ def pick_device(asked: str) -> torch.device:
     return torch.device("cuda", 0)
 
 
-def train(args) -> tuple[list[float], dict]:
+def train(args, phases: Phases) -> tuple[list[float], dict]:
     """Each timed iteration's tokens/s, and the model's facts as the case reports them."""
     from assembly import collected_every  # cases/pytorch-gpt: the case's garbage collector settings
 
@@ -73,9 +74,11 @@ def train(args) -> tuple[list[float], dict]:
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
 
+    phases.mark("set_up")
     if args.compile:  # compiled at a first step, before the warmup, as the case does
         step()
         sync()
+        phases.mark("compile")
     tokens = args.batch_size * config.context * args.num_batches_per_iter
     samples = []
     with collected_every(args.gc_every) as after_step:
@@ -83,6 +86,7 @@ def train(args) -> tuple[list[float], dict]:
             step()
             after_step()
         sync()
+        phases.mark("warmup")
         total = args.num_iters
         while len(samples) < total:
             began = time.perf_counter()
@@ -93,6 +97,7 @@ def train(args) -> tuple[list[float], dict]:
             samples.append(tokens / (time.perf_counter() - began))
             if len(samples) == 1:  # the cases' rule for --min-seconds (0: exactly --num-iters)
                 total = iterations_needed(args.num_iters, tokens / samples[0], args.min_seconds)
+    phases.mark("window")
     reported = {"model": "gpt", "dtype": "amp-bfloat16" if amp else "float32",
                 "parameters": sum(p.numel() for p in model.parameters()),
                 "threads_per_worker": torch.get_num_threads(), "batch_per_device": args.batch_size,
@@ -106,10 +111,12 @@ def main() -> None:
     args = parse_args()
     vars(args).update(vars(gpu))
     torch.set_num_threads(bind_cpus(0, 1))
-    samples, reported = train(args)
+    phases = Phases()
+    samples, reported = train(args, phases)
     # config and binding as the case reports them, for the bench to compare the two sides
     binding = {"policy": os.environ.get("SUITE_CPU_BIND", "none"), "cpus": cpus_allowed()}
     print(json.dumps({"samples": samples, "throughput": sum(samples) / len(samples), "config": reported,
+                      "phases": phases.seconds(),
                       "binding": binding, "device_type": reported["device_type"],
                       "device_name": reported["device_name"], "host": socket.gethostname(), "settings": vars(args)}))
 

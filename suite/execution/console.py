@@ -96,6 +96,30 @@ def peak_memory_line(record: dict) -> str | None:
     return None
 
 
+def time_line(record: dict) -> str | None:
+    """Where the first launch's wall time went (its repetition's timeline), or None where it has none."""
+    reps = record.get("repetitions") or []
+    phases = (reps[0].get("timeline") or {}) if reps else {}
+    if "total_s" not in phases:
+        return None
+    of = f" (repetition 1 of {len(reps)})" if len(reps) > 1 else ""
+    text = timeline_text(phases)
+    return f"time: {phases['total_s']:.1f} s from launch to exit{of}" + (f": {text}" if text else "")
+
+
+TIMELINE_WORDS = (("to_start_line_s", "to the start line"), ("to_warmup_s", "to the warmup"), ("warmup_s", "warmup"),
+                  ("window_s", "timed window"), ("after_window_s", "after it"), ("to_exit_s", "to the exit"))
+TIMELINE_INSIDE = (("compile_s", "compile"), ("matmul_peak_s", "matmul peak"))
+
+
+def timeline_text(phases: dict) -> str:
+    """A launch's timeline (suite.records.measure.timeline) in words, the case's compilation and matmul
+    peak inside the phase before the warmup."""
+    inside = ", ".join(f"{what} {phases[key]:.1f}" for key, what in TIMELINE_INSIDE if key in phases)
+    return ", ".join(f"{what} {phases[key]:.1f}" + (f" ({inside})" if key == "to_warmup_s" and inside else "")
+                     for key, what in TIMELINE_WORDS if key in phases)
+
+
 def batch_search_line(search: dict | None) -> str | None:
     """What --batch-size max chose and why: the largest batch that trained and what stopped the next one."""
     if not search:
@@ -129,6 +153,8 @@ def print_summary(record: dict, path: Path) -> None:
         print(f"   {utilisation_line(used)}")
     if memory := peak_memory_line(record):
         print(f"   {memory}")
+    if took := time_line(record):
+        print(f"   {took}")
     if searched := batch_search_line(record["metrics"].get("batch_search")):
         print(f"   {searched}")
     if published := record["metrics"].get("published"):

@@ -43,7 +43,7 @@ from suite.inputs.hostfiles import Host, World, read_hostfile, select_world
 from suite.instack import matmul_peak
 from suite.instack.cpu_binding import POLICIES
 from suite.instack.probe import announced
-from suite.records.measure import Repetition, measure, read_starts
+from suite.records.measure import Repetition, measure, read_rank_events, read_starts, timeline
 from suite.records.provenance import git_state
 from suite.records.read import Point
 from suite.records.system_description import system_description
@@ -430,6 +430,8 @@ def run_repetition(index, plan, scheduler, rep_dir: Path, timeout_s: float, stal
                                  "launch": scheduler.how_started(p, cluster)} for p in plan.processes if not p.daemon])
     rep.launched_at = time.time()
     results = scheduler.execute(plan, rep_dir / "logs", timeout_s, stall_s, cluster=cluster)
+    rep.ended_at = time.time()
+    rep.timeline = timeline(read_rank_events(rep_dir).get(0, []), rep.launched_at, rep.ended_at)
     rep.exit_codes = {r.name: r.returncode for r in results}
     rep.ran_on = announced(str(rep_dir))
     bad = first_failure(results)

@@ -5,10 +5,11 @@ timing routine for every framework; the case passes two functions in its framewo
 - square(n): an n x n matrix on the device, in the run's arithmetic;
 - multiply(a, times): `times` products a x a one after another, returning when the last is done.
 
-The side n is doubled from 512 until one product takes a few milliseconds (at most `largest`, which every
-case takes from largest_side); then rounds of about 0.1 s of products are timed for about `seconds` (1 s, or
-$SUITE_MATMUL_PEAK_SECONDS: longer for a steadier figure, shorter where many small runs start, as the
-tests') and the best round kept. Nothing of it runs inside a timed window. Standard library only."""
+The side n grows from 512 by powers of two until one product takes a few milliseconds (at most `largest`,
+which every case takes from largest_side), each step to where the last product's time predicts (next_side);
+then rounds of about 0.1 s of products are timed for about `seconds` (1 s, or $SUITE_MATMUL_PEAK_SECONDS:
+longer for a steadier figure, shorter where many small runs start, as the tests') and the best round kept.
+Nothing of it runs inside a timed window. Standard library only."""
 
 import os
 import time
@@ -66,4 +67,16 @@ def matrix_side(square, multiply, largest: int) -> tuple[int, float]:
         one = time.perf_counter() - start
         if one > LONG_ENOUGH_S or n >= largest:
             return n, one
-        n *= 2
+        n = next_side(n, one, largest)
+
+
+def next_side(n: int, one: float, largest: int) -> int:
+    """The side to try after n, whose product took `one` seconds: the power of two where a product would
+    take LONG_ENOUGH_S were its time n**3 (at least 2n, at most `largest`). A GPU's small products are all
+    launch overhead, so it goes from the first side to the largest: each side tried costs a compilation
+    (JAX, TensorFlow) and a kernel's set-up."""
+    wanted = n * (LONG_ENOUGH_S / max(one, 1e-9)) ** (1 / 3)
+    side = 2 * n
+    while side < min(wanted, largest):
+        side *= 2
+    return min(side, largest)

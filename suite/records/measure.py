@@ -33,6 +33,8 @@ class Repetition:
     ran_on: dict = field(default_factory=dict)  # process name -> hosts it announced (suite.instack.probe.announce)
     work: dict | None = None  # rank 0's `work` line: FLOPs per sample and where they come from
     peaks: list[dict] = field(default_factory=list)  # each rank's measured matmul peak (`peak` lines)
+    ended_at: float | None = None  # time.time() when the runner saw the launch end
+    timeline: dict = field(default_factory=dict)  # where the launch's wall time went (timeline)
 
     def summary(self) -> dict:
         mean = sum(self.samples) / len(self.samples) if self.samples else None
@@ -40,7 +42,8 @@ class Repetition:
                 "throughput": mean, "images": self.images, "timed_seconds": self.seconds,
                 "warmup": self.warmup, "epochs": self.epochs, "results": self.results,
                 "exit_codes": self.exit_codes, "command": self.command, "processes": self.processes,
-                "launched_at": self.launched_at, "profile": self.profile, "ran_on": self.ran_on,
+                "launched_at": self.launched_at, "ended_at": self.ended_at, "timeline": self.timeline,
+                "profile": self.profile, "ran_on": self.ran_on,
                 **({"work": self.work, "peaks": self.peaks} if self.work or self.peaks else {}),
                 "cpus": [s.get("binding", {}).get("cpus") for s in self.starts]}  # per rank, read back by the probe
 
@@ -100,6 +103,45 @@ def measure(rep: Repetition, expected_ranks: int) -> None:
         rep.images += combined["images"]
         rep.seconds += combined["seconds"]
     rep.profile = time_profile(units)
+
+
+# a launch's phases (timeline), each between two of its marks
+PHASES = {"to_start_line_s": ("launched", "start"), "to_warmup_s": ("start", "warmup_began"),
+          "warmup_s": ("warmup_began", "warmup_ended"), "window_s": ("window_began", "window_ended"),
+          "after_window_s": ("window_ended", "end"), "to_exit_s": ("end", "exited"), "total_s": ("launched", "exited")}
+
+
+def timeline(events: list[dict], launched_at: float | None, ended_at: float | None) -> dict:
+    """Where a launch's wall time went, in seconds, from rank 0's probe lines (their times, rank 0's clock)
+    and the runner's launch and end (its clock): to the start line (launcher, interpreter, imports, the
+    framework and its device, the model), from there to the warmup (compilation, the work's count, the
+    matmul peak, waiting for the other ranks; compile_s and matmul_peak_s as the case timed them), the
+    warmup, the timed window (first timed unit's start to the last's end), after it (the device's step
+    time, memory, the end line) and to the exit. A phase the lines do not bound (a run that stopped early,
+    clocks of two hosts apart) is left out."""
+    def first(kind: str) -> dict | None:
+        return next((e for e in events if e.get("event") == kind), None)
+
+    start, end, warmup = first("start"), first("end"), first("warmup")
+    units = [e for e in events if e.get("event") == "iteration"]
+    epochs = [e for e in events if e.get("event") == "epoch"]
+    if epochs:  # the first epoch is the warmup
+        warmup, units = epochs[0], epochs[1:]
+    marks = {"launched": launched_at, "start": start and start["time"], "end": end and end["time"],
+             "exited": ended_at, "warmup_began": warmup and warmup["time"] - warmup["seconds"],
+             "warmup_ended": warmup and warmup["time"],
+             "window_began": units and units[0]["time"] - units[0]["seconds"],
+             "window_ended": units and units[-1]["time"]}
+    found = {}
+    for name, (a, b) in PHASES.items():
+        if marks[a] and marks[b] and marks[b] >= marks[a]:
+            found[name] = round(marks[b] - marks[a], 3)
+    results = {k: v for e in events if e.get("event") == "result" for k, v in e["metrics"].items()}
+    peak = first("peak")
+    for name, value in (("compile_s", results.get("compile_seconds")), ("matmul_peak_s", peak and peak.get("seconds"))):
+        if isinstance(value, (int, float)):
+            found[name] = round(value, 3)
+    return found
 
 
 def _fields(line: dict) -> dict:

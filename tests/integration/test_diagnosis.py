@@ -183,7 +183,11 @@ def test_gpu_check_fails_where_the_suite_trained_on_the_cpu(tmp_path):
     # the failed run's record and output are kept for reading, in the folder asked, nothing in the checkout's
     [kept] = (tmp_path / "bench").glob("*-gpu-check-runs")
     [record] = kept.glob("pytorch-ddp-dle-*/*.json")
-    assert json.loads(record.read_text())["status"] == "failed" and (record.parent / "output.log").exists()
+    failed = json.loads(record.read_text())
+    assert failed["status"] == "failed" and (record.parent / "output.log").exists()
+    # how far the refused launch got: to its start line, no warmup or timed window
+    took = failed["repetitions"][0]["timeline"]
+    assert {"to_start_line_s", "total_s"} <= set(took) and "warmup_s" not in took and "window_s" not in took
 
 
 def test_a_run_asked_on_gpus_that_trains_on_the_cpu_fails_and_no_cuda_asks_for_the_cpu(suite_cli, tmp_path,

@@ -61,6 +61,14 @@ def test_a_cpu_run_reports_its_mfu_against_its_measured_peak(suite_cli, torch_st
     [work] = {json.dumps(r["work"]) for r in record["repetitions"]}
     assert json.loads(work)["flops_per_sample"] == used["flops_per_sample"]
     assert "work:" in done.stdout and "MFU " in done.stdout and "of the measured fp32 matmul peak" in done.stdout
+    # where the launch's time went (the timeline): its phases follow one another within its wall time
+    took = record["repetitions"][0]["timeline"]
+    chained = ("to_start_line_s", "to_warmup_s", "warmup_s", "window_s", "after_window_s", "to_exit_s")
+    assert set(chained) | {"total_s", "matmul_peak_s"} <= set(took), took
+    assert 0 <= took["total_s"] - sum(took[k] for k in chained) < 1.0, took
+    assert took["window_s"] >= record["metrics"]["timed_seconds"] - 0.01
+    assert 0 < took["matmul_peak_s"] <= took["to_warmup_s"]
+    assert f"time: {took['total_s']:.1f} s from launch to exit: to the start line" in done.stdout
 
 
 GPT_COUNT = """

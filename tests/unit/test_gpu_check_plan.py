@@ -7,6 +7,8 @@ the bare loops take (benchmarks/bare/gpu_options.py)."""
 import importlib.util
 import json
 import os
+import subprocess
+import sys
 
 import pytest
 from conftest import ROOT
@@ -303,3 +305,49 @@ def test_the_bare_loops_take_their_gpu_options_out_and_leave_the_cpu_defaults(mo
         options.take("mxnet", ["loop.py"])
     monkeypatch.setenv("JAX_PLATFORMS", "")
     assert options.choose_jax_platform("cpu", "loop.py") == "cpu" and os.environ["JAX_PLATFORMS"] == "cpu"
+
+
+# --- where each side's time goes -------------------------------------------------------------------
+
+TIMELINE = {"to_start_line_s": 8.0, "to_warmup_s": 6.0, "warmup_s": 1.0, "window_s": 5.0, "after_window_s": 1.5,
+            "to_exit_s": 0.5, "total_s": 22.0, "compile_s": 3.5, "matmul_peak_s": 2.0}
+PHASES = {"set_up_s": 6.0, "compile_s": 4.0, "warmup_s": 1.0, "window_s": 5.0}
+
+
+def test_each_sides_wall_time_is_split_into_its_phases_printed_and_kept(check, tmp_path, capsys):
+    """The suite's side by its record's timeline (the runner's own part is the rest of its wall time),
+    the bare loop by the phases it printed: what --quick's budget is made of."""
+    entry = check.ENTRIES[1]
+    timed = record(tmp_path, 1000.0)
+    timed["repetitions"][0]["timeline"] = TIMELINE
+    line = {**bare(1000.0), "phases": PHASES}
+    outcome = check.Outcome(entry, records=[timed], bares=[line], seconds={"suite": [24.5], "bare": [17.0]})
+    assert check.time_line(outcome) == (
+        "time: suite 24.5 s (the runner 2.5, to the start line 8.0, to the warmup 6.0 (compile 3.5, matmul peak 2.0), "
+        "warmup 1.0, timed window 5.0, after it 1.5, to the exit 0.5); bare 17.0 s (set-up 6.0, compile 4.0, "
+        "warmup 1.0, timed window 5.0, the rest 1.0)")
+    bare_only = check.Outcome(entry, bares=[bare(1000.0)], seconds={"suite": [], "bare": [3.0]})
+    assert check.time_line(bare_only) == "time: bare 3.0 s"  # a loop that printed no phases
+    assert check.time_line(check.Outcome(entry)) is None
+    sides = FakeSides({entry.name: lambda _: timed}, {entry.name: lambda _: line})
+    assert check.check_host([entry], sides, 1, 1.0, check.Budget(None), []) == 0
+    assert "  time: suite " in capsys.readouterr().out
+    saved = json.loads(next((tmp_path / "bench").glob("*-gpu-check.json")).read_text())["entries"][entry.name]
+    assert (saved["timeline"], saved["bare_phases"]) == (TIMELINE, PHASES)
+
+
+def test_a_bare_loops_phases_follow_its_marks_from_the_start_of_its_process(monkeypatch, tmp_path):
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks" / "bare"))
+    phases = load("phases", "benchmarks/bare/phases.py")
+    ticks = iter([103.0, 107.5, 108.0])
+    marked = phases.Phases(started=100.0, clock=lambda: next(ticks))
+    for name in ("set_up", "compile", "warmup"):
+        marked.mark(name)
+    assert marked.seconds() == {"set_up_s": 3.0, "compile_s": 4.5, "warmup_s": 0.5}
+    # a new process's start as /proc gives it: just before its first statement (interpreter start-up)
+    first = ("import sys, time; began = time.time(); sys.path.insert(0, sys.argv[1]); import phases; "
+             "print(began - phases.process_started())")
+    done = subprocess.run([sys.executable, "-S", "-c", first, str(ROOT / "benchmarks" / "bare")], capture_output=True,
+                          text=True, check=True, timeout=60)
+    assert -0.05 < float(done.stdout) < 2.0
+    assert phases.process_started(str(tmp_path / "none"), str(tmp_path / "none")) == phases.IMPORTED

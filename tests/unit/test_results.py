@@ -12,7 +12,7 @@ from suite.execution.request import RunRequest, recorded
 from suite.inputs.cases import load_case
 from suite.inputs.hostfiles import Host, World
 from suite.instack.probe import Probe
-from suite.records.measure import Repetition, measure
+from suite.records.measure import Repetition, measure, timeline
 from suite.records.schema import validate
 from suite.records.write import RunContext, build_record, new_run_id, utc_now, write_record
 
@@ -310,3 +310,34 @@ def test_killing_the_writer_never_leaves_half_a_file(tmp_path, overwrite):
 def test_a_writer_that_writes_in_place_is_caught(tmp_path, overwrite):
     whole = kill_at_every_step(tmp_path, "naive", overwrite)
     assert ("write (half written)", False) in whole and whole[-1] == ("done", True)
+
+
+def lines(*events):
+    """Probe lines of rank 0: (event, time, fields)."""
+    return [{"event": event, "rank": 0, "time": at, **fields} for event, at, fields in events]
+
+
+def test_a_launchs_timeline_bounds_each_phase_by_rank_0s_lines_and_the_runners_clock():
+    events = lines(("start", 10.0, {}), ("result", 12.5, {"metrics": {"compile_seconds": 2.0}}),
+                   ("peak", 13.0, {"flops_per_s": 1e12, "precision": "fp32", "seconds": 1.0}),
+                   ("warmup", 14.0, {"images": 8, "seconds": 1.0}), ("iteration", 15.0, {"seconds": 0.9}),
+                   ("iteration", 16.0, {"seconds": 1.0}), ("end", 16.5, {}))
+    assert timeline(events, 8.0, 17.0) == {"to_start_line_s": 2.0, "to_warmup_s": 3.0, "warmup_s": 1.0,
+                                           "window_s": 1.9, "after_window_s": 0.5, "to_exit_s": 0.5,
+                                           "total_s": 9.0, "compile_s": 2.0, "matmul_peak_s": 1.0}
+
+
+def test_a_launch_that_stopped_early_or_whose_clocks_disagree_has_only_the_phases_its_lines_bound():
+    stopped = lines(("start", 10.0, {}), ("warmup", 14.0, {"images": 8, "seconds": 1.0}))
+    assert timeline(stopped, 8.0, 20.0) == {"to_start_line_s": 2.0, "to_warmup_s": 3.0, "warmup_s": 1.0,
+                                            "total_s": 12.0}
+    assert timeline([], 8.0, 9.5) == {"total_s": 1.5}  # no probe line: the launch's wall time alone
+    # rank 0 on another host whose clock is behind the runner's: no negative phase
+    assert "to_start_line_s" not in timeline(lines(("start", 7.0, {})), 8.0, 20.0)
+
+
+def test_an_epoch_cases_first_epoch_is_its_warmup_in_the_timeline():
+    events = lines(("start", 1.0, {}), ("epoch", 5.0, {"seconds": 3.0}), ("epoch", 8.0, {"seconds": 2.5}),
+                   ("epoch", 11.0, {"seconds": 3.0}), ("end", 11.5, {}))
+    took = timeline(events, 0.0, 12.0)
+    assert (took["warmup_s"], took["window_s"], took["to_warmup_s"]) == (3.0, 5.5, 1.0)

@@ -2,7 +2,7 @@
 
 from pathlib import Path
 
-from suite.execution.console import configuration, peak_memory_line, print_summary, settings_line
+from suite.execution.console import configuration, peak_memory_line, print_summary, settings_line, time_line
 
 
 def test_the_summary_names_what_the_case_reported():
@@ -44,3 +44,14 @@ def test_the_summary_names_the_settings_that_change_the_speed_and_the_cases_note
     out = capsys.readouterr().out
     assert "   settings: fsdp, compiled (mode max-autotune), preset h100" in out
     assert "   note: world size 1: sharding saves nothing" in out
+
+
+def test_the_time_line_says_where_the_first_launchs_wall_time_went():
+    took = {"to_start_line_s": 2.84, "to_warmup_s": 3.59, "warmup_s": 0.75, "window_s": 2.07, "after_window_s": 0.0,
+            "to_exit_s": 0.44, "total_s": 9.68, "compile_s": 2.51, "matmul_peak_s": 1.04}
+    assert time_line({"repetitions": [{"timeline": took}]}) == (
+        "time: 9.7 s from launch to exit: to the start line 2.8, to the warmup 3.6 (compile 2.5, matmul peak 1.0), "
+        "warmup 0.8, timed window 2.1, after it 0.0, to the exit 0.4")
+    two = time_line({"repetitions": [{"timeline": {"total_s": 1.5}}, {"timeline": took}]})
+    assert two == "time: 1.5 s from launch to exit (repetition 1 of 2)"
+    assert time_line({"repetitions": [{"run_dir": "r"}]}) is None and time_line({"repetitions": []}) is None

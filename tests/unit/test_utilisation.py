@@ -350,3 +350,26 @@ def test_jax_gpt_stands_beside_a_jax_trainer_on_h100s_and_llm_c():
     mfus = [t / d * flop_per_token / 989e12 for t, d in zip(maxtext["throughput"], maxtext["devices"])]
     assert mfus == pytest.approx([0.5259, 0.5204], abs=0.002)
     assert all(f"{100 * m:.2f}%" in maxtext["mfu_published"] for m in mfus)
+
+
+@pytest.mark.parametrize("launch_s, flops_per_s, largest, tried", [
+    (20e-6, 700e12, 8192, [512, 8192]),  # a GPU: small products are launch overhead, straight to the largest
+    (0.0, 0.3e12, 4096, [512, 2048]),  # a CPU: 512 takes 0.9 ms, 2048 the ~20 ms wanted (1024 skipped)
+    (0.0, 2e9, 4096, [512]),  # a slow CPU: 512 already takes long enough
+])
+def test_the_matmul_peaks_side_jumps_to_where_the_last_products_time_predicts(monkeypatch, launch_s, flops_per_s,
+                                                                               largest, tried):
+    """Each side tried costs a compilation (JAX, TensorFlow) and a kernel's set-up, so the sides tried are
+    the few that the cubic growth of a product's time asks for, not every doubling."""
+    from suite.instack.matmul_peak import measure
+
+    clock, squares = products_clock(monkeypatch), []
+
+    def square(n: int) -> int:
+        squares.append(n)
+        return n
+
+    found = measure(square, lambda n, times: clock.advance(times * (launch_s + 2 * n**3 / flops_per_s)), "bf16",
+                    largest=largest, seconds=0.2)
+    assert sorted(set(squares)) == tried and found["matrix"] == tried[-1]
+    assert found["flops_per_s"] == pytest.approx(2 * tried[-1] ** 3 / (launch_s + 2 * tried[-1] ** 3 / flops_per_s))
