@@ -122,23 +122,27 @@ def timeline(events: list[dict], launched_at: float | None, ended_at: float | No
     def first(kind: str) -> dict | None:
         return next((e for e in events if e.get("event") == kind), None)
 
-    start, end, warmup = first("start"), first("end"), first("warmup")
+    def at(line: dict | None, before: bool = False) -> float | None:
+        """A line's time (its unit's start where `before`: the time less the seconds it timed)."""
+        when, took = (line or {}).get("time"), (line or {}).get("seconds", 0) if before else 0
+        return when - took if isinstance(when, (int, float)) and isinstance(took, (int, float)) else None
+
+    warmup = first("warmup")
     units = [e for e in events if e.get("event") == "iteration"]
     epochs = [e for e in events if e.get("event") == "epoch"]
     if epochs:  # the first epoch is the warmup
         warmup, units = epochs[0], epochs[1:]
-    marks = {"launched": launched_at, "start": start and start["time"], "end": end and end["time"],
-             "exited": ended_at, "warmup_began": warmup and warmup["time"] - warmup["seconds"],
-             "warmup_ended": warmup and warmup["time"],
-             "window_began": units and units[0]["time"] - units[0]["seconds"],
-             "window_ended": units and units[-1]["time"]}
+    last = units[-1] if units else None
+    marks = {"launched": launched_at, "start": at(first("start")), "end": at(first("end")), "exited": ended_at,
+             "warmup_began": at(warmup, before=True), "warmup_ended": at(warmup),
+             "window_began": at(units[0] if units else None, before=True), "window_ended": at(last)}
     found = {}
     for name, (a, b) in PHASES.items():
-        if marks[a] and marks[b] and marks[b] >= marks[a]:
+        if marks[a] is not None and marks[b] is not None and marks[b] >= marks[a]:
             found[name] = round(marks[b] - marks[a], 3)
-    results = {k: v for e in events if e.get("event") == "result" for k, v in e["metrics"].items()}
+    results = {k: v for e in events if e.get("event") == "result" for k, v in (e.get("metrics") or {}).items()}
     peak = first("peak")
-    for name, value in (("compile_s", results.get("compile_seconds")), ("matmul_peak_s", peak and peak.get("seconds"))):
+    for name, value in (("compile_s", results.get("compile_seconds")), ("matmul_peak_s", (peak or {}).get("seconds"))):
         if isinstance(value, (int, float)):
             found[name] = round(value, 3)
     return found

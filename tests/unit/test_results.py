@@ -334,6 +334,9 @@ def test_a_launch_that_stopped_early_or_whose_clocks_disagree_has_only_the_phase
     assert timeline([], 8.0, 9.5) == {"total_s": 1.5}  # no probe line: the launch's wall time alone
     # rank 0 on another host whose clock is behind the runner's: no negative phase
     assert "to_start_line_s" not in timeline(lines(("start", 7.0, {})), 8.0, 20.0)
+    # lines of another writer, without a time or a number: left out, never an error that loses the record
+    odd = [{"event": "start"}, {"event": "result", "metrics": None}, {"event": "peak", "seconds": "1"}]
+    assert timeline(odd, 8.0, 9.0) == {"total_s": 1.0}
 
 
 def test_an_epoch_cases_first_epoch_is_its_warmup_in_the_timeline():
