@@ -473,7 +473,8 @@ BARE_PHASES = (("set_up_s", "set-up"), ("compile_s", "compile"), ("warmup_s", "w
 def time_line(outcome: Outcome) -> str | None:
     """Where each side's wall seconds went in its last round (what --quick's budget is made of): the suite's
     run by its record's timeline (the runner: its own work before the launch and after the exit), the bare
-    loop by its phases (set-up from its process's start; the rest: its exit and output)."""
+    loop by its phases (set-up from its process's start; the rest: the stack's preparation before a case's first
+    bare side, the process's exit and output)."""
     parts = []
     if outcome.records and outcome.seconds["suite"]:
         wall = outcome.seconds["suite"][-1]
