@@ -13,9 +13,7 @@ resolved one: cudnn under its --preset h100), and every timed iteration ends wit
     <jax stack python> benchmarks/bare/jax_gpt.py --device auto --precision bf16 --attention cudnn --batch-size 32
 """
 
-import json
 import os
-import socket
 import sys
 import time
 
@@ -25,10 +23,10 @@ sys.path[:0] = [ROOT, os.path.join(ROOT, "cases", "jax-gpt")]
 from gpt_options import parse_args  # noqa: E402 (beside this script)
 from gpu_options import choose_jax_platform, take, wants_bf16  # noqa: E402 (beside this script)
 from phases import Phases  # noqa: E402 (beside this script)
+from result_line import print_result  # noqa: E402 (beside this script)
 
 from cases._shared.timed import iterations_needed  # noqa: E402 (after sys.path is set)
 from suite.instack.cpu_binding import bind_cpus  # noqa: E402 (after sys.path is set)
-from suite.instack.probe import cpus_allowed  # noqa: E402 (after sys.path is set)
 
 
 def train(args, phases: Phases) -> tuple[list[float], dict]:
@@ -90,12 +88,7 @@ def main() -> None:
     threads = bind_cpus(0, 1)
     phases = Phases()
     samples, reported = train(args, phases)
-    # config and binding as the case reports them, for the bench to compare the two sides
-    binding = {"policy": os.environ.get("SUITE_CPU_BIND", "none"), "cpus": cpus_allowed()}
-    print(json.dumps({"samples": samples, "throughput": sum(samples) / len(samples),
-                      "config": {**reported, "threads_per_worker": threads}, "phases": phases.seconds(),
-                      "binding": binding, "device_type": reported["device_type"],
-                      "device_name": reported["device_name"], "host": socket.gethostname(), "settings": vars(args)}))
+    print_result(samples, {**reported, "threads_per_worker": threads}, phases.seconds(), args)
 
 
 if __name__ == "__main__":

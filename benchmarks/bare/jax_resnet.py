@@ -12,9 +12,7 @@ case); every timed iteration ends with block_until_ready. What `make gpu-check` 
 """
 
 import argparse
-import json
 import os
-import socket
 import sys
 import time
 
@@ -23,10 +21,10 @@ sys.path[:0] = [ROOT, os.path.join(ROOT, "cases", "jax-resnet")]
 
 import gpu_options  # noqa: E402 (beside this script)
 from phases import Phases  # noqa: E402 (beside this script)
+from result_line import print_result  # noqa: E402 (beside this script)
 
 from cases._shared.timed import iterations_needed  # noqa: E402 (after sys.path is set)
 from suite.instack.cpu_binding import bind_cpus  # noqa: E402 (after sys.path is set)
-from suite.instack.probe import cpus_allowed  # noqa: E402 (after sys.path is set)
 
 # named and defaulted as the case's options (cases/jax-resnet/case.toml)
 SIZES = [("batch-size", 32), ("image-size", 224), ("num-classes", 1000), ("num-warmup-batches", 10),
@@ -103,12 +101,7 @@ def main() -> None:
     threads = bind_cpus(0, 1)
     phases = Phases()
     samples, reported = train(args, phases)
-    binding = {"policy": os.environ.get("SUITE_CPU_BIND", "none"), "cpus": cpus_allowed()}
-    print(json.dumps({"samples": samples, "throughput": sum(samples) / len(samples),
-                      "config": {**reported, "threads_per_worker": threads}, "phases": phases.seconds(),
-                      "binding": binding,
-                      "device_type": reported["device_type"], "device_name": reported["device_name"],
-                      "host": socket.gethostname(), "settings": vars(args)}))
+    print_result(samples, {**reported, "threads_per_worker": threads}, phases.seconds(), args)
 
 
 if __name__ == "__main__":

@@ -15,9 +15,7 @@ at a world of one, compiled at a first step before the warmup, untimed), --gc-ev
 
 import contextlib
 import functools
-import json
 import os
-import socket
 import sys
 import time
 
@@ -29,11 +27,11 @@ from gpt import GPT, GPTConfig, WithLoss, next_token_loss  # noqa: E402 (after s
 from gpt_options import parse_args  # noqa: E402 (beside this script)
 from gpu_options import take, wants_bf16  # noqa: E402 (beside this script)
 from phases import Phases  # noqa: E402 (beside this script)
+from result_line import print_result  # noqa: E402 (beside this script)
 
 from cases._shared.ddp_assembly import optimizer_flags, optimizer_implementation  # noqa: E402 (after sys.path is set)
 from cases._shared.timed import iterations_needed  # noqa: E402 (after sys.path is set)
 from suite.instack.cpu_binding import bind_cpus  # noqa: E402 (after sys.path is set)
-from suite.instack.probe import cpus_allowed  # noqa: E402 (after sys.path is set)
 
 
 def pick_device(asked: str) -> torch.device:
@@ -113,12 +111,7 @@ def main() -> None:
     torch.set_num_threads(bind_cpus(0, 1))
     phases = Phases()
     samples, reported = train(args, phases)
-    # config and binding as the case reports them, for the bench to compare the two sides
-    binding = {"policy": os.environ.get("SUITE_CPU_BIND", "none"), "cpus": cpus_allowed()}
-    print(json.dumps({"samples": samples, "throughput": sum(samples) / len(samples), "config": reported,
-                      "phases": phases.seconds(),
-                      "binding": binding, "device_type": reported["device_type"],
-                      "device_name": reported["device_name"], "host": socket.gethostname(), "settings": vars(args)}))
+    print_result(samples, reported, phases.seconds(), args)
 
 
 if __name__ == "__main__":

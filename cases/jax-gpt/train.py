@@ -18,8 +18,9 @@ case.toml."""
 
 import time
 
-from cases._shared.jax_dist import agree, place, start, wait_for_the_others
-from cases._shared.jax_work import precision_of, record_matmul_peak, report_end, versions, xla_flops
+from cases._shared.jax_dist import place, start
+from cases._shared.jax_loop import train_and_report
+from cases._shared.jax_work import precision_of, record_matmul_peak, versions, xla_flops
 from cases._shared.token_windows import TokenError, data_facts, open_windows
 from suite.instack.case_options import parse_case_args
 from suite.instack.probe import Probe, announce
@@ -30,7 +31,6 @@ CUDNN_UNCOUNTED = ("; the attention runs as cuDNN's custom call, which XLA count
                    "the attention's products (about 12 L H Q T per token), the formula has them")
 CUDNN_MIN_CAPABILITY = 8.0  # cuDNN's fused attention in JAX: Ampere (sm80) and later
 CUDNN_MAX_HEAD = 128  # head widths it takes: a multiple of 8, at most 128
-DEVICE_STEPS = 5  # steps dispatched back to back after the timed window, timed as the device's per step
 
 
 def main() -> None:
@@ -55,15 +55,7 @@ def main() -> None:
     # the start line before compiling: a process on another device than the runner asked for stops here
     probe.start(config=start_config(args, config, state, platform, where, data), versions=versions())
     compiled = compile_step(probe, state, next_batch, config, wanted, platform)
-    # the first collective follows: every process has its program (see wait_for_the_others)
-    probe.result(waited_for_the_others_s=wait_for_the_others("compiled"))
-    losses = train(probe, compiled, state, next_batch, args, platform)
-    if platform == "gpu":  # the device's time for a step, beside the timed step (the diagnosis)
-        probe.result(gpu_pass_s=device_step_seconds(compiled, state, next_batch()),
-                     gpu_pass_basis=f"{DEVICE_STEPS} train steps dispatched back to back after the timed window, "
-                                    "one batch, block_until_ready after the last: wall seconds / steps (the "
-                                    "device's time where the host dispatches faster than the device runs)")
-    report_end(probe, losses, jax.local_devices()[0])
+    train_and_report(probe, compiled, state, next_batch, args, platform, per_step=state.tokens_per_device())
     if where["world"] > 1:
         jax.distributed.shutdown()
 
@@ -170,6 +162,14 @@ class TrainState:
         updates, state = self.optimizer.update(grads, state, params)
         return optax.apply_updates(params, updates), state, loss
 
+    def advance(self, compiled, batch):
+        """One step of the compiled train step on (inputs, targets); its loss (on the devices)."""
+        self.params, self.opt_state, loss = compiled(self.params, self.opt_state, *batch)
+        return loss
+
+    def arrays(self) -> tuple:
+        return self.params, self.opt_state
+
     def to_global(self, rows):
         """(accum, per_process, context + 1) tokens of this process -> global (inputs, targets)."""
         import jax
@@ -252,46 +252,6 @@ def compile_step(probe, state: TrainState, next_batch, config, wanted: str, plat
                  compile_seconds=compile_seconds)
     record_matmul_peak(probe, device, wanted, platform)
     return compiled
-
-
-def train(probe, compiled, state: TrainState, next_batch, args, platform: str) -> list:
-    """The warmup and the timed iterations; every step's loss (on the devices)."""
-    import jax
-
-    from cases._shared.timed import min_seconds, timed_iterations
-
-    losses = []
-    tokens = state.tokens_per_device()
-
-    def run_step():
-        state.params, state.opt_state, loss = compiled(state.params, state.opt_state, *next_batch())
-        losses.append(loss)
-
-    def one_iteration():
-        for _ in range(args.num_batches_per_iter):
-            run_step()
-
-    sync = lambda: jax.block_until_ready((state.params, state.opt_state))  # noqa: E731
-    with probe.warmup(images=tokens * args.num_warmup_batches, sync=sync):
-        for _ in range(args.num_warmup_batches):
-            run_step()
-    timed_iterations(probe, args.num_iters, min_seconds(args.min_seconds, platform == "gpu"),
-                     tokens * args.num_batches_per_iter, one_iteration, sync, agree)
-    return losses
-
-
-def device_step_seconds(compiled, state: TrainState, batch) -> float:
-    """Seconds a step takes on the device: DEVICE_STEPS steps on one batch (no data read between them)
-    dispatched back to back, timed from a drained queue to block_until_ready after the last, over their count.
-    Every process runs them (their collectives); the state trains on, their losses are not recorded."""
-    import jax
-
-    jax.block_until_ready((state.params, state.opt_state))
-    began = time.perf_counter()
-    for _ in range(DEVICE_STEPS):
-        state.params, state.opt_state, loss = compiled(state.params, state.opt_state, *batch)
-    jax.block_until_ready((state.params, state.opt_state, loss))
-    return (time.perf_counter() - began) / DEVICE_STEPS
 
 
 def token_batches(args, where, config, per_process, accum, to_global, probe):

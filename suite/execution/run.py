@@ -43,7 +43,7 @@ from suite.inputs.hostfiles import Host, World, read_hostfile, select_world
 from suite.instack import matmul_peak
 from suite.instack.cpu_binding import POLICIES
 from suite.instack.probe import announced
-from suite.records.measure import Repetition, measure, read_rank_events, read_starts, timeline
+from suite.records.measure import Repetition, measure, read_rank_events, starts_of, timeline
 from suite.records.provenance import git_state
 from suite.records.read import Point
 from suite.records.system_description import system_description
@@ -431,7 +431,8 @@ def run_repetition(index, plan, scheduler, rep_dir: Path, timeout_s: float, stal
     rep.launched_at = time.time()
     results = scheduler.execute(plan, rep_dir / "logs", timeout_s, stall_s, cluster=cluster)
     rep.ended_at = time.time()
-    rep.timeline = timeline(read_rank_events(rep_dir).get(0, []), rep.launched_at, rep.ended_at)
+    events = read_rank_events(rep_dir)
+    rep.timeline = timeline(events.get(0, []), rep.launched_at, rep.ended_at)
     rep.exit_codes = {r.name: r.returncode for r in results}
     rep.ran_on = announced(str(rep_dir))
     bad = first_failure(results)
@@ -441,10 +442,10 @@ def run_repetition(index, plan, scheduler, rep_dir: Path, timeout_s: float, stal
         how = bad.reason or exit_description(bad.returncode)
         said = f"first error: {bad.first_error!r}" if bad.first_error else f"last output: {last!r}"
         rep.reason = f"{bad.name} on {bad.host} {how}; {said}; log: {bad.log}"
-        rep.starts = read_starts(rep_dir)  # what the ranks that started ran on: a wrong device explains the failure
+        rep.starts = starts_of(events)  # what the ranks that started ran on: a wrong device explains the failure
         return rep
     try:
-        measure(rep, plan.ranks)
+        measure(rep, plan.ranks, events)
     except RunFailed as exc:
         rep.status, rep.reason = "failed", str(exc)
     return rep

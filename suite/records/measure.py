@@ -63,16 +63,16 @@ def read_rank_events(run_dir: Path) -> dict[int, list[dict]]:
     return events
 
 
-def read_starts(run_dir: Path) -> list[dict]:
+def starts_of(events: dict[int, list[dict]]) -> list[dict]:
     """The start lines of the ranks that wrote one (a failed repetition's too: what they ran on)."""
-    events = read_rank_events(Path(run_dir))
     return [e for r in sorted(events) for e in events[r][:1] if e.get("event") == "start"]
 
 
-def measure(rep: Repetition, expected_ranks: int) -> None:
-    """Fill the repetition from its rank files. Per timed unit (iteration or epoch): images of all
-    ranks / the slowest rank's time. The first epoch of an epoch-based case is its warmup."""
-    events = read_rank_events(Path(rep.run_dir))
+def measure(rep: Repetition, expected_ranks: int, events: dict[int, list[dict]] | None = None) -> None:
+    """Fill the repetition from its rank files' events (read_rank_events; read here where not given). Per
+    timed unit (iteration or epoch): images of all ranks / the slowest rank's time. The first epoch of an
+    epoch-based case is its warmup."""
+    events = read_rank_events(Path(rep.run_dir)) if events is None else events
     if sorted(events) != list(range(expected_ranks)):
         raise RunFailed(f"expected probe files of ranks 0..{expected_ranks - 1}, found ranks {sorted(events)}")
     if any(not ev or ev[-1]["event"] != "end" for ev in events.values()):

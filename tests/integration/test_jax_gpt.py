@@ -186,3 +186,43 @@ def test_every_product_of_the_model_the_tied_head_included_runs_in_the_asked_dty
         inputs = [p.split("->")[0] for p in products]
         assert all(f"x{element}>" in i and ("f32>" not in i if element == "bf16" else "bf16" not in i)
                    for i in inputs), products
+
+
+DEVICE_TIME = """
+import json
+import jax
+from cases._shared.jax_loop import DEVICE_STEPS, device_step_seconds
+
+
+class State:
+    def __init__(self):
+        self.total, self.batches = jax.numpy.zeros(()), []
+
+    def advance(self, compiled, batch):
+        self.batches.append(batch)
+        self.total, loss = compiled(self.total, batch)
+        return loss
+
+    def arrays(self):
+        return (self.total,)
+
+
+state = State()
+seconds = device_step_seconds(jax.jit(lambda total, batch: (total + batch, total * 2)), state, 1.0)
+print(json.dumps({"seconds": seconds, "total": float(state.total), "batches": state.batches,
+                  "steps": DEVICE_STEPS}))
+"""
+
+
+def test_the_device_time_per_step_runs_the_compiled_step_on_one_batch_back_to_back(jax_stack):
+    """Both JAX cases' gpu_pass_s (cases/_shared/jax_loop.py; only GPUs record it): DEVICE_STEPS steps on the
+    one batch it is given, the state trained on by each, wall seconds over their count."""
+    import json
+
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONPATH": str(ROOT)}
+    done = subprocess.run([str(jax_stack.python), "-c", DEVICE_TIME], env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    found = json.loads(done.stdout.splitlines()[-1])
+    assert found["steps"] >= 2 and found["batches"] == [1.0] * found["steps"]
+    assert found["total"] == found["steps"] and 0 < found["seconds"] < 60
