@@ -67,27 +67,28 @@ $(VENV)/.installed: pyproject.toml
 	$(VENV)/bin/pip install --quiet -e '.[test]'
 	touch $@
 
+# The options run, tune and compare-frameworks share, those given only: the recipes echo one short command line
+# that can be copied as it stands
+placement = $(call opt,--gpus-per-node,$(GPUS_PER_NODE)) $(call opt,--hostfile,$(HOSTFILE)) \
+	$(call opt,--cluster,$(CLUSTER)) $(call opt,--runtime,$(RUNTIME)) $(call opt,--scheduler,$(SCHEDULER)) \
+	$(call opt,--data-dir,$(DATA_DIR)) $(call opt,--timeout,$(TIMEOUT))
+stack_options = $(call opt,--flavour,$(FLAVOUR)) $(call opt,--wheels,$(WHEELS)) $(call opt,--modules,$(MODULES)) \
+	$(call opt,--source,$(SOURCE)) $(site_python)
+tiny = $(if $(call on,TINY),--tiny)
+
+run_options = --case "$(CASE)" --nodes "$(NODES)" --repeat "$(REPEAT)" $(placement) \
+	$(call opt,--stall,$(STALL)) $(if $(call on,DRY_RUN),--dry-run) \
+	$(if $(call on,PRECHECK),--precheck) $(if $(call on,NO_PRECHECK),--no-precheck) \
+	$(call opt,--telemetry-interval,$(TELEMETRY)) $(call opt,--cpu-bind,$(CPU_BIND)) $(stack_options) $(tiny)
 run: $(VENV)/.installed
-	$(SUITE) run --case "$(CASE)" --nodes "$(NODES)" --repeat "$(REPEAT)" \
-		$(call opt,--gpus-per-node,$(GPUS_PER_NODE)) $(call opt,--hostfile,$(HOSTFILE)) \
-		$(call opt,--cluster,$(CLUSTER)) $(call opt,--runtime,$(RUNTIME)) $(call opt,--scheduler,$(SCHEDULER)) \
-		$(call opt,--data-dir,$(DATA_DIR)) $(call opt,--timeout,$(TIMEOUT)) \
-		$(call opt,--stall,$(STALL)) $(if $(call on,DRY_RUN),--dry-run) \
-		$(if $(call on,PRECHECK),--precheck) $(if $(call on,NO_PRECHECK),--no-precheck) \
-		$(call opt,--telemetry-interval,$(TELEMETRY)) $(call opt,--cpu-bind,$(CPU_BIND)) \
-		$(call opt,--flavour,$(FLAVOUR)) $(call opt,--wheels,$(WHEELS)) $(call opt,--modules,$(MODULES)) \
-		$(call opt,--source,$(SOURCE)) $(site_python) $(if $(call on,TINY),--tiny) -- $(ARGS)
+	$(SUITE) run $(strip $(run_options)) -- $(ARGS)
 
 # make tune CASE=... [NODES=1] [BUDGET=30] [TINY=1] [ARGS="--batch-size max"]: the case's speed settings (its [tune]
 # table) tried one at a time within BUDGET minutes, each trial a record; the best written to reports/tune/ as a
 # preset for ARGS="--preset tuned:<file>" (docs/running.md, "Tuning a case")
 tune: $(VENV)/.installed
-	$(SUITE) tune --case "$(CASE)" --nodes "$(NODES)" $(call opt,--budget,$(BUDGET)) \
-		$(call opt,--gpus-per-node,$(GPUS_PER_NODE)) $(call opt,--hostfile,$(HOSTFILE)) \
-		$(call opt,--cluster,$(CLUSTER)) $(call opt,--runtime,$(RUNTIME)) $(call opt,--scheduler,$(SCHEDULER)) \
-		$(call opt,--data-dir,$(DATA_DIR)) $(call opt,--timeout,$(TIMEOUT)) \
-		$(call opt,--flavour,$(FLAVOUR)) $(call opt,--wheels,$(WHEELS)) $(call opt,--modules,$(MODULES)) \
-		$(call opt,--source,$(SOURCE)) $(site_python) $(if $(call on,TINY),--tiny) -- $(ARGS)
+	$(SUITE) tune $(strip --case "$(CASE)" --nodes "$(NODES)" $(call opt,--budget,$(BUDGET)) $(placement) \
+		$(stack_options) $(tiny)) -- $(ARGS)
 
 # make doctor [CLUSTER=name]: what the cluster profile needs here and what is missing, one line each
 doctor: $(VENV)/.installed
@@ -103,8 +104,8 @@ check-site: $(VENV)/.installed
 		$(call opt,--modules,$(MODULES)) $(call opt,--source,$(SOURCE)) $(site_python)
 
 data: $(VENV)/.installed
-	$(SUITE) data --case "$(CASE)" $(call opt,--data-dir,$(DATA_DIR)) $(call opt,--cluster,$(CLUSTER)) \
-		$(if $(call on,SYNTHETIC),--synthetic) $(if $(strip $(SRC)),--src "$(SRC)") -- $(ARGS)
+	$(SUITE) data $(strip --case "$(CASE)" $(call opt,--data-dir,$(DATA_DIR)) $(call opt,--cluster,$(CLUSTER)) \
+		$(if $(call on,SYNTHETIC),--synthetic) $(if $(strip $(SRC)),--src "$(SRC)")) -- $(ARGS)
 
 # make install CASE=... [FLAVOUR=cpu|cuda] [WHEELS=folder]: the case's local stack, ahead of a run
 install: $(VENV)/.installed
@@ -132,27 +133,23 @@ compare: $(VENV)/.installed
 #            [SINCE=YYYY-MM-DD] [UNTIL=YYYY-MM-DD] [STATUS=ok|failed|all] [FORMAT=table|csv] [RESULTS=folder]
 # The records in the results index; CASE only when given on the command line (its default is for `run`).
 query: $(VENV)/.installed
-	$(SUITE) query $(call opt,--results-dir,$(RESULTS)) $(if $(filter command line,$(origin CASE)),--case "$(CASE)") \
-		$(call opt,--cluster,$(CLUSTER)) $(call opt,--stack,$(STACK)) $(call opt,--fingerprint,$(FINGERPRINT)) \
-		$(call opt,--devices,$(DEVICES)) $(call opt,--since,$(SINCE)) $(call opt,--until,$(UNTIL)) \
-		$(call opt,--status,$(STATUS)) $(call opt,--format,$(FORMAT))
+	$(SUITE) query $(strip $(call opt,--results-dir,$(RESULTS)) \
+		$(if $(filter command line,$(origin CASE)),--case "$(CASE)") $(call opt,--cluster,$(CLUSTER)) \
+		$(call opt,--stack,$(STACK)) $(call opt,--fingerprint,$(FINGERPRINT)) $(call opt,--devices,$(DEVICES)) \
+		$(call opt,--since,$(SINCE)) $(call opt,--until,$(UNTIL)) $(call opt,--status,$(STATUS)) \
+		$(call opt,--format,$(FORMAT)))
 
 # make compare-frameworks NODES=1 GPUS_PER_NODE=1,4 [TINY=1] [ARGS=...]: every case's --same-work run, one table
 compare-frameworks: $(VENV)/.installed
-	$(SUITE) compare-frameworks --nodes "$(NODES)" --repeat "$(REPEAT)" \
-		$(call opt,--gpus-per-node,$(GPUS_PER_NODE)) $(call opt,--hostfile,$(HOSTFILE)) \
-		$(call opt,--cluster,$(CLUSTER)) $(call opt,--runtime,$(RUNTIME)) $(call opt,--scheduler,$(SCHEDULER)) \
-		$(call opt,--data-dir,$(DATA_DIR)) $(call opt,--timeout,$(TIMEOUT)) \
-		$(call opt,--stall,$(STALL)) $(if $(call on,DRY_RUN),--dry-run) \
-		$(call opt,--cpu-bind,$(CPU_BIND)) $(call opt,--flavour,$(FLAVOUR)) $(call opt,--wheels,$(WHEELS)) \
-		$(call opt,--modules,$(MODULES)) $(call opt,--source,$(SOURCE)) $(site_python) \
-		$(if $(call on,TINY),--tiny) -- $(ARGS)
+	$(SUITE) compare-frameworks $(strip --nodes "$(NODES)" --repeat "$(REPEAT)" $(placement) \
+		$(call opt,--stall,$(STALL)) $(if $(call on,DRY_RUN),--dry-run) $(call opt,--cpu-bind,$(CPU_BIND)) \
+		$(stack_options) $(tiny)) -- $(ARGS)
 
 # make rerun RECORD=reports/results/<run_id>.json [CLUSTER=name | HOSTFILE=file] [ALLOW_DRIFT=1] [DRY_RUN=1]
 rerun: $(VENV)/.installed
-	$(SUITE) rerun "$(RECORD)" $(call opt,--cluster,$(CLUSTER)) $(call opt,--hostfile,$(HOSTFILE)) \
+	$(SUITE) rerun $(strip "$(RECORD)" $(call opt,--cluster,$(CLUSTER)) $(call opt,--hostfile,$(HOSTFILE)) \
 		$(call opt,--data-dir,$(DATA_DIR)) $(if $(call on,ALLOW_DRIFT),--allow-drift) \
-		$(if $(call on,DRY_RUN),--dry-run)
+		$(if $(call on,DRY_RUN),--dry-run))
 
 # make resume SWEEP=<sweep_id> [ALLOW_DRIFT=1] [DRY_RUN=1]: the sweep's points without an ok record, run again
 resume: $(VENV)/.installed

@@ -4,6 +4,7 @@ request, never the parser's Namespace."""
 import argparse
 import dataclasses
 import pkgutil
+import shlex
 import signal
 import subprocess
 import sys
@@ -100,6 +101,26 @@ def test_run_tiny_puts_the_case_s_tiny_sizes_before_the_options_given():
     make = subprocess.run(["make", "-n", "run", "CASE=pytorch-gpt", "TINY=1", "ARGS=--num-iters 5"], cwd=ROOT,
                           capture_output=True, text=True)
     assert make.returncode == 0 and "--tiny -- --num-iters 5" in make.stdout, make.stdout + make.stderr
+
+
+@pytest.mark.parametrize("target", ["run", "tune", "compare-frameworks"])
+def test_make_echoes_one_command_line_of_the_options_given_and_parses_them_as_the_cli_does(target):
+    """What `make run` prints is the command it runs, one line with no gaps for the variables left out, and
+    every variable given becomes its option."""
+    plain = subprocess.run(["make", "-n", target, "CASE=jax-gpt", "TINY=1"], cwd=ROOT, capture_output=True, text=True)
+    commands = [line for line in plain.stdout.splitlines() if "-m suite" in line]
+    assert plain.returncode == 0 and len(commands) == 1, plain.stdout + plain.stderr
+    assert "  " not in commands[0] and "\\" not in commands[0] and commands[0].rstrip().endswith("--tiny --")
+    given = {"GPUS_PER_NODE": "2", "HOSTFILE": "hostfiles/loopback4", "RUNTIME": "modules", "TIMEOUT": "60",
+             "WHEELS": "/w", "MODULES": "a b", "PYTHON": "/usr/bin/python3"}
+    full = subprocess.run(["make", "-n", target, "CASE=jax-gpt", *(f"{k}={v}" for k, v in given.items()),
+                           "ARGS=--num-iters 5"], cwd=ROOT, capture_output=True, text=True)
+    line = next(line for line in full.stdout.splitlines() if "-m suite" in line)
+    argv = shlex.split(line.split(" -m suite ", 1)[1])
+    assert argv[0] == target and argv[-3:] == ["--", "--num-iters", "5"]
+    options = dict(zip(argv[1:-3:2], argv[2:-3:2]))
+    assert options["--gpus-per-node"] == "2" and options["--modules"] == "a b" and options["--python"] == "/usr/bin/python3"
+    assert options["--runtime"] == "modules" and options["--wheels"] == "/w" and options["--timeout"] == "60"
 
 
 def test_run_tiny_of_an_unknown_case_is_refused_with_exit_2(capsys):
