@@ -19,7 +19,7 @@ LABEL org.hpc-dl-bench.stack="pytorch-horovod"
 LABEL org.hpc-dl-bench.flavour="cuda"
 LABEL org.hpc-dl-bench.lock="cuda/requirements.lock"
 LABEL org.hpc-dl-bench.lock_sha256="f9b28fd54202c5ac005d05f15863cd507836885c9f8ff388a8141d45dc3e0b85"
-LABEL org.hpc-dl-bench.recipe_sha256="8f55f3b09954c201f1b7211f3eea08f42532a8b2e5e071ccb082fc6cdaa1c56c"
+LABEL org.hpc-dl-bench.recipe_sha256="b22f751cf27b58c02fc9d19d69d5eea50fc260338b35f4a4c20df7bab29a97d0"
 LABEL org.hpc-dl-bench.suite_version="0.1.0"
 LABEL org.hpc-dl-bench.base_ref="${BASE}"
 COPY containers/pytorch-horovod /opt/recipe
@@ -36,10 +36,6 @@ RUN if [ -n "${WHEELS:-}" ]; then export PIP_NO_INDEX=1 PIP_FIND_LINKS="$WHEELS"
     mkdir -p /tmp/stack-build && \
     cd /tmp/stack-build && \
     export STACK_DIR=/opt/recipe STACK_PREFIX=/opt/stack SUITE_FACTS_FILE=/opt/stack/suite-facts.json && \
-    nccl_include="$(dirname "$(find "$STACK_PREFIX/lib" -name nccl.h -path "*nvidia*" | head -n 1)")" && \
-    export HOROVOD_NCCL_INCLUDE="$nccl_include" HOROVOD_NCCL_LIB="$(dirname "$nccl_include")/lib" && \
-    test -f "$HOROVOD_NCCL_INCLUDE/nccl.h" && \
-    ln -sf libnccl.so.2 "$HOROVOD_NCCL_LIB/libnccl.so" && \
     bash /opt/recipe/post-install.sh && \
     cd / && \
     rm -rf /tmp/stack-build
