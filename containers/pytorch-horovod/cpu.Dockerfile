@@ -19,7 +19,7 @@ LABEL org.hpc-dl-bench.stack="pytorch-horovod"
 LABEL org.hpc-dl-bench.flavour="cpu"
 LABEL org.hpc-dl-bench.lock="requirements.lock"
 LABEL org.hpc-dl-bench.lock_sha256="11345c47e627402bfd0627536ef3bf3d4db2c66df8f7e7be821c5fab30a8f755"
-LABEL org.hpc-dl-bench.recipe_sha256="848e7307a7cb4ae5641e10d502c34b9d7ec1926c7755ce9f0fe6970da06760c4"
+LABEL org.hpc-dl-bench.recipe_sha256="8a670010e2223f4d052a711a4d04de792405c61664555d6276baf391635d4bc9"
 LABEL org.hpc-dl-bench.suite_version="0.1.0"
 LABEL org.hpc-dl-bench.base_ref="${BASE}"
 COPY containers/pytorch-horovod /opt/recipe

@@ -19,7 +19,7 @@ LABEL org.hpc-dl-bench.stack="pytorch-horovod"
 LABEL org.hpc-dl-bench.flavour="cuda"
 LABEL org.hpc-dl-bench.lock="cuda/requirements.lock"
 LABEL org.hpc-dl-bench.lock_sha256="f9b28fd54202c5ac005d05f15863cd507836885c9f8ff388a8141d45dc3e0b85"
-LABEL org.hpc-dl-bench.recipe_sha256="b22f751cf27b58c02fc9d19d69d5eea50fc260338b35f4a4c20df7bab29a97d0"
+LABEL org.hpc-dl-bench.recipe_sha256="d43b7786e696f0ec03406152a2e85801d7331dc05f8a7adf970ea8db31e8e670"
 LABEL org.hpc-dl-bench.suite_version="0.1.0"
 LABEL org.hpc-dl-bench.base_ref="${BASE}"
 COPY containers/pytorch-horovod /opt/recipe

@@ -139,7 +139,11 @@ def ensure_installed(stack: Stack | Flavour, log=print, wheels: Path | str | Non
         where = f"from the wheel folder {wheels}" if wheels else "from the package index"
         log(f"stack {flavour.id}: installing into {prefix} {where} (once per lock; this takes a few minutes)")
         started = time.time()
-        _build(flavour, prefix, wheels, log)
+        try:
+            _build(flavour, prefix, wheels, log)
+        except BaseException:
+            shutil.rmtree(prefix, ignore_errors=True)  # an unfinished environment is only space (GBs with CUDA)
+            raise
         info = {
             "stack": flavour.stack.name,
             "flavour": flavour.name,
@@ -212,10 +216,14 @@ def _checked_run(argv: list[str], flavour: Flavour, wheels, pip: bool = False, *
                            "list: the index serves a file this lock was not made with (a mirror's "
                            "own build, or another build of the same release); `make locks` against the index the "
                            "stack installs from, or WHEELS=<a folder `make wheels` filled from the right one>")
+    offline = ("a machine without the package index: fill a wheel folder where there is one, `make wheels`, and "
+               "install from it with WHEELS=<folder>")
     hint = ""
-    if not wheels and (UNREACHABLE.search(said) or not pip):
-        hint = (" (a machine without the package index: fill a wheel folder where there is one, `make wheels`, and "
-                "install from it with WHEELS=<folder>)")
+    if not pip:  # a build script: its own output, streamed above, has the cause
+        hint = " (its output above says why)" if wheels else \
+            f" (its output above says why: a compiler or toolkit missing, or, on {offline})"
+    elif not wheels and UNREACHABLE.search(said):
+        hint = f" ({offline})"
     shown = " ".join(argv[:4]) if argv[0] != "bash" else "post-install.sh"
     raise RuntimeError(f"stack {flavour.id}: '{shown} ...' failed with exit {result.returncode}{hint}")
 

@@ -44,12 +44,16 @@ def toy_stack(tmp_path, monkeypatch):
 
 
 def test_interrupted_install_is_not_taken_for_a_finished_one(toy_stack):
+    """A build that fails removes what it made and says where the cause is; one killed midway (its folder
+    left without the marker) is removed and made again by the next install."""
     (toy_stack.stack.dir / "fail").touch()
-    with pytest.raises(RuntimeError, match="post-install.sh"):
+    with pytest.raises(RuntimeError, match=r"post-install.sh .* exit 1 \(its output above says why"):
         ensure_installed(toy_stack, log=lambda m: None)
-    assert local_prefix(toy_stack).exists() and find_installed(toy_stack) is None
+    assert not local_prefix(toy_stack).exists() and find_installed(toy_stack) is None
 
     (toy_stack.stack.dir / "fail").unlink()
+    (local_prefix(toy_stack) / "bin").mkdir(parents=True)  # as a killed install leaves it
+    assert find_installed(toy_stack) is None
     messages = []
     installed = ensure_installed(toy_stack, log=messages.append)
     assert any("removing an unfinished install" in m for m in messages)
