@@ -121,6 +121,12 @@ wheels: $(VENV)/.installed
 cases: $(VENV)/.installed
 	$(SUITE) cases
 
+# make stacks [REMOVE_UNUSED_DAYS=30]: the local stacks kept here (size, built, last used, made by this checkout);
+# with REMOVE_UNUSED_DAYS, those no recipe of this checkout makes and nothing used for that many days are removed
+.PHONY: stacks
+stacks: $(VENV)/.installed
+	$(SUITE) stacks $(call opt,--remove-unused-days,$(REMOVE_UNUSED_DAYS))
+
 report: $(VENV)/.installed
 	$(SUITE) report
 
