@@ -1,8 +1,8 @@
 """The local stacks (`local` runtime, `suite install`): a flavour (suite/stacks/recipes.py) built here once
 as a virtual environment, one folder per recipe, interpreter and processor under the stack home, marked finished
 by MARKER; concurrent callers wait for the one that builds. An interpreter or processor the flavour's lock does not
-cover is refused before anything is built, and a failed build step is said in one line. The pip command and the
-post-install shell are the image builds' too (suite/stacks/images.py)."""
+cover is refused before anything is built; a failed build step is said in one line and what it made removed. The
+pip command and the post-install shell are the image builds' too (suite/stacks/images.py)."""
 
 import fcntl
 import json
