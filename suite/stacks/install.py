@@ -76,6 +76,11 @@ def local_prefix(flavour: Flavour) -> Path:
     return paths.stack_home() / name
 
 
+def lock_of(prefix: Path) -> Path:
+    """The file beside a stack's folder that its install holds and every run that takes the stack opens."""
+    return prefix.with_name(prefix.name + ".lock")
+
+
 def require_covered(flavour: Flavour, target: Target | None, glibc: str | None) -> None:
     """Refuses, before anything is built, an interpreter or processor for which the flavour's lock
     has no files (its header says what it covers), naming what it covers and the ways on."""
@@ -128,7 +133,7 @@ def ensure_installed(stack: Stack | Flavour, log=print, wheels: Path | str | Non
     require_covered(flavour, lock_targets.here(), lock_targets.glibc_here())
     prefix = local_prefix(flavour)
     prefix.parent.mkdir(parents=True, exist_ok=True)
-    with open(prefix.with_name(prefix.name + ".lock"), "w") as lock:
+    with open(lock_of(prefix), "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         installed = find_installed(flavour)
         if installed:

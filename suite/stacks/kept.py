@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from suite.base import paths
-from suite.stacks.install import MARKER
-from suite.stacks.recipes import described_flavours
+from suite.stacks.install import MARKER, lock_of
+from suite.stacks.recipes import FLAVOURS, described_flavours
 
 DAY_S = 86400
 
@@ -29,7 +29,7 @@ class KeptStack:
 
     @property
     def lock(self) -> Path:
-        return self.prefix.with_name(self.prefix.name + ".lock")
+        return lock_of(self.prefix)
 
 
 def recipe_keys() -> set[tuple[str, str, str]]:
@@ -41,7 +41,7 @@ def key_of(folder: Path) -> tuple[str, str, str] | None:
     """A stack folder's (stack, flavour, recipe prefix): `<stack>-<flavour>-<python>-<machine>-<recipe16>`."""
     parts = folder.name.split("-")
     for at in range(1, len(parts) - 3):
-        if parts[at] in ("cpu", "cuda"):
+        if parts[at] in FLAVOURS:
             return "-".join(parts[:at]), parts[at], parts[-1]
     return None
 
@@ -50,10 +50,12 @@ def kept_stacks(home: Path | None = None) -> list[KeptStack]:
     home = home or paths.stack_home()
     keys = recipe_keys()
     found = []
-    for folder in sorted(p for p in home.glob("*") if p.is_dir() and key_of(p)):
-        used = max(p.stat().st_mtime for p in (folder, folder.with_name(folder.name + ".lock"), folder / MARKER)
-                   if p.exists())
-        found.append(KeptStack(folder, _marker(folder), _size(folder), used, key_of(folder) in keys))
+    for folder in sorted(p for p in home.glob("*") if p.is_dir()):
+        key = key_of(folder)
+        if key is None:
+            continue
+        used = max(p.stat().st_mtime for p in (folder, lock_of(folder), folder / MARKER) if p.exists())
+        found.append(KeptStack(folder, _marker(folder), _size(folder), used, key in keys))
     return found
 
 
@@ -64,7 +66,7 @@ def removable(stacks: list[KeptStack], unused_days: float, now: float | None = N
 
 
 def remove(stack: KeptStack) -> bool:
-    """Removes the folder and its lock file, unless a run or an install holds the lock now (False)."""
+    """Removes the folder and its lock file, unless an install holds the lock now (False)."""
     with open(stack.lock, "a") as lock:
         try:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -94,7 +96,7 @@ def remove_unused(stacks: list[KeptStack], unused_days: float) -> list[str]:
             freed += s.size_bytes
             lines.append(f"removed {s.prefix.name} ({gib(s.size_bytes)})")
         else:
-            lines.append(f"kept {s.prefix.name}: an install or run holds it now")
+            lines.append(f"kept {s.prefix.name}: an install holds its lock now")
     return [*lines, f"freed {gib(freed)}"]
 
 

@@ -1,6 +1,6 @@
 """`suite stacks`: the stacks kept under the stack home, listed with their size and use, and --remove-unused-days
 removing only those no recipe of this checkout makes and nothing used for that long, never one whose lock an
-install or a run holds."""
+install holds."""
 
 import fcntl
 import os
@@ -65,7 +65,7 @@ def test_only_old_recipes_unused_for_the_days_given_are_removed_and_a_held_one_i
     out = capsys.readouterr().out
     assert not old.exists() and not (home / f"{old.name}.lock").exists() and not unfinished.exists()
     assert mine.exists() and recent.exists() and held.exists()
-    assert f"removed {old.name}" in out and f"kept {held.name}: an install or run holds it now" in out
+    assert f"removed {old.name}" in out and f"kept {held.name}: an install holds its lock now" in out
 
 
 def test_a_bad_number_of_days_is_refused_with_exit_2(home, capsys):
