@@ -174,3 +174,20 @@ def test_stall_limit_ends_a_silent_job(tmp_path):
     assert result.reason == f"stall limit: no output from any process for {LIMIT_S} s"
     assert LIMIT_S <= elapsed < LIMIT_S + local.GRACE_S + MARGIN_S
     assert not alive(pid)
+
+
+def test_a_process_that_ends_while_its_stat_is_read_is_not_alive(monkeypatch):
+    """/proc/PID/stat opened before the process ended reads as ESRCH: ended, not an error (a race the fault
+    tests hit when a worker is reaped between the two)."""
+    class EndedMeanwhile:
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+        def read(self):
+            raise ProcessLookupError(3, "No such process")
+
+    monkeypatch.setattr("builtins.open", lambda *a, **k: EndedMeanwhile())
+    assert not alive(os.getpid())
