@@ -15,14 +15,7 @@ FROM ${BASE}
 
 ARG BASE
 ARG WHEELS
-LABEL org.hpc-dl-bench.stack="jax"
-LABEL org.hpc-dl-bench.flavour="cpu"
-LABEL org.hpc-dl-bench.lock="requirements.lock"
-LABEL org.hpc-dl-bench.lock_sha256="f5ff7c20dd718e441178233165965bb925eb8a2f9f28407194ced63284b763b9"
-LABEL org.hpc-dl-bench.recipe_sha256="4dc5254ae6f8dfa8d1e93eff96cf2b16d185728d52d2552e6ffa3a3071c42f95"
-LABEL org.hpc-dl-bench.suite_version="0.1.0"
-LABEL org.hpc-dl-bench.base_ref="${BASE}"
-COPY containers/jax /opt/recipe
+COPY containers/jax/requirements.lock /opt/recipe/
 RUN if [ -n "${WHEELS:-}" ]; then export PIP_NO_INDEX=1 PIP_FIND_LINKS="$WHEELS"; fi && \
     python3.11 -m venv /opt/stack && \
     /opt/stack/bin/python -m pip install --no-cache-dir --require-hashes --no-deps -r /opt/recipe/requirements.lock
@@ -32,3 +25,10 @@ RUN /opt/stack/bin/python -m pip list --format=json > /opt/stack/suite-packages.
 ENV PATH="/opt/stack/bin:${PATH}" PYTHONNOUSERSITE="1"
 # the definition's %test, run at build time
 RUN /opt/stack/bin/python -c "import jax, jaxlib, flax, optax; print('jax', jax.__version__, 'jaxlib', jaxlib.__version__, 'flax', flax.__version__, 'optax', optax.__version__, 'devices', jax.devices())"
+LABEL org.hpc-dl-bench.stack="jax"
+LABEL org.hpc-dl-bench.flavour="cpu"
+LABEL org.hpc-dl-bench.lock="requirements.lock"
+LABEL org.hpc-dl-bench.lock_sha256="f5ff7c20dd718e441178233165965bb925eb8a2f9f28407194ced63284b763b9"
+LABEL org.hpc-dl-bench.recipe_sha256="4dc5254ae6f8dfa8d1e93eff96cf2b16d185728d52d2552e6ffa3a3071c42f95"
+LABEL org.hpc-dl-bench.suite_version="0.1.0"
+LABEL org.hpc-dl-bench.base_ref="${BASE}"

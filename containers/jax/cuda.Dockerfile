@@ -15,18 +15,11 @@ FROM ${BASE}
 
 ARG BASE
 ARG WHEELS
-LABEL org.hpc-dl-bench.stack="jax"
-LABEL org.hpc-dl-bench.flavour="cuda"
-LABEL org.hpc-dl-bench.lock="cuda/requirements.lock"
-LABEL org.hpc-dl-bench.lock_sha256="a6e6dce9ff58510a1841a5ff3981d9e0ff5e9fb011251b2af1ab5bd62df08b0f"
-LABEL org.hpc-dl-bench.recipe_sha256="b635f888f6b9788de7e82b684cff7729dc09e09cf4eeeebdaf0626d61cfa7bd1"
-LABEL org.hpc-dl-bench.suite_version="0.1.0"
-LABEL org.hpc-dl-bench.base_ref="${BASE}"
-COPY containers/jax /opt/recipe
 RUN export DEBIAN_FRONTEND=noninteractive && \
     apt-get update && \
     apt-get install -y --no-install-recommends python3.11 python3.11-venv libibverbs1 ibverbs-providers && \
     rm -rf /var/lib/apt/lists/*
+COPY containers/jax/cuda/requirements.lock /opt/recipe/cuda/
 RUN if [ -n "${WHEELS:-}" ]; then export PIP_NO_INDEX=1 PIP_FIND_LINKS="$WHEELS"; fi && \
     python3.11 -m venv /opt/stack && \
     /opt/stack/bin/python -m pip install --no-cache-dir --require-hashes --no-deps -r /opt/recipe/cuda/requirements.lock
@@ -36,3 +29,10 @@ RUN /opt/stack/bin/python -m pip list --format=json > /opt/stack/suite-packages.
 ENV PATH="/opt/stack/bin:${PATH}" PYTHONNOUSERSITE="1"
 # the definition's %test, run at build time
 RUN /opt/stack/bin/python -c "import jax; from importlib.metadata import distributions, entry_points; found = sorted(d.metadata['Name'] + ' ' + d.version for d in distributions() if d.metadata['Name'].replace('_', '-').startswith('jax-cuda')); assert len(found) == 2, found; [e.load() for e in entry_points(group='jax_plugins')]; print('jax', jax.__version__, *found)"
+LABEL org.hpc-dl-bench.stack="jax"
+LABEL org.hpc-dl-bench.flavour="cuda"
+LABEL org.hpc-dl-bench.lock="cuda/requirements.lock"
+LABEL org.hpc-dl-bench.lock_sha256="a6e6dce9ff58510a1841a5ff3981d9e0ff5e9fb011251b2af1ab5bd62df08b0f"
+LABEL org.hpc-dl-bench.recipe_sha256="b635f888f6b9788de7e82b684cff7729dc09e09cf4eeeebdaf0626d61cfa7bd1"
+LABEL org.hpc-dl-bench.suite_version="0.1.0"
+LABEL org.hpc-dl-bench.base_ref="${BASE}"

@@ -15,18 +15,11 @@ FROM ${BASE}
 
 ARG BASE
 ARG WHEELS
-LABEL org.hpc-dl-bench.stack="mxnet"
-LABEL org.hpc-dl-bench.flavour="cpu"
-LABEL org.hpc-dl-bench.lock="requirements.lock"
-LABEL org.hpc-dl-bench.lock_sha256="81477fd777e2e13ec706e9521b73b2a3230ece03e1d9b576f915df58ef20a98c"
-LABEL org.hpc-dl-bench.recipe_sha256="e1df0549ad4ce5c2bea235fe60b1e1bd2370dc17291b820bb0859725a724a1ab"
-LABEL org.hpc-dl-bench.suite_version="0.1.0"
-LABEL org.hpc-dl-bench.base_ref="${BASE}"
-COPY containers/mxnet /opt/recipe
 RUN export DEBIAN_FRONTEND=noninteractive && \
     apt-get update && \
     apt-get install -y --no-install-recommends libgomp1 libquadmath0 && \
     rm -rf /var/lib/apt/lists/*
+COPY containers/mxnet/requirements.lock /opt/recipe/
 RUN if [ -n "${WHEELS:-}" ]; then export PIP_NO_INDEX=1 PIP_FIND_LINKS="$WHEELS"; fi && \
     python3.11 -m venv /opt/stack && \
     /opt/stack/bin/python -m pip install --no-cache-dir --require-hashes --no-deps -r /opt/recipe/requirements.lock
@@ -36,3 +29,10 @@ RUN /opt/stack/bin/python -m pip list --format=json > /opt/stack/suite-packages.
 ENV PATH="/opt/stack/bin:${PATH}" PYTHONNOUSERSITE="1"
 # the definition's %test, run at build time
 RUN /opt/stack/bin/python -c "import mxnet as mx; from mxnet.runtime import Features; assert Features().is_enabled('DIST_KVSTORE'), 'MXNet without the distributed kvstore'; print('mxnet', mx.__version__, 'gpus', mx.context.num_gpus())"
+LABEL org.hpc-dl-bench.stack="mxnet"
+LABEL org.hpc-dl-bench.flavour="cpu"
+LABEL org.hpc-dl-bench.lock="requirements.lock"
+LABEL org.hpc-dl-bench.lock_sha256="81477fd777e2e13ec706e9521b73b2a3230ece03e1d9b576f915df58ef20a98c"
+LABEL org.hpc-dl-bench.recipe_sha256="e1df0549ad4ce5c2bea235fe60b1e1bd2370dc17291b820bb0859725a724a1ab"
+LABEL org.hpc-dl-bench.suite_version="0.1.0"
+LABEL org.hpc-dl-bench.base_ref="${BASE}"

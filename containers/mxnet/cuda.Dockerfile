@@ -15,18 +15,11 @@ FROM ${BASE}
 
 ARG BASE
 ARG WHEELS
-LABEL org.hpc-dl-bench.stack="mxnet"
-LABEL org.hpc-dl-bench.flavour="cuda"
-LABEL org.hpc-dl-bench.lock="cuda/requirements.lock"
-LABEL org.hpc-dl-bench.lock_sha256="8cb9e0e1c66830442bdeed80d5d24d0ab23a9599a039f024ff18144597406073"
-LABEL org.hpc-dl-bench.recipe_sha256="4766de65b368060b61db3f1d163b9780333a4918e832694be7771557f45a521e"
-LABEL org.hpc-dl-bench.suite_version="0.1.0"
-LABEL org.hpc-dl-bench.base_ref="${BASE}"
-COPY containers/mxnet /opt/recipe
 RUN export DEBIAN_FRONTEND=noninteractive && \
     apt-get update && \
     apt-get install -y --no-install-recommends python3-venv && \
     rm -rf /var/lib/apt/lists/*
+COPY containers/mxnet/cuda/requirements.lock /opt/recipe/cuda/
 RUN if [ -n "${WHEELS:-}" ]; then export PIP_NO_INDEX=1 PIP_FIND_LINKS="$WHEELS"; fi && \
     python3 -m venv --system-site-packages /opt/stack && \
     /opt/stack/bin/python -m pip install --no-cache-dir --require-hashes --no-deps -r /opt/recipe/cuda/requirements.lock
@@ -36,3 +29,10 @@ RUN /opt/stack/bin/python -m pip list --format=json > /opt/stack/suite-packages.
 ENV PATH="/opt/stack/bin:${PATH}" PYTHONNOUSERSITE="1"
 # the definition's %test, run at build time
 RUN /opt/stack/bin/python -c "import mxnet as mx; from mxnet.runtime import Features; assert Features().is_enabled('DIST_KVSTORE'), 'MXNet without the distributed kvstore'; print('mxnet', mx.__version__, 'gpus', mx.context.num_gpus())"
+LABEL org.hpc-dl-bench.stack="mxnet"
+LABEL org.hpc-dl-bench.flavour="cuda"
+LABEL org.hpc-dl-bench.lock="cuda/requirements.lock"
+LABEL org.hpc-dl-bench.lock_sha256="8cb9e0e1c66830442bdeed80d5d24d0ab23a9599a039f024ff18144597406073"
+LABEL org.hpc-dl-bench.recipe_sha256="4766de65b368060b61db3f1d163b9780333a4918e832694be7771557f45a521e"
+LABEL org.hpc-dl-bench.suite_version="0.1.0"
+LABEL org.hpc-dl-bench.base_ref="${BASE}"

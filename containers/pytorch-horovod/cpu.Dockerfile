@@ -15,21 +15,16 @@ FROM ${BASE}
 
 ARG BASE
 ARG WHEELS
-LABEL org.hpc-dl-bench.stack="pytorch-horovod"
-LABEL org.hpc-dl-bench.flavour="cpu"
-LABEL org.hpc-dl-bench.lock="requirements.lock"
-LABEL org.hpc-dl-bench.lock_sha256="11345c47e627402bfd0627536ef3bf3d4db2c66df8f7e7be821c5fab30a8f755"
-LABEL org.hpc-dl-bench.recipe_sha256="8a670010e2223f4d052a711a4d04de792405c61664555d6276baf391635d4bc9"
-LABEL org.hpc-dl-bench.suite_version="0.1.0"
-LABEL org.hpc-dl-bench.base_ref="${BASE}"
-COPY containers/pytorch-horovod /opt/recipe
 RUN export DEBIAN_FRONTEND=noninteractive && \
     apt-get update && \
     apt-get install -y --no-install-recommends build-essential patch libopenmpi-dev openmpi-bin openssh-client && \
     rm -rf /var/lib/apt/lists/*
+COPY containers/pytorch-horovod/requirements.lock /opt/recipe/
 RUN if [ -n "${WHEELS:-}" ]; then export PIP_NO_INDEX=1 PIP_FIND_LINKS="$WHEELS"; fi && \
     python3.11 -m venv /opt/stack && \
     /opt/stack/bin/python -m pip install --no-cache-dir --require-hashes --no-deps --extra-index-url https://download.pytorch.org/whl/cpu -r /opt/recipe/requirements.lock
+COPY containers/pytorch-horovod/sdist.lock containers/pytorch-horovod/gpu-build.sh containers/pytorch-horovod/post-install.sh /opt/recipe/
+COPY containers/pytorch-horovod/patches/horovod-0.28.1-cxx17.patch /opt/recipe/patches/
 RUN if [ -n "${WHEELS:-}" ]; then export PIP_NO_INDEX=1 PIP_FIND_LINKS="$WHEELS"; fi && \
     export PATH="/opt/stack/bin:$PATH" && \
     mkdir -p /tmp/stack-build && \
@@ -45,3 +40,10 @@ ENV PATH="/opt/stack/bin:${PATH}" PYTHONNOUSERSITE="1"
 # the definition's %test, run at build time
 RUN /opt/stack/bin/python -c "import torch, horovod.torch as hvd; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'horovod mpi', hvd.mpi_built(), 'gloo', hvd.gloo_built(), 'nccl', hvd.nccl_built())" && \
     /opt/stack/bin/horovodrun --check-build
+LABEL org.hpc-dl-bench.stack="pytorch-horovod"
+LABEL org.hpc-dl-bench.flavour="cpu"
+LABEL org.hpc-dl-bench.lock="requirements.lock"
+LABEL org.hpc-dl-bench.lock_sha256="11345c47e627402bfd0627536ef3bf3d4db2c66df8f7e7be821c5fab30a8f755"
+LABEL org.hpc-dl-bench.recipe_sha256="48d9101ef7af4fc5183a800f26720ad8731ebf2b8c9e90af0f16c76b8f0fd861"
+LABEL org.hpc-dl-bench.suite_version="0.1.0"
+LABEL org.hpc-dl-bench.base_ref="${BASE}"

@@ -15,21 +15,16 @@ FROM ${BASE}
 
 ARG BASE
 ARG WHEELS
-LABEL org.hpc-dl-bench.stack="pytorch-horovod"
-LABEL org.hpc-dl-bench.flavour="cuda"
-LABEL org.hpc-dl-bench.lock="cuda/requirements.lock"
-LABEL org.hpc-dl-bench.lock_sha256="f9b28fd54202c5ac005d05f15863cd507836885c9f8ff388a8141d45dc3e0b85"
-LABEL org.hpc-dl-bench.recipe_sha256="d43b7786e696f0ec03406152a2e85801d7331dc05f8a7adf970ea8db31e8e670"
-LABEL org.hpc-dl-bench.suite_version="0.1.0"
-LABEL org.hpc-dl-bench.base_ref="${BASE}"
-COPY containers/pytorch-horovod /opt/recipe
 RUN export DEBIAN_FRONTEND=noninteractive && \
     apt-get update && \
     apt-get install -y --no-install-recommends python3.11 python3.11-venv python3.11-dev build-essential patch libopenmpi-dev openmpi-bin openssh-client libibverbs1 ibverbs-providers && \
     rm -rf /var/lib/apt/lists/*
+COPY containers/pytorch-horovod/cuda/requirements.lock /opt/recipe/cuda/
 RUN if [ -n "${WHEELS:-}" ]; then export PIP_NO_INDEX=1 PIP_FIND_LINKS="$WHEELS"; fi && \
     python3.11 -m venv /opt/stack && \
     /opt/stack/bin/python -m pip install --no-cache-dir --require-hashes --no-deps -r /opt/recipe/cuda/requirements.lock
+COPY containers/pytorch-horovod/sdist.lock containers/pytorch-horovod/gpu-build.sh containers/pytorch-horovod/post-install.sh /opt/recipe/
+COPY containers/pytorch-horovod/patches/horovod-0.28.1-cxx17.patch /opt/recipe/patches/
 RUN if [ -n "${WHEELS:-}" ]; then export PIP_NO_INDEX=1 PIP_FIND_LINKS="$WHEELS"; fi && \
     export HOROVOD_GPU_OPERATIONS=NCCL HOROVOD_WITH_MPI=1 HOROVOD_CUDA_HOME=/usr/local/cuda && \
     export PATH="/opt/stack/bin:/usr/local/cuda/bin:$PATH" && \
@@ -46,3 +41,10 @@ ENV PATH="/opt/stack/bin:${PATH}" PYTHONNOUSERSITE="1"
 # the definition's %test, run at build time
 RUN /opt/stack/bin/python -c "import torch, horovod.torch as hvd; assert torch.version.cuda and hvd.nccl_built() and hvd.mpi_built(), 'not a CUDA/NCCL/MPI build'; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'nccl', hvd.nccl_built())" && \
     /opt/stack/bin/horovodrun --check-build
+LABEL org.hpc-dl-bench.stack="pytorch-horovod"
+LABEL org.hpc-dl-bench.flavour="cuda"
+LABEL org.hpc-dl-bench.lock="cuda/requirements.lock"
+LABEL org.hpc-dl-bench.lock_sha256="f9b28fd54202c5ac005d05f15863cd507836885c9f8ff388a8141d45dc3e0b85"
+LABEL org.hpc-dl-bench.recipe_sha256="9137e1ca3ce1dc302ddca0901d1deee320258867dca057fadf7fc27b4a256153"
+LABEL org.hpc-dl-bench.suite_version="0.1.0"
+LABEL org.hpc-dl-bench.base_ref="${BASE}"

@@ -15,18 +15,11 @@ FROM ${BASE}
 
 ARG BASE
 ARG WHEELS
-LABEL org.hpc-dl-bench.stack="pytorch"
-LABEL org.hpc-dl-bench.flavour="cpu"
-LABEL org.hpc-dl-bench.lock="requirements.lock"
-LABEL org.hpc-dl-bench.lock_sha256="ff3bd1b63f9508916d964bb5f338afd33e419be308f196c7c4747539e8952beb"
-LABEL org.hpc-dl-bench.recipe_sha256="eb1f4c1c5c4cd178844fe52e10c8c9d924e70739a81b76f5e5ef70134178c05e"
-LABEL org.hpc-dl-bench.suite_version="0.1.0"
-LABEL org.hpc-dl-bench.base_ref="${BASE}"
-COPY containers/pytorch /opt/recipe
 RUN export DEBIAN_FRONTEND=noninteractive && \
     apt-get update && \
     apt-get install -y --no-install-recommends g++ && \
     rm -rf /var/lib/apt/lists/*
+COPY containers/pytorch/requirements.lock /opt/recipe/
 RUN if [ -n "${WHEELS:-}" ]; then export PIP_NO_INDEX=1 PIP_FIND_LINKS="$WHEELS"; fi && \
     python3.11 -m venv /opt/stack && \
     /opt/stack/bin/python -m pip install --no-cache-dir --require-hashes --no-deps --extra-index-url https://download.pytorch.org/whl/cpu -r /opt/recipe/requirements.lock
@@ -36,3 +29,10 @@ RUN /opt/stack/bin/python -m pip list --format=json > /opt/stack/suite-packages.
 ENV PATH="/opt/stack/bin:${PATH}" PYTHONNOUSERSITE="1"
 # the definition's %test, run at build time
 RUN /opt/stack/bin/python -c "import torch, torch.distributed as dist, PIL; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'gloo', dist.is_gloo_available(), 'nccl', dist.is_nccl_available(), 'mpi', dist.is_mpi_available(), 'pillow', PIL.__version__)"
+LABEL org.hpc-dl-bench.stack="pytorch"
+LABEL org.hpc-dl-bench.flavour="cpu"
+LABEL org.hpc-dl-bench.lock="requirements.lock"
+LABEL org.hpc-dl-bench.lock_sha256="ff3bd1b63f9508916d964bb5f338afd33e419be308f196c7c4747539e8952beb"
+LABEL org.hpc-dl-bench.recipe_sha256="eb1f4c1c5c4cd178844fe52e10c8c9d924e70739a81b76f5e5ef70134178c05e"
+LABEL org.hpc-dl-bench.suite_version="0.1.0"
+LABEL org.hpc-dl-bench.base_ref="${BASE}"

@@ -15,18 +15,11 @@ FROM ${BASE}
 
 ARG BASE
 ARG WHEELS
-LABEL org.hpc-dl-bench.stack="pytorch"
-LABEL org.hpc-dl-bench.flavour="cuda"
-LABEL org.hpc-dl-bench.lock="cuda/requirements.lock"
-LABEL org.hpc-dl-bench.lock_sha256="1ffae0ac6ca746ad313bdb966528a16939977afce718fdd365cad1fd0dbe6d3e"
-LABEL org.hpc-dl-bench.recipe_sha256="10eb5e3b053731780bdbfc8dd8c4bfc8d3b9ba31407c6375db389f37cd35e74b"
-LABEL org.hpc-dl-bench.suite_version="0.1.0"
-LABEL org.hpc-dl-bench.base_ref="${BASE}"
-COPY containers/pytorch /opt/recipe
 RUN export DEBIAN_FRONTEND=noninteractive && \
     apt-get update && \
     apt-get install -y --no-install-recommends python3.11 python3.11-venv python3.11-dev g++ libibverbs1 ibverbs-providers && \
     rm -rf /var/lib/apt/lists/*
+COPY containers/pytorch/cuda/requirements.lock /opt/recipe/cuda/
 RUN if [ -n "${WHEELS:-}" ]; then export PIP_NO_INDEX=1 PIP_FIND_LINKS="$WHEELS"; fi && \
     python3.11 -m venv /opt/stack && \
     /opt/stack/bin/python -m pip install --no-cache-dir --require-hashes --no-deps -r /opt/recipe/cuda/requirements.lock
@@ -36,3 +29,10 @@ RUN /opt/stack/bin/python -m pip list --format=json > /opt/stack/suite-packages.
 ENV PATH="/opt/stack/bin:${PATH}" PYTHONNOUSERSITE="1"
 # the definition's %test, run at build time
 RUN /opt/stack/bin/python -c "import torch, torch.distributed as dist, PIL; assert torch.version.cuda and dist.is_nccl_available(), 'not a CUDA/NCCL build'; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'nccl', torch.cuda.nccl.version())"
+LABEL org.hpc-dl-bench.stack="pytorch"
+LABEL org.hpc-dl-bench.flavour="cuda"
+LABEL org.hpc-dl-bench.lock="cuda/requirements.lock"
+LABEL org.hpc-dl-bench.lock_sha256="1ffae0ac6ca746ad313bdb966528a16939977afce718fdd365cad1fd0dbe6d3e"
+LABEL org.hpc-dl-bench.recipe_sha256="10eb5e3b053731780bdbfc8dd8c4bfc8d3b9ba31407c6375db389f37cd35e74b"
+LABEL org.hpc-dl-bench.suite_version="0.1.0"
+LABEL org.hpc-dl-bench.base_ref="${BASE}"

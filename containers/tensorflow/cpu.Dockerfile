@@ -15,14 +15,7 @@ FROM ${BASE}
 
 ARG BASE
 ARG WHEELS
-LABEL org.hpc-dl-bench.stack="tensorflow"
-LABEL org.hpc-dl-bench.flavour="cpu"
-LABEL org.hpc-dl-bench.lock="requirements.lock"
-LABEL org.hpc-dl-bench.lock_sha256="ff7724b3cddac1fed1d307001788c19e933f8ffa888769988cea33a22ab3f0cf"
-LABEL org.hpc-dl-bench.recipe_sha256="0beee587a88c83dc19714bedfafd291aa3b726ce944d449b606d42a446fb2fc7"
-LABEL org.hpc-dl-bench.suite_version="0.1.0"
-LABEL org.hpc-dl-bench.base_ref="${BASE}"
-COPY containers/tensorflow /opt/recipe
+COPY containers/tensorflow/requirements.lock /opt/recipe/
 RUN if [ -n "${WHEELS:-}" ]; then export PIP_NO_INDEX=1 PIP_FIND_LINKS="$WHEELS"; fi && \
     python3.11 -m venv /opt/stack && \
     /opt/stack/bin/python -m pip install --no-cache-dir --require-hashes --no-deps -r /opt/recipe/requirements.lock
@@ -32,3 +25,10 @@ RUN /opt/stack/bin/python -m pip list --format=json > /opt/stack/suite-packages.
 ENV PATH="/opt/stack/bin:${PATH}" PYTHONNOUSERSITE="1"
 # the definition's %test, run at build time
 RUN /opt/stack/bin/python -c "import tensorflow as tf; print('tensorflow', tf.__version__, 'devices', [d.name for d in tf.config.list_physical_devices()])"
+LABEL org.hpc-dl-bench.stack="tensorflow"
+LABEL org.hpc-dl-bench.flavour="cpu"
+LABEL org.hpc-dl-bench.lock="requirements.lock"
+LABEL org.hpc-dl-bench.lock_sha256="ff7724b3cddac1fed1d307001788c19e933f8ffa888769988cea33a22ab3f0cf"
+LABEL org.hpc-dl-bench.recipe_sha256="0beee587a88c83dc19714bedfafd291aa3b726ce944d449b606d42a446fb2fc7"
+LABEL org.hpc-dl-bench.suite_version="0.1.0"
+LABEL org.hpc-dl-bench.base_ref="${BASE}"

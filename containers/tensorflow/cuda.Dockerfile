@@ -15,18 +15,11 @@ FROM ${BASE}
 
 ARG BASE
 ARG WHEELS
-LABEL org.hpc-dl-bench.stack="tensorflow"
-LABEL org.hpc-dl-bench.flavour="cuda"
-LABEL org.hpc-dl-bench.lock="cuda/requirements.lock"
-LABEL org.hpc-dl-bench.lock_sha256="34c11ea3894b844bb474a20fe3ffce01df7540b233801c96a0a70934e3cf5790"
-LABEL org.hpc-dl-bench.recipe_sha256="661b1e0916c259fd433b6e3bda368926cc86c149a3d1b962d65a80b80453eede"
-LABEL org.hpc-dl-bench.suite_version="0.1.0"
-LABEL org.hpc-dl-bench.base_ref="${BASE}"
-COPY containers/tensorflow /opt/recipe
 RUN export DEBIAN_FRONTEND=noninteractive && \
     apt-get update && \
     apt-get install -y --no-install-recommends python3.11 python3.11-venv libibverbs1 ibverbs-providers && \
     rm -rf /var/lib/apt/lists/*
+COPY containers/tensorflow/cuda/requirements.lock /opt/recipe/cuda/
 RUN if [ -n "${WHEELS:-}" ]; then export PIP_NO_INDEX=1 PIP_FIND_LINKS="$WHEELS"; fi && \
     python3.11 -m venv /opt/stack && \
     /opt/stack/bin/python -m pip install --no-cache-dir --require-hashes --no-deps -r /opt/recipe/cuda/requirements.lock
@@ -36,3 +29,10 @@ RUN /opt/stack/bin/python -m pip list --format=json > /opt/stack/suite-packages.
 ENV PATH="/opt/stack/bin:${PATH}" PYTHONNOUSERSITE="1"
 # the definition's %test, run at build time
 RUN /opt/stack/bin/python -c "import tensorflow as tf; assert tf.test.is_built_with_cuda(), 'not a CUDA build'; print('tensorflow', tf.__version__, 'cuda', tf.sysconfig.get_build_info().get('cuda_version'))"
+LABEL org.hpc-dl-bench.stack="tensorflow"
+LABEL org.hpc-dl-bench.flavour="cuda"
+LABEL org.hpc-dl-bench.lock="cuda/requirements.lock"
+LABEL org.hpc-dl-bench.lock_sha256="34c11ea3894b844bb474a20fe3ffce01df7540b233801c96a0a70934e3cf5790"
+LABEL org.hpc-dl-bench.recipe_sha256="661b1e0916c259fd433b6e3bda368926cc86c149a3d1b962d65a80b80453eede"
+LABEL org.hpc-dl-bench.suite_version="0.1.0"
+LABEL org.hpc-dl-bench.base_ref="${BASE}"

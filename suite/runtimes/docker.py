@@ -231,22 +231,39 @@ def main(argv: list[str] | None = None) -> int:
 # ---- building ----------------------------------------------------------------------------------
 
 def recipe(fl) -> Recipe:
-    """containers/<stack>/<flavour>.Dockerfile: the shared build steps as RUN lines, the image's test
-    run at build time; the base is a build argument (the pinned one by default)."""
+    """containers/<stack>/<flavour>.Dockerfile: the shared build steps as RUN lines, each after the COPY of
+    what it reads, the image's test run at build time, the labels last (they change with every recipe
+    change: the layers before them stay cached); the base is a build argument (the pinned one by default)."""
     lines = ["# BASE: the pinned upstream image by default; `make containers BASE=debian` passes a Debian",
              "# base made from Debian's packages. WHEELS: the wheel folder's URL pip installs from.",
              f"ARG BASE={fl.base.removeprefix('docker://')}", "FROM ${BASE}", *images.header(fl),
              "# Build in a context holding containers/ (python -m suite containers build --tool docker does).",
-             *(f"# {line}" for line in images.help_text(fl)), "", "ARG BASE", "ARG WHEELS",
-             *(f'LABEL {k}="{v}"' for k, v in images.labels(fl, "${BASE}").items()),
-             f"COPY containers/{fl.stack.name} {images.RECIPE}"]
+             *(f"# {line}" for line in images.help_text(fl)), "", "ARG BASE", "ARG WHEELS"]
     for step in images.build_steps(fl):
-        lines.append("RUN " + " && \\\n    ".join(step))
+        lines += copy_lines(fl, step.reads)
+        lines.append("RUN " + " && \\\n    ".join(step.commands))
     environment = images.environment(fl).items()
     lines.append("ENV " + " ".join(f'{k}="{v.replace("$PATH", "${PATH}")}"' for k, v in environment))
     lines.append("# the definition's %test, run at build time")
     lines.append("RUN " + " && \\\n    ".join(images.test_commands(fl)))
+    lines += [f'LABEL {k}="{v}"' for k, v in images.labels(fl, "${BASE}").items()]
     return Recipe(fl.stack.dir / f"{fl.name}.Dockerfile", "\n".join(lines) + "\n")
+
+
+def copy_lines(fl, files) -> list[str]:
+    """COPY lines putting files of the stack folder at the same place under the image's recipe folder, one
+    line per folder."""
+    folders: dict[str, list[str]] = {}
+    for path in files:
+        relative = path.relative_to(fl.stack.dir)
+        destination = f"{images.RECIPE}/" + ("" if relative.parent == Path(".") else f"{relative.parent.as_posix()}/")
+        folders.setdefault(destination, []).append(f"containers/{fl.stack.name}/{relative.as_posix()}")
+    return [f"COPY {' '.join(sources)} {destination}" for destination, sources in folders.items()]
+
+
+def context_files(fl, dockerfile: Path) -> list[Path]:
+    """What the build context holds: the Dockerfile and the files its steps read."""
+    return [dockerfile, *(path for step in images.build_steps(fl) for path in step.reads)]
 
 
 def build_problem() -> str | None:
@@ -300,7 +317,8 @@ def stream_build(engine, fl, tag: str, dockerfile: Path, buildargs: dict, log) -
     """Builds, logging each step; raises RuntimeError with the build's last lines when it fails."""
     context = io.BytesIO()
     with tarfile.open(fileobj=context, mode="w") as tar:  # only what the Dockerfile copies
-        tar.add(fl.stack.dir, arcname=f"containers/{fl.stack.name}")
+        for path in context_files(fl, dockerfile):
+            tar.add(path, arcname=f"containers/{fl.stack.name}/{path.relative_to(fl.stack.dir).as_posix()}")
     context.seek(0)
     image_id, tail = None, []
     for chunk in engine.api.build(fileobj=context, custom_context=True, tag=tag, rm=True, forcerm=True,

@@ -27,7 +27,7 @@ from suite.stacks import base_images, install
 from suite.stacks.recipes import DESCRIPTION, Flavour, Stack, load_flavour
 
 PREFIX = "/opt/stack"  # the stack's environment in the image: bin/python, bin/horovodrun ...
-RECIPE = "/opt/recipe"  # the stack folder copied in: locks, post-install.sh, patches
+RECIPE = "/opt/recipe"  # where the build finds the stack folder's files: locks, post-install.sh, patches
 FACTS = f"{PREFIX}/{install.FACTS}"
 PACKAGES = f"{PREFIX}/suite-packages.json"
 SYSTEM_PACKAGES = f"{PREFIX}/suite-system-packages.txt"  # dpkg's name=version of everything in the image
@@ -39,27 +39,38 @@ LABEL = "org.hpc-dl-bench"
 
 # ---- rendering: one list of build steps, written as %post and as RUN instructions ----------------
 
-def build_steps(fl: Flavour) -> list[list[str]]:
-    """Shell steps of the image build; each inner list runs in one shell."""
+@dataclass(frozen=True)
+class Step:
+    """One shell of the image build: its commands, and the files of the stack folder they read. A tool with a
+    layer cache copies those just before the step, so that a changed script builds again from its own step,
+    and a flavour's image depends on no other flavour's files."""
+
+    commands: list[str]
+    reads: tuple[Path, ...] = ()
+
+
+def build_steps(fl: Flavour) -> list[Step]:
+    """The image build's steps, in order; each runs in one shell."""
     steps = []
     if fl.apt:
-        steps.append(["export DEBIAN_FRONTEND=noninteractive", "apt-get update",
-                      f"apt-get install -y --no-install-recommends {' '.join(fl.apt)}",
-                      "rm -rf /var/lib/apt/lists/*"])
+        steps.append(Step(["export DEBIAN_FRONTEND=noninteractive", "apt-get update",
+                           f"apt-get install -y --no-install-recommends {' '.join(fl.apt)}",
+                           "rm -rf /var/lib/apt/lists/*"]))
     venv = "--system-site-packages " if fl.system_site_packages else ""
     index = f"--extra-index-url {fl.pip_extra_index} " if fl.pip_extra_index else ""
-    steps.append([USE_WHEELS, f"{fl.python} -m venv {venv}{PREFIX}",
-                  f"{PREFIX}/bin/python -m pip install --no-cache-dir --require-hashes --no-deps "
-                  f"{index}-r {RECIPE}/{fl.lock}"])
+    steps.append(Step([USE_WHEELS, f"{fl.python} -m venv {venv}{PREFIX}",
+                       f"{PREFIX}/bin/python -m pip install --no-cache-dir --require-hashes --no-deps "
+                       f"{index}-r {RECIPE}/{fl.lock}"], (fl.lock_path,)))
     if fl.stack.post_install:
         path = ":".join([f"{PREFIX}/bin", *fl.build_path, "$PATH"])
         base_env = [f"export {' '.join(f'{k}={v}' for k, v in fl.build_env.items())}"] if fl.build_env else []
-        steps.append([USE_WHEELS, *base_env, f'export PATH="{path}"', "mkdir -p /tmp/stack-build",
-                      "cd /tmp/stack-build", *install.post_install_script(fl, RECIPE, PREFIX, FACTS).splitlines(),
-                      "cd /", "rm -rf /tmp/stack-build"])
-    steps.append([f"{PREFIX}/bin/python -m pip list --format=json > {PACKAGES}",
-                  f"{base_images.DPKG_LIST} > {SYSTEM_PACKAGES}",
-                  f"if [ ! -e {FACTS} ]; then echo '{{}}' > {FACTS}; fi"])
+        script = install.post_install_script(fl, RECIPE, PREFIX, FACTS).splitlines()
+        steps.append(Step([USE_WHEELS, *base_env, f'export PATH="{path}"', "mkdir -p /tmp/stack-build",
+                           "cd /tmp/stack-build", *script, "cd /", "rm -rf /tmp/stack-build"],
+                          tuple(fl.stack.post_install_inputs())))
+    steps.append(Step([f"{PREFIX}/bin/python -m pip list --format=json > {PACKAGES}",
+                       f"{base_images.DPKG_LIST} > {SYSTEM_PACKAGES}",
+                       f"if [ ! -e {FACTS} ]; then echo '{{}}' > {FACTS}; fi"]))
     return steps
 
 

@@ -41,10 +41,17 @@ class Stack:
         script = self.dir / "post-install.sh"
         return script if script.exists() else None
 
+    def post_install_inputs(self) -> list[Path]:
+        """post-install.sh and what it reads: the folder's scripts (those it sources too), its locks other than
+        the stack's (sdist.lock) and its patches; nothing where there is no post-install.sh."""
+        if not self.post_install:
+            return []
+        return [*sorted(p for p in self.dir.glob("*.lock") if p != self.lock), *sorted(self.dir.glob("*.sh")),
+                *sorted((self.dir / "patches").glob("*"))]
+
     def recipe_files(self) -> list[Path]:
         """Everything of the stack folder a build reads besides a flavour's own lock."""
-        extra = [self.post_install] if self.post_install else []
-        return [*sorted(self.dir.glob("*.lock")), *extra, *sorted((self.dir / "patches").glob("*"))]
+        return [self.lock, *self.post_install_inputs()]
 
     @property
     def lock_sha256(self) -> str:

@@ -122,7 +122,11 @@ def test_test_section_smoke_imports_the_framework(fl):
 def test_dockerfile_says_what_the_definition_says(fl):
     defined, docked = parsed(definition(fl)), parsed(dockerfile(fl))
     assert f"ARG BASE={defined.fromHeader}\nFROM ${{BASE}}\n" in dockerfile(fl).read_text()  # the default base
-    assert [f"{src} {dst}" for src, dst in docked.files] == defined.files
+    [folder] = defined.files  # the definition copies the stack folder; the Dockerfile what the build reads of it
+    source, target = folder.split()
+    read = [p.relative_to(fl.stack.dir).as_posix() for p in (fl.lock_path, *fl.stack.post_install_inputs())]
+    assert sorted(f"{src} {dst}{src.rsplit('/', 1)[1]}" for src, dst in docked.files) == \
+        sorted(f"{source}/{name} {target}/{name}" for name in read)
     assert [label.replace('="', " ").rstrip('"').replace("${BASE}", defined.fromHeader)
             for [label] in docked.labels] == defined.labels
     env = set(docked.environ)
@@ -131,6 +135,39 @@ def test_dockerfile_says_what_the_definition_says(fl):
     tests = definition(fl).read_text().split("%test", 1)[1].split("%help", 1)[0].split("\n")
     def_tests = [line.strip() for line in tests if line.strip() and line.strip() != "set -eu"]
     assert docker_commands == post_commands(fl)[1:] + def_tests  # %post without its `set -eu`, then %test
+
+
+def instructions(dockerfile_text: str) -> list[str]:
+    """A Dockerfile's instructions, each with its continuation lines joined, comments left out."""
+    found = []
+    for line in dockerfile_text.splitlines():
+        if line.startswith(" ") and found:
+            found[-1] += " " + line.strip()
+        elif line.strip() and not line.startswith("#"):
+            found.append(line)
+    return found
+
+
+@pytest.mark.parametrize("fl", FLAVOURS, ids=IDS)
+def test_dockerfile_copies_what_each_step_reads_just_before_it_and_labels_last(fl):
+    """For Docker's layer cache: a changed post-install.sh builds again from its own step (not the packages), a
+    change of the other flavour's files rebuilds nothing, and the labels, which change with every recipe
+    change, come after every RUN."""
+    found = instructions(dockerfile(fl).read_text())
+    runs = [i for i, line in enumerate(found) if line.startswith("RUN ")]
+    copied_before, copies = [], 0
+    for i in runs:
+        before = 0
+        while found[i - 1 - before].startswith("COPY "):
+            before += 1
+        copies += before
+        copied_before.append(sorted(src for line in found[i - before:i] for src in line.split()[1:-1]))
+    wanted = [sorted(f"containers/{fl.stack.name}/{p.relative_to(fl.stack.dir).as_posix()}" for p in step.reads)
+              for step in images.build_steps(fl)]
+    assert copied_before == wanted + [[]]  # the image's test last, reading nothing new
+    assert any(wanted) and copies == sum(line.startswith("COPY ") for line in found)  # no other COPY
+    labels = [i for i, line in enumerate(found) if line.startswith("LABEL ")]
+    assert labels and min(labels) > max(runs) and labels[-1] == len(found) - 1
 
 
 def test_rendering_again_gives_the_same_files():
@@ -150,6 +187,20 @@ def test_a_changed_lock_makes_the_definition_stale(tmp_path, monkeypatch):
     assert stale == [tmp_path / "mxnet" / f"{f}.{kind}" for f in ("cpu", "cuda") for kind in ("def", "Dockerfile")]
     image_builds.render()
     assert image_builds.render(check=True) == []
+
+
+def test_a_changed_script_that_post_install_sources_makes_a_new_stack(tmp_path, monkeypatch):
+    """Every script of the folder counts (post-install.sh sources gpu-build.sh); a rendered file does not."""
+    monkeypatch.setattr(paths, "CONTAINERS", tmp_path)
+    shutil.copytree(paths.ROOT / "containers" / "pytorch-horovod", tmp_path / "pytorch-horovod")
+    before = {f: recipes.load_flavour(load_stack("pytorch-horovod"), f).recipe_sha256 for f in recipes.FLAVOURS}
+    with open(tmp_path / "pytorch-horovod" / "cuda.def", "a") as rendered:
+        rendered.write("# changed\n")
+    assert {f: recipes.load_flavour(load_stack("pytorch-horovod"), f).recipe_sha256 for f in recipes.FLAVOURS} == before
+    with open(tmp_path / "pytorch-horovod" / "gpu-build.sh", "a") as sourced:
+        sourced.write("# changed\n")
+    after = {f: recipes.load_flavour(load_stack("pytorch-horovod"), f).recipe_sha256 for f in recipes.FLAVOURS}
+    assert all(after[f] != before[f] for f in recipes.FLAVOURS)
 
 
 def test_description_errors_are_one_line(tmp_path, monkeypatch):

@@ -27,7 +27,7 @@ def recipe(fl) -> Recipe:
     lines = ["Bootstrap: docker", f"From: {fl.base.removeprefix('docker://')}", *images.header(fl), "",
              "%files", f"    containers/{fl.stack.name} {images.RECIPE}", "", "%post", "    set -eu"]
     for step in images.build_steps(fl):
-        lines += [f"    {cmd}" for cmd in step]
+        lines += [f"    {cmd}" for cmd in step.commands]
     lines += ["", "%environment", *(f'    export {k}="{v}"' for k, v in images.environment(fl).items()), "",
               "%labels", *(f"    {k} {v}" for k, v in images.labels(fl).items()), "",
               "%test", "    set -eu", *(f"    {cmd}" for cmd in images.test_commands(fl)), "",
