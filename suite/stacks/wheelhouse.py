@@ -24,7 +24,9 @@ from pathlib import Path
 # A wheel folder is served to image builds on this port when it is free: the URL is a build argument,
 # and the same URL keeps the engine's layer cache valid from one build to the next.
 WHEELS_PORT = 38741
-REACH_TIMEOUT_S = 10
+REACH_TIMEOUT_S = 10  # pip's own, per connection (with no retries): a dead index costs seconds
+# The whole `pip index` run, its start included: only a hung pip meets it; a busy host starts pip slowly.
+PIP_RUN_LIMIT_S = 300
 
 
 @functools.cache
@@ -34,7 +36,7 @@ def pip_offers(name: str, version: str, index_url: str = "") -> bool:
     argv = [sys.executable, "-m", "pip", "index", "versions", name, "--pre", "--retries", "0",
             "--timeout", str(REACH_TIMEOUT_S), *(["--index-url", index_url] if index_url else [])]
     try:
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=6 * REACH_TIMEOUT_S)
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=PIP_RUN_LIMIT_S)
     except subprocess.TimeoutExpired:
         return False
     listed = re.search(r"^Available versions: (.*)$", done.stdout, flags=re.M)
