@@ -256,7 +256,7 @@ def copy_lines(fl, files) -> list[str]:
     folders: dict[str, list[str]] = {}
     for path in files:
         relative = path.relative_to(fl.stack.dir)
-        destination = f"{images.RECIPE}/" + ("" if relative.parent == Path(".") else f"{relative.parent.as_posix()}/")
+        destination = f"{(Path(images.RECIPE) / relative.parent).as_posix()}/"
         folders.setdefault(destination, []).append(f"containers/{fl.stack.name}/{relative.as_posix()}")
     return [f"COPY {' '.join(sources)} {destination}" for destination, sources in folders.items()]
 
