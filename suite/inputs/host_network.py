@@ -1,9 +1,11 @@
 """Network facts about this machine that launchers and schedulers share: which host names are this
 machine, and a free TCP port."""
 
+import random
 import socket
 from collections.abc import Collection
 from functools import cache
+from pathlib import Path
 
 
 @cache
@@ -28,15 +30,49 @@ def _bindable(family: int, address: str) -> bool:
         return False
 
 
+EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+SERVER_PORTS = 12_000  # how many ports below the ephemeral range a server port is drawn from
+
+
+def server_port_range(ephemeral: Path = EPHEMERAL_RANGE) -> range:
+    """Ports for servers of a run: the SERVER_PORTS just below the kernel's ephemeral range (never
+    below 1024). A port in the ephemeral range can be taken before the server binds it, by any outgoing
+    connection on its host, a client's retries to that very port included (TCP connects to itself
+    when its source port is the one it dials): the EADDRINUSE of a rendezvous. Empty when the
+    ephemeral range leaves no room below it."""
+    try:
+        low = int(ephemeral.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 32768  # Linux's default
+    return range(max(1024, low - SERVER_PORTS), low)
+
+
 def free_port(taken: Collection[int] = ()) -> int:
-    """A TCP port free on every address of this machine and not in `taken`.
+    """A TCP port free on every address of this machine, outside the ephemeral range, not in `taken`.
 
     Servers of launchers (ps-lite's scheduler, TensorFlow's workers, torchrun's rendezvous) listen on
     all addresses, so the port is tested on all of them. A remote host's ports cannot be tested from
-    here; this machine's free port is the best guess for it (dmlc_tracker makes the same bet)."""
-    while True:
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-            sock.bind(("", 0))
-            port = sock.getsockname()[1]
-        if port not in taken:
+    here; this machine's free port is the best guess for it (dmlc_tracker makes the same bet), drawn
+    at random so that runs started together on shared nodes pick different ones."""
+    ports = server_port_range()
+    draw = (lambda: random.choice(ports)) if ports else _kernel_port
+    for _ in range(4 * max(len(ports), len(taken) + 1)):
+        port = draw()
+        if port not in taken and _free_everywhere(port):
             return port
+    raise OSError(f"no free TCP port in {ports.start}-{ports.stop - 1}")
+
+
+def _kernel_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("", 0))
+        return sock.getsockname()[1]
+
+
+def _free_everywhere(port: int) -> bool:
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            sock.bind(("", port))
+        return True
+    except OSError:
+        return False
