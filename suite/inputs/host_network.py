@@ -55,12 +55,13 @@ def free_port(taken: Collection[int] = ()) -> int:
     here; this machine's free port is the best guess for it (dmlc_tracker makes the same bet), drawn
     at random so that runs started together on shared nodes pick different ones."""
     ports = server_port_range()
-    draw = (lambda: random.choice(ports)) if ports else _kernel_port
-    for _ in range(4 * max(len(ports), len(taken) + 1)):
-        port = draw()
+    if not ports:
+        return next(port for port in iter(_kernel_port, None) if port not in taken)
+    start = random.randrange(len(ports))  # then every port once, from there on
+    for port in (ports[(start + i) % len(ports)] for i in range(len(ports))):
         if port not in taken and _free_everywhere(port):
             return port
-    raise OSError(f"no free TCP port in {ports.start}-{ports.stop - 1}")
+    raise OSError(f"no free TCP port in {ports[0]}-{ports[-1]}")
 
 
 def _kernel_port() -> int:

@@ -40,7 +40,10 @@ def test_a_port_in_use_or_taken_is_passed_over(monkeypatch):
             spare = probe.getsockname()[1]
         taken = in_use + 1 if in_use + 1 != spare else in_use + 2
         monkeypatch.setattr(host_network, "server_port_range", lambda: [in_use, taken, spare])
-        assert {free_port({taken}) for _ in range(10)} == {spare}
+        assert {free_port({taken}) for _ in range(10)} == {spare}  # every port of the range is tried
+        monkeypatch.setattr(host_network, "server_port_range", lambda: [in_use, taken])
+        with pytest.raises(OSError, match=f"no free TCP port in {in_use}-{taken}"):
+            free_port({taken})
 
 
 def test_without_room_below_the_ephemeral_range_the_kernel_picks(monkeypatch):
