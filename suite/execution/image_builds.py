@@ -108,7 +108,8 @@ def build(stack: str | None, flavour: str | None, tool: str, base: str = "pinned
 
 def built_in_turns(chosen, flavours: list[Flavour], first: BuildInputs, jobs: int, log) -> list[dict]:
     """The first image alone (where the base is made, it is made then, once), then the others `jobs` at a
-    time, their log lines led by the flavour's id; the metadata in the order of flavours."""
+    time, those that compile a package from source (a post-install.sh: the longest builds) first, their log
+    lines led by the flavour's id; the metadata in the order of flavours."""
     if not flavours:
         return []
     made = [chosen.build_image(flavours[0], first, log)]
@@ -121,5 +122,7 @@ def built_in_turns(chosen, flavours: list[Flavour], first: BuildInputs, jobs: in
 
         return chosen.build_image(fl, rest, said)
 
+    later = sorted(flavours[1:], key=lambda fl: fl.stack.post_install is None)
     with ThreadPoolExecutor(max_workers=jobs) as pool:
-        return made + list(pool.map(one, flavours[1:]))
+        built = dict(zip((fl.id for fl in later), pool.map(one, later)))
+    return made + [built[fl.id] for fl in flavours[1:]]

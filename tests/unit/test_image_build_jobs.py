@@ -1,5 +1,6 @@
-"""`suite containers build --jobs N`: the first image alone (it makes the base), the others N at a time, each
-line of a parallel build led by its flavour, the metadata in the flavours' order; a bad N refused."""
+"""`suite containers build --jobs N`: the first image alone (it makes the base), the others N at a time (those
+that compile from source first), each line of a parallel build led by its flavour, the metadata in the
+flavours' order; a bad N refused."""
 
 import threading
 from types import SimpleNamespace
@@ -16,7 +17,7 @@ class Builder:
     once, noting how many ran at once and with which inputs: a loaded machine cannot make it miss a count."""
 
     def __init__(self, together: int):
-        self.together, self.running, self.most, self.inputs = together, 0, 0, {}
+        self.together, self.running, self.most, self.inputs, self.started = together, 0, 0, {}, []
         self.changed = threading.Condition()
 
     def build_image(self, fl, inputs, log):
@@ -28,12 +29,13 @@ class Builder:
                 self.changed.wait_for(lambda: self.most >= self.together, timeout=20)
         log(f"containers: building {fl.id}")
         with self.changed:
+            self.started.append(fl.id)
             self.running -= 1
             self.inputs[fl.id] = inputs
         return {"stack": fl.id}
 
 
-FLAVOURS = [SimpleNamespace(id=f"stack{i}-cpu") for i in range(5)]
+FLAVOURS = [SimpleNamespace(id=f"stack{i}-cpu", stack=SimpleNamespace(post_install=None)) for i in range(5)]
 
 
 @pytest.mark.parametrize("jobs, most", [(1, 1), (2, 2), (8, 4)])
@@ -49,6 +51,15 @@ def test_the_first_image_alone_then_the_others_jobs_at_a_time(jobs, most):
     for line in lines[1:]:  # a parallel build's lines say whose they are
         built = line.rsplit(" ", 1)[1]
         assert line == (f"[{built}] " if jobs > 1 else "") + f"containers: building {built}"
+
+
+def test_an_image_that_compiles_from_source_starts_right_after_the_first():
+    compiled = SimpleNamespace(id="compiled-cpu", stack=SimpleNamespace(post_install="post-install.sh"))
+    flavours = [*FLAVOURS[:3], compiled, *FLAVOURS[3:]]
+    builder = Builder(together=1)
+    made = image_builds.built_in_turns(builder, flavours, BuildInputs("debian"), 1, lambda line: None)
+    assert builder.started == ["stack0-cpu", "compiled-cpu", "stack1-cpu", "stack2-cpu", "stack3-cpu", "stack4-cpu"]
+    assert made == [{"stack": fl.id} for fl in flavours]
 
 
 def test_jobs_below_one_are_refused_before_anything_is_built():
