@@ -8,7 +8,6 @@ import shlex
 import signal
 import subprocess
 import sys
-import time
 
 import pytest
 from conftest import ROOT
@@ -156,18 +155,22 @@ def test_a_runner_started_with_sigint_ignored_still_stops_on_it(tmp_path):
             "    def run(request):\n"
             "        try:\n"
             "            print('ready', flush=True)\n"
-            "            time.sleep(60)\n"
+            "            time.sleep(600)\n"
             "        except KeyboardInterrupt:\n"
             "            print('interrupted', flush=True)\n"
             "            return 130\n"
             "sys.exit(cli.main(['wait']))\n")
     runner = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, stdout=subprocess.PIPE, text=True,
                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
-    assert runner.stdout.readline().strip() == "ready"
-    status = open(f"/proc/{runner.pid}/status").read()
-    ignored = int(next(line for line in status.splitlines() if line.startswith("SigIgn:")).split()[1], 16)
-    assert not ignored & (1 << (signal.SIGINT - 1)), "the entry point left SIGINT ignored"
-    began = time.monotonic()
-    runner.send_signal(signal.SIGINT)
-    assert runner.wait(timeout=30) == 130 and runner.stdout.read().strip() == "interrupted"
-    assert time.monotonic() - began < 30
+    try:
+        assert runner.stdout.readline().strip() == "ready"
+        status = open(f"/proc/{runner.pid}/status").read()
+        ignored = int(next(line for line in status.splitlines() if line.startswith("SigIgn:")).split()[1], 16)
+        assert not ignored & (1 << (signal.SIGINT - 1)), "the entry point left SIGINT ignored"
+        runner.send_signal(signal.SIGINT)
+        # Ended by the signal, not by its sleep's end (600 s): the wait allows a starved host (the niced
+        # interpreter matrix beside the integration tests) its seconds to deliver it and exit.
+        assert runner.wait(timeout=300) == 130 and runner.stdout.read().strip() == "interrupted"
+    finally:
+        runner.kill()
+        runner.wait()

@@ -51,7 +51,7 @@ def choose(found: dict, last: str = "/nonexistent", **env) -> subprocess.Complet
               'env | grep -E "^(HOROVOD_|CUDA_HOME=)" || true')
     env = {**clean, "PATH": found["path"], "STACK_PREFIX": str(found["prefix"]), "FAKE_TORCH_CUDA": "",
            "FAKE_TORCH_SEES": "", **env}
-    return subprocess.run(["bash", "-c", script], env=env, capture_output=True, text=True, timeout=60)
+    return subprocess.run(["bash", "-c", script], env=env, capture_output=True, text=True, timeout=300)
 
 
 def exported(done: subprocess.CompletedProcess) -> dict:

@@ -13,7 +13,7 @@ from suite.stacks.images import BuildInputs
 
 
 class Builder:
-    """A runtime whose builds (but the first) wait, up to 20 s, for `together` of them to run at
+    """A runtime whose builds (but the first) wait, up to 120 s, for `together` of them to run at
     once, noting how many ran at once and with which inputs: a loaded machine cannot make it miss a count."""
 
     def __init__(self, together: int):
@@ -26,7 +26,7 @@ class Builder:
             self.most = max(self.most, self.running)
             self.changed.notify_all()
             if fl is not FLAVOURS[0]:
-                self.changed.wait_for(lambda: self.most >= self.together, timeout=20)
+                self.changed.wait_for(lambda: self.most >= self.together, timeout=120)
         log(f"containers: building {fl.id}")
         with self.changed:
             self.started.append(fl.id)

@@ -283,7 +283,7 @@ def kill_at_every_step(tmp_path, writer: str, overwrite: bool) -> list[tuple[str
              "overwrite" if overwrite else "new", writer], stdout=subprocess.PIPE, text=True)
         name = writer_process.stdout.readline().strip()  # the step it stopped at
         writer_process.kill()
-        writer_process.communicate(timeout=30)
+        writer_process.communicate(timeout=300)
         try:
             ok = json.loads(dest.read_text()) in ((OLD, NEW) if overwrite else (NEW,))
         except FileNotFoundError:

@@ -25,7 +25,7 @@ def proc(name, code, tmp_path):
 
 def test_output_and_exit_codes(tmp_path):
     plan = Plan(ranks=1, processes=(proc("a", "import os; print('hello from', os.environ['MARK'])", tmp_path),))
-    [result] = local.execute(plan, tmp_path / "logs", timeout_s=60)
+    [result] = local.execute(plan, tmp_path / "logs", timeout_s=300)
     assert result.ok and result.returncode == 0
     assert result.tail == ["hello from a"]
     assert (tmp_path / "logs" / "a.log").read_text() == "hello from a\n"
@@ -130,7 +130,7 @@ def test_first_error_line_is_kept_behind_rank_prefixes(tmp_path):
     code = ("print('[1]<stderr>:Traceback (most recent call last):'); "
             "print('[1]<stderr>:ValueError: bad shape'); print('RuntimeError: job terminated'); raise SystemExit(1)")
     [result] = local.execute(Plan(ranks=1, processes=(proc("launcher", code, tmp_path),)), tmp_path / "logs",
-                             timeout_s=60)
+                             timeout_s=300)
     assert result.returncode == 1 and result.first_error == "ValueError: bad shape"
 
 
@@ -163,7 +163,7 @@ TORCHRUN_ROOT_CAUSE = [
 def test_first_error_is_the_rank_s_own_line_not_the_launcher_s(tmp_path, lines, first):
     code = f"print({chr(10).join(lines)!r}); raise SystemExit(1)"
     [result] = local.execute(Plan(ranks=1, processes=(proc("launcher", code, tmp_path),)), tmp_path / "logs",
-                             timeout_s=60)
+                             timeout_s=300)
     assert result.returncode == 1 and result.first_error == first
 
 

@@ -287,7 +287,7 @@ def test_make_check_site_passes_the_cluster_each_only_pattern_and_the_sites_envi
     done = subprocess.run(["make", "--no-print-directory", "-n", "check-site", "CLUSTER=slurm",
                            "ONLY=pytorch-ddp/local/ /docker/", "MODULES=PyTorch/2.1 Horovod",
                            "PYTHON=/opt/py/bin/python3"], cwd=ROOT,
-                          capture_output=True, text=True, timeout=60)
+                          capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     words = " ".join(done.stdout.replace("\\\n", " ").split())  # the runner's .venv, if it is not built, first
     assert words[words.index("-m suite check"):].startswith(
