@@ -5,6 +5,7 @@ import random
 import socket
 from collections.abc import Collection
 from functools import cache
+from itertools import chain
 from pathlib import Path
 
 
@@ -21,10 +22,10 @@ def is_local(host: str) -> bool:
     return any(_bindable(family, address[0]) for family, _, _, _, address in infos)
 
 
-def _bindable(family: int, address: str) -> bool:
+def _bindable(family: int, address: str, port: int = 0) -> bool:
     try:
         with socket.socket(family, socket.SOCK_STREAM) as sock:
-            sock.bind((address, 0))
+            sock.bind((address, port))
         return True
     except OSError:
         return False
@@ -58,8 +59,8 @@ def free_port(taken: Collection[int] = ()) -> int:
     if not ports:
         return next(port for port in iter(_kernel_port, None) if port not in taken)
     start = random.randrange(len(ports))  # then every port once, from there on
-    for port in (ports[(start + i) % len(ports)] for i in range(len(ports))):
-        if port not in taken and _free_everywhere(port):
+    for port in chain(ports[start:], ports[:start]):
+        if port not in taken and _bindable(socket.AF_INET, "", port):
             return port
     raise OSError(f"no free TCP port in {ports[0]}-{ports[-1]}")
 
@@ -69,11 +70,3 @@ def _kernel_port() -> int:
         sock.bind(("", 0))
         return sock.getsockname()[1]
 
-
-def _free_everywhere(port: int) -> bool:
-    try:
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-            sock.bind(("", port))
-        return True
-    except OSError:
-        return False
