@@ -143,11 +143,11 @@ ENTRIES = (
     Entry("pytorch-gpt-h100", "pytorch-gpt", "pytorch_gpt.py", preset="h100", mfu=0.40, suite_s=56.0, bare_s=48.0),
     Entry("jax-gpt-h100", "jax-gpt", "jax_gpt.py", preset="h100", mfu=0.35, suite_s=50.0, bare_s=25.0),
     Entry("jax-resnet", "jax-resnet", "jax_resnet.py", options=(("batch-size", 256),), suite_s=69.0, bare_s=38.0),
-    # last, for its long compilation; its seconds are estimates, not measured yet (a bare loop's 74 s warm-up
-    # of CUDA graphs at 160 px, measured on an H100, beside dle's sides)
+    # last, for its long compilation (its seconds measured on an H200, 2026-11-28, caches empty: compilation
+    # and CUDA graphs' capture 65-73 s a side)
     Entry("pytorch-ddp-h100", "pytorch-ddp", "pytorch_ddp.py", preset="h100",
           options=(("image-size", 224), ("num-warmup-batches", 20)), bare_flags=(), published=0.8,
-          suite_s=120.0, bare_s=105.0, quick=False),
+          suite_s=97.0, bare_s=93.0, quick=False),
 )
 NAMES = [entry.name for entry in ENTRIES]
 

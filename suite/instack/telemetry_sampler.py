@@ -8,7 +8,7 @@ runner's Python does:
 Writes JSON lines: one `start` line saying what can be sampled here (and why not where not), then a
 sample every interval: per-core CPU %, memory used, RSS of the run's processes (those whose
 environment holds --match), per GPU utilisation, memory, power, energy counter, temperature, SM clock,
-PCIe and NVLink throughput (NVML), and CPU package energy counters (Linux RAPL). The suite cuts them
+PCIe and NVLink bytes (NVML), and CPU package energy counters (Linux RAPL). The suite cuts them
 to the probe's timed window (suite/records/telemetry_window.py)."""
 
 import argparse
@@ -23,6 +23,9 @@ import time
 from suite.instack.run_marker import carries
 
 RAPL_GLOB = "/sys/class/powercap/intel-rapl:[0-9]*"  # packages; their sub-zones (core, dram) are not summed
+# NVML_FI_DEV_PCIE_COUNT_TX_BYTES and _RX_BYTES (nvml.h), by number: an older pynvml has no name for
+# them, and an older driver answers them as not supported
+PCIE_BYTES = [197, 198]
 
 
 class Gpus:
@@ -94,16 +97,33 @@ class Gpus:
                 "energy_j": energy / 1e3 if energy is not None else None,
                 "temp_c": call("temp", n.nvmlDeviceGetTemperature, handle, n.NVML_TEMPERATURE_GPU),
                 "sm_mhz": call("clock", n.nvmlDeviceGetClockInfo, handle, n.NVML_CLOCK_SM),
-                "pcie_tx_kbs": call("pcie_tx", n.nvmlDeviceGetPcieThroughput, handle, n.NVML_PCIE_UTIL_TX_BYTES),
-                "pcie_rx_kbs": call("pcie_rx", n.nvmlDeviceGetPcieThroughput, handle, n.NVML_PCIE_UTIL_RX_BYTES),
-                **self._nvlink(index, handle)}
+                **self._pcie(index, handle), **self._nvlink(index, handle)}
+
+    def _pcie(self, index: int, handle) -> dict:
+        """Bytes over PCIe: the driver's running counters where it has them, read at once; else its
+        throughput query, which watches the link for 20 ms per direction inside the driver, beside the run."""
+        if counted := self._counters(index, "pcie", handle, PCIE_BYTES):
+            return {"pcie_tx_bytes": counted[0], "pcie_rx_bytes": counted[1]}
+        n = self.nvml
+        return {"pcie_tx_kbs": self._call(index, "pcie_tx", n.nvmlDeviceGetPcieThroughput, handle,
+                                          n.NVML_PCIE_UTIL_TX_BYTES),
+                "pcie_rx_kbs": self._call(index, "pcie_rx", n.nvmlDeviceGetPcieThroughput, handle,
+                                          n.NVML_PCIE_UTIL_RX_BYTES)}
 
     def _nvlink(self, index: int, handle) -> dict:
         fields = [self.nvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX, self.nvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX]
-        values = self._call(index, "nvlink", self.nvml.nvmlDeviceGetFieldValues, handle, fields)
-        if not values or any(v.nvmlReturn != 0 for v in values):
-            return {}
-        return {"nvlink_tx_kib": values[0].value.ullVal, "nvlink_rx_kib": values[1].value.ullVal}  # counters
+        if counted := self._counters(index, "nvlink", handle, fields):
+            return {"nvlink_tx_kib": counted[0], "nvlink_rx_kib": counted[1]}
+        return {}
+
+    def _counters(self, index: int, metric: str, handle, fields: list[int]) -> list[int] | None:
+        """NVML field values that are counters, or None where this GPU or driver has any of them not (then
+        never asked again)."""
+        values = self._call(index, metric, self.nvml.nvmlDeviceGetFieldValues, handle, fields)
+        if values and all(v.nvmlReturn == 0 for v in values):
+            return [v.value.ullVal for v in values]
+        self.missing.add((index, metric))
+        return None
 
 
 def run_gpus(gpus: list[tuple[int, str | None]], visible: str | None) -> list[tuple[int, str | None]]:
@@ -209,6 +229,8 @@ def run(out: str, interval: float, match: str | None, gpus=None, rapl=None) -> N
 
 
 def sample(psutil, procs: RunProcesses, gpus: Gpus, rapl: Rapl) -> dict:
+    """One sample, and the seconds it took (`took_s`: what the sampler spends beside the run each interval)."""
+    began = time.perf_counter()
     rss, count = procs.rss(psutil)
     out = {"time": time.time(), "cpu": psutil.cpu_percent(percpu=True), "mem_used": psutil.virtual_memory().used,
            "rss": rss, "processes": count}
@@ -216,6 +238,7 @@ def sample(psutil, procs: RunProcesses, gpus: Gpus, rapl: Rapl) -> dict:
         out["gpus"] = gpus.sample()
     if rapl.zones:
         out["rapl_j"] = rapl.sample()
+    out["took_s"] = round(time.perf_counter() - began, 6)
     return out
 
 

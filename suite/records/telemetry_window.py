@@ -155,8 +155,8 @@ def _add_cut(totals: Totals, cut: Cut, start: dict) -> None:
             energy = power[0]  # no energy counter on this GPU: power integrated over the window
         totals.add_sum(f"gpu{i}.energy", energy)
         for way in ("tx", "rx"):
-            moved = cut.delta(_gpu_get(i, f"nvlink_{way}_kib"))
-            totals.add_sum(f"gpu{i}.nvlink_{way}", moved)
+            totals.add_sum(f"gpu{i}.nvlink_{way}", cut.delta(_gpu_get(i, f"nvlink_{way}_kib")))
+            totals.add_sum(f"gpu{i}.pcie_{way}", cut.delta(_gpu_get(i, f"pcie_{way}_bytes", 1024.0)))
     for zone, facts in (start.get("rapl") if isinstance(start.get("rapl"), dict) else {}).items():
         totals.add_sum(f"rapl.{zone}", cut.delta(lambda s, z=zone: s["rapl_j"][z], facts["wrap_j"]))
     totals.add_sum("seconds", cut.seconds)
@@ -173,10 +173,16 @@ def _gpus(totals: Totals, start: dict):
                 else totals.mean(f"gpu{i}.{key}")
         entry["energy_j"] = _round(totals.sums.get(f"gpu{i}.energy"))
         for way in ("tx", "rx"):
-            moved = totals.sums.get(f"gpu{i}.nvlink_{way}")
-            entry[f"nvlink_{way}_kib_s"] = _round(moved / totals.sums["seconds"]) if moved is not None else None
+            entry[f"nvlink_{way}_kib_s"] = _per_second(totals, f"gpu{i}.nvlink_{way}")
+            if (counted := _per_second(totals, f"gpu{i}.pcie_{way}")) is not None:
+                entry[f"pcie_{way}_kb_s"] = counted  # from the counters (KiB, as NVML's throughput query says KB)
         gpus.append(entry)
     return gpus
+
+
+def _per_second(totals: Totals, name: str) -> float | None:
+    moved = totals.sums.get(name)
+    return _round(moved / totals.sums["seconds"]) if moved is not None else None
 
 
 def _cpu_package(totals: Totals, start: dict):
@@ -213,12 +219,20 @@ def host_summary(cuts: list[Cut], start: dict, images: float) -> dict:
         "cpu_util_per_core_pct": [totals.mean(f"core{i}", 1) for i in range(cores)],
         "memory_used_gib": totals.mean_max("mem"), "memory_total_gib": _round(start.get("memory_total", 0) / GIB, 2),
         "run_rss_gib": totals.mean_max("rss"), "run_processes": max(s["processes"] for c in cuts for s in c.samples),
+        "sample_ms": _sample_ms(cuts),
         "gpus": gpus, "cpu_package": package,
         "energy_j": _round(energy), "energy_sources": sorted(known),
         "power_w_mean": _round(energy / totals.sums["seconds"]) if energy is not None else None,
         "joules_per_image": _round(energy / images, 4) if energy is not None and images else None,
         "series": series(cuts[0], start),
     }
+
+
+def _sample_ms(cuts: list[Cut]) -> dict | None:
+    """Milliseconds the sampler took per sample (NVML's queries among them) over the windows: its own cost
+    beside the run, the first suspect where steps stall about once an interval."""
+    took = [s["took_s"] * 1e3 for c in cuts for s in c.samples if c.t0 <= s["time"] <= c.t1 and "took_s" in s]
+    return {"mean": round(sum(took) / len(took), 2), "max": round(max(took), 2)} if took else None
 
 
 def series(cut: Cut, start: dict) -> dict:

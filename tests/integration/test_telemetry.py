@@ -108,7 +108,7 @@ class FakeNvml:
         pass
 
     def __init__(self):
-        self.tick = 0
+        self.tick, self.throughput_asked, self.fields_asked = 0, [], []
 
     def nvmlInit(self):
         pass
@@ -144,13 +144,18 @@ class FakeNvml:
         return 1410
 
     def nvmlDeviceGetPcieThroughput(self, h, counter):
+        self.throughput_asked.append(h)
         return 1000 * (counter + 1)
 
+    # counters' growth a second (a sample): NVLink TX and RX in KiB, PCIe TX and RX in bytes
+    PER_SECOND = {138: 1024, 139: 2048, 197: 4 * 2**20, 198: 8 * 2**20}
+
     def nvmlDeviceGetFieldValues(self, h, fields):
+        self.fields_asked.append((h, tuple(fields)))
         if h == 1:
             raise self.NVMLError("Not Supported")
-        return [SimpleNamespace(nvmlReturn=0, value=SimpleNamespace(ullVal=1024 * self.tick * (k + 1)))
-                for k in range(len(fields))]
+        return [SimpleNamespace(nvmlReturn=0, value=SimpleNamespace(ullVal=self.PER_SECOND[f] * self.tick))
+                for f in fields]
 
 
 def test_nvml_figures_against_a_fake_nvml(tmp_path):
@@ -164,12 +169,42 @@ def test_nvml_figures_against_a_fake_nvml(tmp_path):
     first, second = summary["gpus"]
     assert first["util_pct"] == {"mean": 90.0, "max": 90.0} and second["util_pct"]["mean"] == 80.0
     assert first["memory_used_gib"]["mean"] == 4.0 and first["temperature_c"]["max"] == 60
-    assert first["power_w"] == 200.0 and first["sm_clock_mhz"] == 1410 and first["pcie_rx_kb_s"] == 2000
+    assert first["power_w"] == 200.0 and first["sm_clock_mhz"] == 1410
+    assert first["pcie_tx_kb_s"] == pytest.approx(4096) and first["pcie_rx_kb_s"] == pytest.approx(8192)  # counters
+    assert second["pcie_rx_kb_s"] == 2000  # no counters: the driver's throughput query
     assert first["energy_j"] == pytest.approx(5 * 250)  # from the counter: 250 J a second over 5 s
     assert second["energy_j"] == pytest.approx(5 * 300)  # no counter: 300 W integrated over 5 s
     assert first["nvlink_tx_kib_s"] == pytest.approx(1024) and second["nvlink_tx_kib_s"] is None
     assert summary["energy_j"] == pytest.approx(2750) and summary["energy_sources"] == ["gpu"]
     assert summary["joules_per_image"] == pytest.approx(5.5) and summary["power_w_mean"] == pytest.approx(550)
+
+
+def test_pcie_is_read_from_counters_where_the_driver_has_them_and_a_refused_field_is_not_asked_again():
+    nvml = FakeNvml()
+    gpus = telemetry_sampler.Gpus(nvml)
+    for _ in range(3):
+        gpus.sample()
+    assert set(nvml.throughput_asked) == {1}  # the 20-ms query only where no counter answers
+    assert [h for h, _ in nvml.fields_asked].count(1) == 2  # PCIe's and NVLink's fields asked once each
+    refusing = FakeNvml()
+    refusing.nvmlDeviceGetFieldValues = lambda h, fields: [SimpleNamespace(nvmlReturn=3, value=None) for _ in fields]
+    gpus = telemetry_sampler.Gpus(refusing)
+    assert "pcie_tx_kbs" in gpus.sample()[0] and (0, "pcie") in gpus.missing and (0, "nvlink") in gpus.missing
+
+
+def test_a_sample_says_what_it_took_and_the_summary_reads_that_over_the_window():
+    import psutil
+
+    found = telemetry_sampler.sample(psutil, telemetry_sampler.RunProcesses(None), telemetry_sampler.Gpus(FakeNvml()),
+                                     SimpleNamespace(zones={}))
+    assert 0 < found["took_s"] < 60 and len(found["gpus"]) == 2
+    samples = fake_samples(0.0, 11)
+    for i, s in enumerate(samples):
+        s["took_s"] = 0.040 if i == 4 else 0.002  # one slow sample inside the window, none outside counted
+    samples[0]["took_s"] = 1.0
+    summary = host_summary([Cut(samples, 2.0, 7.0)], {"interval": 1.0, "memory_total": 2**33, "gpus": "not available",
+                                                     "rapl": "not available"}, images=10)
+    assert summary["sample_ms"] == {"mean": pytest.approx((40 + 5 * 2) / 6, abs=0.01), "max": pytest.approx(40.0)}
 
 
 def test_nvml_missing_says_why():
