@@ -23,9 +23,11 @@ GPU (the suite's record and the bare loop say which device: a side that fell bac
 the same host, with the same settings (dtype, batch, parameters, compile, attention ... as each side
 reports them); the run's GPUs (NVML, those its ranks used) busy over the timed window; MLPerf-style MLLOG
 lines in the run folder (where the stack has no mlperf_logging, that is said, not failed); and the run's
-diagnosis line. Published figures are shown where the case has one for this GPU, checked where a target is
-set. Both sides share compilation caches (JAX's persistent cache, Inductor's), so a round compiles anew
-only what no earlier run of the check compiled.
+diagnosis line, each side's steadiness (its slowest timed iteration against their median) with the
+telemetry sampler's milliseconds per sample, and where each side's seconds went. Published figures are
+shown where the case has one for this GPU, checked where a target is set. Both sides share compilation
+caches (JAX's persistent cache, Inductor's), so a round compiles anew only what no earlier run of the check
+compiled.
 
 Prints one line per check, `name: value (>= target[, MISSED])` (or `name: ok` / `name: FAILED: why`),
 and writes them all as JSON under reports/bench/. Exit 0 when every run worked and every check holds;
@@ -462,9 +464,28 @@ def checks_of(outcome: Outcome) -> tuple[list[Check], list[str]]:
         info.append(f"  {published_line(published)}")
     if diagnosis := records[-1]["metrics"].get("diagnosis"):
         info.append(f"  diagnosis: {summary_line(diagnosis)}")
+    if steady := steadiness_line(outcome):
+        info.append(f"  {steady}")
     if took := time_line(outcome):
         info.append(f"  {took}")
     return checks, info
+
+
+def steadiness_line(outcome: Outcome) -> str | None:
+    """How even each side's timed iterations were in its last round (the slowest's throughput / their
+    median; a harness that stalls now and then shows here before it moves a mean), and the telemetry
+    sampler's own milliseconds per sample in that run (the suite's side alone runs one)."""
+    suite = outcome.records[-1]["metrics"]["throughput"].get("samples") if outcome.records else None
+    bare = outcome.bares[-1].get("samples") if outcome.bares else None
+    sides = [f"{side} {min(samples) / statistics.median(samples):.2f} of {len(samples)}"
+             for side, samples in (("suite", suite), ("bare", bare)) if samples]
+    parts = [f"slowest iteration / median: {', '.join(sides)}"] if sides else []
+    hosts = ((outcome.records[-1]["metrics"].get("telemetry") or {}).get("hosts") or {}) if outcome.records else {}
+    took = [h["sample_ms"] for h in hosts.values() if isinstance(h, dict) and h.get("sample_ms")]
+    if took:
+        parts.append(f"telemetry sampler {max(t['max'] for t in took):.1f} ms a sample at most "
+                     f"(mean {statistics.fmean(t['mean'] for t in took):.1f})")
+    return f"steadiness: {'; '.join(parts)}" if parts else None
 
 
 BARE_PHASES = (("set_up_s", "set-up"), ("compile_s", "compile"), ("warmup_s", "warmup"), ("window_s", "timed window"))

@@ -336,6 +336,25 @@ def test_each_sides_wall_time_is_split_into_its_phases_printed_and_kept(check, t
     assert (saved["timeline"], saved["bare_phases"]) == (TIMELINE, PHASES)
 
 
+def test_a_side_that_stalls_now_and_then_and_the_samplers_own_time_are_printed(check, tmp_path, capsys):
+    """A mean near the target hides a few slow iterations: the slowest of each side's last round against
+    their median, and what the sampler took per sample, where the record says."""
+    entry = check.ENTRIES[1]
+    stalled = record(tmp_path, 950.0)
+    stalled["metrics"]["throughput"]["samples"] = [1000.0, 860.0, 1000.0, 990.0, 1000.0]
+    stalled["metrics"]["telemetry"]["hosts"]["gpu01"]["sample_ms"] = {"mean": 20.0, "max": 45.0}
+    even = {**bare(1000.0), "samples": [1000.0, 998.0, 1001.0]}
+    outcome = check.Outcome(entry, records=[stalled], bares=[even])
+    assert check.steadiness_line(outcome) == ("steadiness: slowest iteration / median: suite 0.86 of 5, bare 1.00 of "
+                                              "3; telemetry sampler 45.0 ms a sample at most (mean 20.0)")
+    assert check.steadiness_line(check.Outcome(entry, bares=[even])) == \
+        "steadiness: slowest iteration / median: bare 1.00 of 3"
+    assert check.steadiness_line(check.Outcome(entry)) is None
+    sides = FakeSides({entry.name: lambda _: stalled}, {entry.name: lambda _: even})
+    check.check_host([entry], sides, 1, 1.0, check.Budget(None), [])
+    assert "  steadiness: slowest iteration / median: suite 0.86 of 5" in capsys.readouterr().out
+
+
 def test_a_bare_loops_phases_follow_its_marks_from_the_start_of_its_process(monkeypatch, tmp_path):
     monkeypatch.syspath_prepend(str(ROOT / "benchmarks" / "bare"))
     phases = load("phases", "benchmarks/bare/phases.py")
