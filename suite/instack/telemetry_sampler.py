@@ -26,6 +26,9 @@ RAPL_GLOB = "/sys/class/powercap/intel-rapl:[0-9]*"  # packages; their sub-zones
 # NVML_FI_DEV_PCIE_COUNT_TX_BYTES and _RX_BYTES (nvml.h), by number: an older pynvml has no name for
 # them, and an older driver answers them as not supported
 PCIE_BYTES = [197, 198]
+# nvmlValueType_t of 64 bits -> its member of the value union (unsigned long is 64 bits on 64-bit Linux): a byte
+# counter of 32 bits wraps more than once a second at PCIe 5's speed, so such an answer is not read
+WIDE = {2: "ulVal", 3: "ullVal", 4: "sllVal"}
 
 
 class Gpus:
@@ -102,7 +105,7 @@ class Gpus:
     def _pcie(self, index: int, handle) -> dict:
         """Bytes over PCIe: the driver's running counters where it has them, read at once; else its
         throughput query, which watches the link for 20 ms per direction inside the driver, beside the run."""
-        if counted := self._counters(index, "pcie", handle, PCIE_BYTES):
+        if counted := self._counters(index, "pcie", handle, PCIE_BYTES, WIDE):
             return {"pcie_tx_bytes": counted[0], "pcie_rx_bytes": counted[1]}
         n = self.nvml
         return {"pcie_tx_kbs": self._call(index, "pcie_tx", n.nvmlDeviceGetPcieThroughput, handle,
@@ -116,12 +119,13 @@ class Gpus:
             return {"nvlink_tx_kib": counted[0], "nvlink_rx_kib": counted[1]}
         return {}
 
-    def _counters(self, index: int, metric: str, handle, fields: list[int]) -> list[int] | None:
-        """NVML field values that are counters, or None where this GPU or driver has any of them not (then
+    def _counters(self, index: int, metric: str, handle, fields: list[int], types: dict | None = None):
+        """NVML field values that are counters (read as `types` says, by each answer's valueType; None: as
+        unsigned 64 bits), or None where this GPU or driver has any of them not, or not of those types (then
         never asked again)."""
         values = self._call(index, metric, self.nvml.nvmlDeviceGetFieldValues, handle, fields)
-        if values and all(v.nvmlReturn == 0 for v in values):
-            return [v.value.ullVal for v in values]
+        if values and all(v.nvmlReturn == 0 and (types is None or v.valueType in types) for v in values):
+            return [getattr(v.value, types[v.valueType]) if types else v.value.ullVal for v in values]
         self.missing.add((index, metric))
         return None
 

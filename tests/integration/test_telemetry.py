@@ -154,7 +154,7 @@ class FakeNvml:
         self.fields_asked.append((h, tuple(fields)))
         if h == 1:
             raise self.NVMLError("Not Supported")
-        return [SimpleNamespace(nvmlReturn=0, value=SimpleNamespace(ullVal=self.PER_SECOND[f] * self.tick))
+        return [SimpleNamespace(nvmlReturn=0, valueType=3, value=SimpleNamespace(ullVal=self.PER_SECOND[f] * self.tick))
                 for f in fields]
 
 
@@ -190,6 +190,11 @@ def test_pcie_is_read_from_counters_where_the_driver_has_them_and_a_refused_fiel
     refusing.nvmlDeviceGetFieldValues = lambda h, fields: [SimpleNamespace(nvmlReturn=3, value=None) for _ in fields]
     gpus = telemetry_sampler.Gpus(refusing)
     assert "pcie_tx_kbs" in gpus.sample()[0] and (0, "pcie") in gpus.missing and (0, "nvlink") in gpus.missing
+    narrow = FakeNvml()  # 32-bit byte counters would wrap between samples: the throughput query instead
+    narrow.nvmlDeviceGetFieldValues = lambda h, fields: [
+        SimpleNamespace(nvmlReturn=0, valueType=1, value=SimpleNamespace(uiVal=7, ullVal=7)) for _ in fields]
+    found = telemetry_sampler.Gpus(narrow).sample()[0]
+    assert found["pcie_tx_kbs"] == 1000 and "pcie_tx_bytes" not in found and found["nvlink_tx_kib"] == 7
 
 
 def test_a_sample_says_what_it_took_and_the_summary_reads_that_over_the_window():
