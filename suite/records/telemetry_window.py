@@ -66,6 +66,11 @@ class Cut:
     def seconds(self) -> float:
         return self.t1 - self.t0
 
+    @property
+    def inside(self) -> list[dict]:
+        """The samples taken within the window, its ends included."""
+        return [s for s, t in zip(self.samples, self.ts) if self.t0 <= t <= self.t1]
+
     def _at(self, vs: list[float], t: float) -> float:
         i = min(max(bisect_left(self.ts, t), 1), len(self.ts) - 1)
         (ta, va), (tb, vb) = (self.ts[i - 1], vs[i - 1]), (self.ts[i], vs[i])
@@ -213,7 +218,7 @@ def host_summary(cuts: list[Cut], start: dict, images: float) -> dict:
     energy = sum(sum(v) for v in known.values()) if known else None
     cores = len(cuts[0].samples[0]["cpu"])
     return {
-        "samples": sum(sum(c.t0 <= t <= c.t1 for t in c.ts) for c in cuts), "interval_s": start.get("interval"),
+        "samples": sum(len(c.inside) for c in cuts), "interval_s": start.get("interval"),
         "timed_seconds": _round(totals.sums["seconds"]),
         "cpu_util_pct": totals.mean_max("cpu"),
         "cpu_util_per_core_pct": [totals.mean(f"core{i}", 1) for i in range(cores)],
@@ -231,7 +236,7 @@ def host_summary(cuts: list[Cut], start: dict, images: float) -> dict:
 def _sample_ms(cuts: list[Cut]) -> dict | None:
     """Milliseconds the sampler took per sample (NVML's queries among them) over the windows: its own cost
     beside the run, the first suspect where steps stall about once an interval."""
-    took = [s["took_s"] * 1e3 for c in cuts for s in c.samples if c.t0 <= s["time"] <= c.t1 and "took_s" in s]
+    took = [s["took_s"] * 1e3 for c in cuts for s in c.inside if "took_s" in s]
     return {"mean": round(sum(took) / len(took), 2), "max": round(max(took), 2)} if took else None
 
 

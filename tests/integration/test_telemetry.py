@@ -89,7 +89,7 @@ def test_means_and_energy_are_read_over_the_window_only():
     assert cut.covered and cut.seconds == 5
     summary = host_summary([cut], {"interval": 1.0, "memory_total": 8 * 2**30, "gpus": "not available: x",
                                    "rapl": "not available: y"}, images=100)
-    assert summary["cpu_util_pct"] == {"mean": 75.0, "max": 75.0}
+    assert summary["cpu_util_pct"] == {"mean": 75.0, "max": 75.0} and summary["samples"] == 6  # t = 103 ... 108
     assert summary["cpu_util_per_core_pct"] == [50.0, 100.0]
     assert summary["memory_used_gib"] == {"mean": 2.0, "max": 2.0} and summary["run_rss_gib"]["mean"] == 1.0
     assert summary["energy_j"] is None and summary["joules_per_image"] is None
