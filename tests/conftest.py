@@ -50,6 +50,13 @@ def tiny(case_name: str, **overrides) -> tuple[str, ...]:
     return tuple(load_case(case_name).tiny_args(**overrides))
 
 
+def tiny_tf_cifar_in_memory() -> tuple[str, ...]:
+    """tf-cifar where a scheduler or a runtime is the subject: its generated batch, two steps an epoch, and
+    ResNet-18 (ResNet50V2's graph takes twice as long to trace). test_tf_cifar.py runs [tiny] itself: the CIFAR
+    files, the test pass after training and ResNet50V2."""
+    return tiny("tf-cifar", synthetic_input=True, steps_per_epoch=2, model="resnet18")
+
+
 # Real components the tests need (sshd, SLURM, Chromium ...) that were not there: component -> why.
 UNAVAILABLE: dict[str, str] = {}
 

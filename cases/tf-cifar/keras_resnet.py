@@ -1,5 +1,5 @@
-"""ResNet-50 v1.5 in Keras 2 (tf_keras), layer for layer the model of the PyTorch cases
-(cases/_shared/torch_resnet.py, equal to torchvision's resnet50()): no convolution biases, batch
+"""ResNet-50 v1.5 and ResNet-18 in Keras 2 (tf_keras), layer for layer the models of the PyTorch cases
+(cases/_shared/torch_resnet.py, equal to torchvision's resnet50() and resnet18()): no convolution biases, batch
 normalisation after every convolution (eps 1e-5, momentum 0.1 in PyTorch's sense), the stride of a
 downsampling block on its 3x3 convolution, explicit symmetric zero padding as PyTorch pads (Keras'
 "same" pads strided convolutions asymmetrically), a 1000-way dense layer. Keras' own ResNet50 is v1
@@ -11,9 +11,6 @@ Layers are named after the PyTorch modules with "_" for "." (layer2_0_downsample
 
 import tf_keras as keras
 from tf_keras import layers
-
-BLOCKS = (3, 4, 6, 3)
-EXPANSION = 4
 
 
 def conv_init():
@@ -30,30 +27,49 @@ def conv_bn(x, filters: int, kernel: int, stride: int, name: str, bn_name: str, 
     return layers.ReLU(name=f"{bn_name}_relu")(x) if relu else x
 
 
-def bottleneck(x, width: int, stride: int, name: str):
-    out_ch = width * EXPANSION
+def block_out(x, y, out_ch: int, stride: int, name: str):
+    """The residual sum: y plus x, through a strided 1x1 convolution where the shape changes."""
     shortcut = x
     if stride != 1 or x.shape[-1] != out_ch:
         shortcut = conv_bn(x, out_ch, 1, stride, f"{name}_downsample_0", f"{name}_downsample_1", relu=False)
-    y = conv_bn(x, width, 1, 1, f"{name}_conv1", f"{name}_bn1")
-    y = conv_bn(y, width, 3, stride, f"{name}_conv2", f"{name}_bn2")
-    y = conv_bn(y, out_ch, 1, 1, f"{name}_conv3", f"{name}_bn3", relu=False)
     return layers.ReLU(name=f"{name}_out")(layers.Add(name=f"{name}_add")([y, shortcut]))
 
 
-def resnet50_v15(classes: int = 1000, input_shape=(224, 224, 3), **_) -> keras.Model:
-    """Takes the keyword arguments of keras.applications models; weights are always random."""
+def bottleneck(x, width: int, stride: int, name: str):
+    y = conv_bn(x, width, 1, 1, f"{name}_conv1", f"{name}_bn1")
+    y = conv_bn(y, width, 3, stride, f"{name}_conv2", f"{name}_bn2")
+    y = conv_bn(y, width * 4, 1, 1, f"{name}_conv3", f"{name}_bn3", relu=False)
+    return block_out(x, y, width * 4, stride, name)
+
+
+def basic_block(x, width: int, stride: int, name: str):
+    y = conv_bn(x, width, 3, stride, f"{name}_conv1", f"{name}_bn1")
+    y = conv_bn(y, width, 3, 1, f"{name}_conv2", f"{name}_bn2", relu=False)
+    return block_out(x, y, width, stride, name)
+
+
+def resnet(blocks_per_stage: tuple[int, ...], block, classes: int, input_shape, name: str) -> keras.Model:
     inputs = keras.Input(input_shape)
     x = conv_bn(inputs, 64, 7, 2, "conv1", "bn1")
     x = layers.ZeroPadding2D(1, name="maxpool_pad")(x)  # after a ReLU, zeros pad as PyTorch's -inf does
     x = layers.MaxPooling2D(3, strides=2, name="maxpool")(x)
-    for stage, blocks in enumerate(BLOCKS):
-        for block in range(blocks):
-            stride = 2 if stage > 0 and block == 0 else 1
-            x = bottleneck(x, 64 * 2**stage, stride, f"layer{stage + 1}_{block}")
+    for stage, blocks in enumerate(blocks_per_stage):
+        for index in range(blocks):
+            stride = 2 if stage > 0 and index == 0 else 1
+            x = block(x, 64 * 2**stage, stride, f"layer{stage + 1}_{index}")
     x = layers.GlobalAveragePooling2D(name="avgpool")(x)
     x = layers.Dense(classes, name="fc")(x)
-    return keras.Model(inputs, layers.Softmax(name="softmax")(x), name="resnet50_v1.5")
+    return keras.Model(inputs, layers.Softmax(name="softmax")(x), name=name)
+
+
+def resnet50_v15(classes: int = 1000, input_shape=(224, 224, 3), **_) -> keras.Model:
+    """Takes the keyword arguments of keras.applications models; weights are always random."""
+    return resnet((3, 4, 6, 3), bottleneck, classes, input_shape, "resnet50_v1.5")
+
+
+def resnet18(classes: int = 1000, input_shape=(224, 224, 3), **_) -> keras.Model:
+    """Takes the keyword arguments of keras.applications models; weights are always random."""
+    return resnet((2, 2, 2, 2), basic_block, classes, input_shape, "resnet18")
 
 
 TORCH_NAMES = {"kernel": "weight", "gamma": "weight", "beta": "bias", "bias": "bias",

@@ -1,4 +1,5 @@
-"""tf-cifar: ResNet50V2 (or ResNet152V2, or the PyTorch cases' ResNet-50 v1.5) on CIFAR-10 with tf.distribute.
+"""tf-cifar: ResNet50V2 (or ResNet152V2, or the PyTorch cases' ResNet-50 v1.5 or ResNet-18) on CIFAR-10 with
+tf.distribute.
 
 One process with MirroredStrategy over the node's devices (logical CPU devices on a CPU-only node),
 or one process per node with MultiWorkerMirroredStrategy when TF_CONFIG is set (suite/launchers/tfdist.py).
@@ -26,7 +27,7 @@ from suite.instack.cpu_binding import bind_cpus
 from suite.instack.probe import Probe, announce
 
 MODELS = {"resnet50v2": keras.applications.ResNet50V2, "resnet152v2": keras.applications.ResNet152V2,
-          "resnet50-v1.5": keras_resnet.resnet50_v15}
+          "resnet50-v1.5": keras_resnet.resnet50_v15, "resnet18": keras_resnet.resnet18}
 
 
 def fail(message: str) -> None:

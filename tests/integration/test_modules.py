@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, component_unavailable, records_in, tiny
+from conftest import ROOT, component_unavailable, records_in, tiny, tiny_tf_cifar_in_memory
 from support.cluster_fixtures import NODE_NAMES, ensure_installed
 
 from suite import cli
@@ -142,7 +142,7 @@ def test_a_module_that_does_not_load_is_refused_with_lmods_own_error(site, tmp_p
 
 @pytest.mark.parametrize("case, case_args, package", [
     ("pytorch-synthetic", SYNTHETIC, "horovod>=0.28.1"),
-    ("tf-cifar", tiny("tf-cifar", synthetic_input=True, steps_per_epoch=2), "tf-keras>=2.15")])
+    ("tf-cifar", tiny_tf_cifar_in_memory(), "tf-keras>=2.15")])
 def test_a_framework_missing_in_the_environment_is_refused_naming_it(site, tmp_path, case, case_args, package):
     line = refused(run("--case", case, "--modules", "site-pytorch/2.13", tmp=tmp_path, case_args=case_args), tmp_path)
     python = site / "python" / "bin" / "python3"

@@ -1,7 +1,7 @@
 """The same work in every framework: `--same-work` and each case's [same_work] table, the
-Keras, Gluon and Flax ResNet-50 v1.5 against the PyTorch cases' model (parameters, every weight's name and
-shape, the same logits for the same weights), `compare-frameworks` at tiny sizes, and its table on
-the report's frameworks page."""
+Keras, Gluon and Flax ResNet-50 v1.5 (and the Keras ResNet-18) against the PyTorch cases' model (parameters,
+every weight's name and shape, the same logits for the same weights), `compare-frameworks` at tiny sizes,
+and its table on the report's frameworks page."""
 
 import json
 import subprocess
@@ -20,6 +20,7 @@ from suite.records.read import Point
 
 CASES = {"jax-resnet", "mxnet-imagenet", "pytorch-ddp", "pytorch-synthetic", "tf-cifar"}
 RESNET50_V15 = 25_557_032
+RESNET18 = 11_689_512  # torchvision's resnet18()
 # Each case's options that make "batch 32 per device, 224 px, 1000 classes, float32, synthetic data".
 EXPECTED = {
     "pytorch-synthetic": {"model": "resnet50", "batch-size": 32, "image-size": 224, "num-classes": 1000,
@@ -101,9 +102,9 @@ def test_frameworks_page_shows_the_same_work_table_first(tmp_path):
 TORCH_WEIGHTS = """
 import sys, numpy, torch
 sys.path[:0] = [".", "tools"]
-from cases._shared.torch_resnet import resnet50
+from cases._shared.torch_resnet import MODELS
 from torchvision_reference import set_deterministic_weights
-model = resnet50()
+model = MODELS[sys.argv[2]]()
 set_deterministic_weights(model)
 model.eval()
 images = torch.randn(2, 3, 64, 64, generator=torch.Generator().manual_seed(1234))
@@ -119,7 +120,7 @@ sys.path[:0] = ["cases/tf-cifar"]
 import tf_keras as keras
 import keras_resnet as r
 state = numpy.load(sys.argv[1])
-model = r.resnet50_v15(1000, (64, 64, 3))
+model = getattr(r, sys.argv[2])(1000, (64, 64, 3))
 for name, weight, axes in r.torch_weights(model):
     weight.assign(state[name].transpose(numpy.argsort(axes)) if axes else state[name])
 logits = keras.Model(model.input, model.get_layer("fc").output)(state["images"].transpose(0, 2, 3, 1), training=False)
@@ -167,13 +168,17 @@ print(json.dumps({"parameters": parameters, "shapes": shapes, "logits": numpy.as
 """
 
 
-@pytest.fixture(scope="module")
-def torch_weights(pytorch_stack, tmp_path_factory) -> Path:
-    """The PyTorch cases' ResNet-50 v1.5 with deterministic weights, its input and its logits."""
-    path = tmp_path_factory.mktemp("weights") / "resnet50.npz"
-    subprocess.run([str(pytorch_stack.python), "-c", TORCH_WEIGHTS, str(path)], cwd=ROOT, check=True,
+def torch_weights_of(pytorch_stack, folder: Path, model: str) -> Path:
+    """A model of the PyTorch cases with deterministic weights, its input and its logits."""
+    path = folder / f"{model}.npz"
+    subprocess.run([str(pytorch_stack.python), "-c", TORCH_WEIGHTS, str(path), model], cwd=ROOT, check=True,
                    capture_output=True, timeout=300)
     return path
+
+
+@pytest.fixture(scope="module")
+def torch_weights(pytorch_stack, tmp_path_factory) -> Path:
+    return torch_weights_of(pytorch_stack, tmp_path_factory.mktemp("weights"), "resnet50")
 
 
 def stack_python(name: str) -> Path:
@@ -186,10 +191,7 @@ def stack_python(name: str) -> Path:
 @pytest.mark.parametrize("stack, code", [("tensorflow", KERAS), ("mxnet", GLUON), ("jax", FLAX)],
                          ids=["keras", "gluon", "flax"])
 def test_resnet50_v15_equals_the_pytorch_model(stack, code, torch_weights):
-    out = subprocess.run([str(stack_python(stack)), "-c", code, str(torch_weights)], cwd=ROOT, capture_output=True,
-                         text=True, timeout=600)
-    assert out.returncode == 0, out.stderr[-3000:]
-    ours = json.loads(out.stdout.splitlines()[-1])
+    ours = model_in_stack(stack, code, torch_weights, "resnet50_v15")
     reference = json.loads((ROOT / "tests" / "data" / "torchvision_resnet50.json").read_text())["state_dict"]
     assert ours["parameters"] == RESNET50_V15
     # Every weight under PyTorch's name with PyTorch's shape (the batch counter is PyTorch's own).
@@ -198,6 +200,26 @@ def test_resnet50_v15_equals_the_pytorch_model(stack, code, torch_weights):
     import numpy
 
     expected = numpy.load(torch_weights)["logits"]
+    assert numpy.abs(numpy.array(ours["logits"]) - expected).max() < 1e-4 * numpy.abs(expected).max()
+
+
+def model_in_stack(stack: str, code: str, weights: Path, model: str) -> dict:
+    """The model's parameter count, weight shapes and logits as `code` builds it in the stack with `weights`."""
+    out = subprocess.run([str(stack_python(stack)), "-c", code, str(weights), model], cwd=ROOT, capture_output=True,
+                         text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(out.stdout.splitlines()[-1])
+
+
+def test_keras_resnet18_equals_the_pytorch_cases_resnet18(pytorch_stack, tmp_path):
+    import numpy
+
+    weights = numpy.load(torch_weights_of(pytorch_stack, tmp_path, "resnet18"))
+    ours = model_in_stack("tensorflow", KERAS, tmp_path / "resnet18.npz", "resnet18")
+    assert ours["parameters"] == RESNET18
+    assert ours["shapes"] == {name: list(weights[name].shape) for name in weights.files
+                              if name not in ("images", "logits")}
+    expected = weights["logits"]
     assert numpy.abs(numpy.array(ours["logits"]) - expected).max() < 1e-4 * numpy.abs(expected).max()
 
 

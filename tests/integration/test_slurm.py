@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, records_in, tiny
+from conftest import ROOT, records_in, tiny, tiny_tf_cifar_in_memory
 from support.cluster_fixtures import alive, processes_with_env
 from support.gpus import fake_nvidia_smi
 
@@ -29,9 +29,7 @@ from suite.schedulers import slurm
 
 PY = sys.executable
 TORCH_TINY = tiny("pytorch-synthetic")
-# tf-cifar's generated batch, two steps an epoch: the scheduler is tested here, not the reading of CIFAR files and the
-# test pass after training (test_tf_cifar.py), which double a tiny run's time
-TF_TINY = tiny("tf-cifar", synthetic_input=True, steps_per_epoch=2)
+TF_TINY = tiny_tf_cifar_in_memory()
 SLURM = ("--scheduler", "slurm", "--timeout", "300")
 
 

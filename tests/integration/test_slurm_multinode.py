@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, records_in, tiny
+from conftest import ROOT, records_in, tiny, tiny_tf_cifar_in_memory
 from support.cluster_fixtures import NODE_NAMES
 
 from suite.records.schema import validate
@@ -22,9 +22,7 @@ RUNS = {
     "horovod": ("pytorch-synthetic", tiny("pytorch-synthetic"), {"rank-0": N1, "rank-1": N2}),
     "pslite": ("mxnet-imagenet", tiny("mxnet-imagenet"),
                {"worker-0": N1, "worker-1": N2, "server-0": N1, "server-1": N2, "scheduler": N1}),
-    # the generated batch, two steps an epoch: the files and the test pass after training double a tiny run's time
-    "tf-multiworker": ("tf-cifar", tiny("tf-cifar", synthetic_input=True, steps_per_epoch=2),
-                       {"worker-0": N1, "worker-1": N2}),
+    "tf-multiworker": ("tf-cifar", tiny_tf_cifar_in_memory(), {"worker-0": N1, "worker-1": N2}),
     "ddp-torchrun": ("pytorch-ddp", tiny("pytorch-ddp", launcher="torchrun"), {"torchrun-0": N1, "torchrun-1": N2}),
     "ddp-ranks": ("pytorch-ddp", tiny("pytorch-ddp", launcher="ranks"), {"rank-0": N1, "rank-1": N2}),
     "gpt-fsdp-ranks": ("pytorch-gpt", tiny("pytorch-gpt", parallel="fsdp", launcher="ranks"),

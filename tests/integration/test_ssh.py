@@ -12,7 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, records_in, tiny
+from conftest import ROOT, records_in, tiny, tiny_tf_cifar_in_memory
 from support.cluster_fixtures import LOOPBACK_HOSTS, alive, processes_with_env
 from support.faults import BOUND_S
 
@@ -29,9 +29,7 @@ from suite.schedulers.local import GRACE_S
 PY = sys.executable
 FORCED = Cluster("forced", Path("forced.toml"), plugins={"ssh": {"force": True}})
 TORCH_TINY, MXNET_TINY = tiny("pytorch-synthetic"), tiny("mxnet-imagenet")
-# tf-cifar's generated batch, two steps an epoch: the scheduler is tested here, not the reading of CIFAR files and the
-# test pass after training (test_tf_cifar.py), which double a tiny run's time
-TF_TINY = tiny("tf-cifar", synthetic_input=True, steps_per_epoch=2)
+TF_TINY = tiny_tf_cifar_in_memory()
 LOOPBACK_SSH = ("--cluster", "loopback-ssh", "--nodes", "2", "--timeout", "300")
 ECHO = "import json, os, sys; print(json.dumps([os.environ.get('V'), sys.argv[1:], os.getcwd()]), flush=True)"
 

@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import MEASURED, component_unavailable, tiny
+from conftest import MEASURED, component_unavailable, tiny, tiny_tf_cifar_in_memory
 
 from support.cluster_fixtures import ensure_installed, root_prefix, stop_group, wait_for
 
@@ -37,7 +37,7 @@ CPU_STACKS = ("jax", "mxnet", "pytorch", "pytorch-horovod", "tensorflow")
 # The cases the other container runtimes run in images made from these (beside pytorch-ddp, which each runtime's
 # own tests run) -> their stack and [tiny] options, reading no data
 IMAGE_CASES = {
-    "tf-cifar": ("tensorflow", tiny("tf-cifar", synthetic_input=True, steps_per_epoch=2)),
+    "tf-cifar": ("tensorflow", tiny_tf_cifar_in_memory()),
     "mxnet-imagenet": ("mxnet", tiny("mxnet-imagenet", benchmark=True)),
     "pytorch-synthetic": ("pytorch-horovod", tiny("pytorch-synthetic")),
     "jax-gpt": ("jax", tiny("jax-gpt")),
