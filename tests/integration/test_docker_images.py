@@ -156,8 +156,9 @@ def cifar_data(tmp_path_factory) -> Path:
 
 
 def test_multi_worker_mirrored_strategy_in_the_images(cpu_images, suite_cli, cifar_data):
+    """The CIFAR files read in the containers from the data folder they mount (the model: ResNet-18, the smallest)."""
     result = suite_cli("run", "--case", "tf-cifar", "--runtime", "docker", *LOOPBACK, "--data-dir", str(cifar_data),
-                       case_args=tiny("tf-cifar"))
+                       case_args=tiny("tf-cifar", model="resnet18"))
     record = record_of(suite_cli, result)
     assert_ran_in(record, cpu_images["tensorflow"], 2)
     assert record["config"]["reported_by_case"]["strategy"] == "MultiWorkerMirroredStrategy"
