@@ -14,6 +14,7 @@ import pytest
 from conftest import ROOT, records_in, tiny
 from support.gpus import fake_nvidia_smi
 
+from cases._shared.timed import iterations_needed
 from suite.analysis import diagnosis, references
 from suite.inputs.cases import load_case
 from suite.inputs.host_gpus import host_gpus
@@ -96,9 +97,12 @@ def test_a_tiny_model_fed_by_a_slow_loader_is_input_bound(suite_cli, jpegs):
 
 
 def test_two_workers_on_small_images_are_communication_bound(suite_cli):
+    """ResNet-18 on two 16-px images: a step costs little beside the exchange of its 47 MB of gradients.
+    ResNet-50's backward pass, bound by memory as the exchange is, read 0.26 beside another process
+    copying memory; ResNet-18 over four passes reads 0.55 there and 0.57-0.67 alone."""
     record, out = run(suite_cli, "--gpus-per-node", "2", case_args=(
-        "--image-size", "16", "--batch-size", "2", "--num-warmup-batches", "1", "--num-batches-per-iter", "2",
-        "--num-iters", "3"))
+        "--model", "resnet18", "--image-size", "16", "--batch-size", "2", "--num-warmup-batches", "1",
+        "--num-batches-per-iter", "4", "--num-iters", "3"))
     found = record["metrics"]["diagnosis"]
     assert found["verdict"] == "communication", found
     assert found["figures"]["exchange"] >= diagnosis.COMMUNICATION_BOUND
@@ -111,10 +115,12 @@ def test_timed_iterations_grow_to_min_seconds_and_stay_as_asked_on_cpus(suite_cl
     tiny = ("--image-size", "32", "--batch-size", "4", "--num-warmup-batches", "1", "--num-batches-per-iter", "1",
             "--num-iters", "2")
     record, _ = run(suite_cli, "--gpus-per-node", "2", case_args=(*tiny, "--min-seconds", "4"))
-    results = record["repetitions"][0]["results"]
-    assert results["min_seconds"] == 4 and results["timed_iterations"] > 2
-    assert len(record["metrics"]["throughput"]["samples"]) == results["timed_iterations"]
-    assert record["metrics"]["timed_seconds"] >= 2  # the first iteration's pace sets the count
+    results, samples = record["repetitions"][0]["results"], record["metrics"]["throughput"]["samples"]
+    assert results["min_seconds"] == 4 and len(samples) == results["timed_iterations"]
+    # the first iteration's pace sets the count (8 images, all devices): about 7 here alone, 2 where a loaded
+    # machine stretched it past 2 s; rank 0's clock and the probe's window differ by a sync
+    first_seconds = 4 * 2 / samples[0]
+    assert abs(results["timed_iterations"] - iterations_needed(2, first_seconds, 4)) <= 1, (first_seconds, results)
     for path in suite_cli.results.glob("*.json"):
         path.rename(tmp_path / path.name)
     record, _ = run(suite_cli, "--gpus-per-node", "1", case_args=tiny)
