@@ -73,8 +73,8 @@ def run_suite(how: str, case: str, case_args, data: Path, tmp_path: Path, *extra
 
 
 # Every launcher in a batch job the runner submits; inside an allocation made by salloc, the runner
-# starts its job steps the same way (srun in the allocation it is in), shown with two launchers.
-EVERY_LAUNCHER = [(name, "sbatch") for name in RUNS] + [("pslite", "salloc"), ("ddp-ranks", "salloc")]
+# starts its job steps the same way (srun in the allocation it is in), shown with ps-lite's five processes.
+EVERY_LAUNCHER = [(name, "sbatch") for name in RUNS] + [("pslite", "salloc")]
 
 
 @pytest.mark.parametrize("name, how", EVERY_LAUNCHER, ids=[f"{name}-{how}" for name, how in EVERY_LAUNCHER])
