@@ -239,16 +239,19 @@ def cifar_dir(tmp_path_factory, tensorflow_stack):
     return folder
 
 
-def check_common(record: dict, devices: int) -> dict:
+# Trainable parameters (as PyTorch counts them) and BatchNormalization's moving statistics, per model.
+PARAMETERS = {"resnet50v2": (23_539_850, 45_440), "resnet18": (11_181_642, 9_600)}
+
+
+def check_common(record: dict, devices: int, model: str = "resnet50v2") -> dict:
     validate(record)
     assert record["status"] == "ok" and record["reason"] is None
     assert record["world"]["devices"] == devices and record["world"]["device_type"] == "cpu"
     cfg = record["config"]
-    assert cfg["data"] == "synthetic-cifar-format" and cfg["model"] == "resnet50v2"
+    assert cfg["data"] == "synthetic-cifar-format" and cfg["model"] == model
     assert (cfg["batch_per_device"], cfg["global_batch"], cfg["image_size"]) == (8, 8 * devices, 32)
     reported = cfg["reported_by_case"]
-    # As PyTorch counts (trainable); with BatchNormalization's moving statistics 23,585,290.
-    assert reported["parameters"] == 23_539_850 and reported["parameters_non_trainable"] == 45_440
+    assert (reported["parameters"], reported["parameters_non_trainable"]) == PARAMETERS[model]
     assert reported["replicas"] == devices
     assert reported["lr"] == pytest.approx(0.01 * devices)
     assert set(reported["data_files_sha256"]) == set(cifar.FILES)
@@ -269,11 +272,13 @@ def check_common(record: dict, devices: int) -> dict:
 
 @pytest.mark.parametrize("replicas", [2])  # one replica is the same path (test_report runs it)
 def test_mirrored_strategy_run(suite_cli, cifar_dir, replicas):
+    """ResNet-18: the strategy is tested (the default ResNet50V2 trains in the multi-worker run below);
+    two replicas in one process trace the model twice."""
     result = suite_cli("run", "--case", "tf-cifar", "--gpus-per-node", str(replicas), "--data-dir", str(cifar_dir),
-                       case_args=TINY)
+                       case_args=tiny("tf-cifar", model="resnet18"))
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     [record] = records_in(suite_cli.results)
-    reported = check_common(record, replicas)
+    reported = check_common(record, replicas, "resnet18")
     assert reported["strategy"] == "MirroredStrategy" and reported["workers"] == 1
     assert record["execution"]["strategy"] == "MirroredStrategy"
     assert f"worker 0 of 1: MirroredStrategy, {replicas} replica(s) in sync" in result.stdout
