@@ -34,13 +34,18 @@ def suite_cli(tmp_path):
     return run
 
 
-@pytest.fixture(scope="session")
-def pytorch_stack():
-    """The real pytorch-horovod stack, installed once (a few minutes on a fresh machine)."""
+def installed_stack(name: str, **options):
+    """The real stack `name` (containers/<name>), installed where it is not yet (minutes on a fresh machine)."""
     from suite.stacks.install import ensure_installed
     from suite.stacks.recipes import load_stack
 
-    return ensure_installed(load_stack("pytorch-horovod"))
+    return ensure_installed(load_stack(name), **options)
+
+
+@pytest.fixture(scope="session")
+def pytorch_stack():
+    """The real pytorch-horovod stack, installed once."""
+    return installed_stack("pytorch-horovod")
 
 
 def tiny(case_name: str, **overrides) -> tuple[str, ...]:

@@ -13,13 +13,12 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, component_unavailable
+from conftest import ROOT, component_unavailable, installed_stack
 from support.cluster_fixtures import NODE_NAMES
 from support.cluster_fixtures import ensure_installed as ensure_packages
 
 from suite.base import paths
-from suite.stacks.install import MARKER, ensure_installed
-from suite.stacks.recipes import load_stack
+from suite.stacks.install import MARKER
 
 PATH = "pytorch-ddp/local/ranks"
 MODULES_PATH = "pytorch-ddp/modules/ranks"
@@ -29,7 +28,7 @@ LMOD_INIT = "/usr/share/lmod/lmod/init/bash"
 @pytest.fixture(scope="module")
 def torch_stack():
     """The pytorch stack pytorch-ddp runs on, installed once."""
-    return ensure_installed(load_stack("pytorch"))
+    return installed_stack("pytorch")
 
 
 def check(tmp_path, *args: str, env=None) -> subprocess.CompletedProcess:
@@ -159,7 +158,7 @@ def test_the_docker_path_runs_in_the_stacks_image(tmp_path, cpu_images):
 
 def test_the_jax_cases_are_paths_that_work(tmp_path):
     """JAX's two cases through their launcher on the local stack: rows like every framework's."""
-    ensure_installed(load_stack("jax"))
+    installed_stack("jax")
     done = check(tmp_path, "--only", "jax-gpt/local/", "--only", "jax-resnet/local/")
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr
     paths_checked = the_table(tmp_path)["paths"]

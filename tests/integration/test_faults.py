@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import tiny
+from conftest import installed_stack, tiny
 from support.faults import (
     Load,
     alive,
@@ -82,10 +82,7 @@ def environ_of(pid: int) -> dict:
 
 
 def test_a_dying_parameter_server_ends_the_job(tmp_path):
-    from suite.stacks.install import ensure_installed
-    from suite.stacks.recipes import load_stack
-
-    ensure_installed(load_stack("mxnet"))
+    installed_stack("mxnet")
     runner = start_run(tmp_path, "--case", "mxnet-imagenet", "--nodes", "2", "--hostfile", "hostfiles/loopback",
                        case_args=tiny("mxnet-imagenet", benchmark=True, kv_store="dist_sync", num_batches=100000))
     wait_for_ranks(tmp_path, 2)

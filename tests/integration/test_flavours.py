@@ -12,7 +12,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, tiny
+from conftest import ROOT, installed_stack, tiny
 from support.gpus import GPU_LINE, fake_nvidia_smi
 
 from suite.base.errors import UsageError
@@ -203,7 +203,7 @@ def test_torchrun_gets_only_the_options_its_torch_has():
 
 def test_every_option_the_launcher_writes_is_one_the_stacks_torchrun_accepts():
     """The real torchrun of the pytorch stack parses the launcher's command line."""
-    installed = ensure_installed(load_stack("pytorch"))
+    installed = installed_stack("pytorch")
     argv = torchrun_argv(installed.info["packages"]["torch"])[1:]
     code = ("import sys; from torch.distributed.run import get_args_parser; "
             "a = get_args_parser().parse_args(sys.argv[1:]); print(a.nnodes, a.nproc_per_node, a.training_script)")

@@ -6,7 +6,7 @@ import os
 import subprocess
 
 import pytest
-from conftest import ROOT, records_in, tiny
+from conftest import ROOT, installed_stack, records_in, tiny
 
 COUNT = """
 import json, sys
@@ -29,10 +29,7 @@ json.dump({"counts": counts, "untouched": untouched, "grads": [p.grad is None fo
 @pytest.fixture(scope="module")
 def torch_stack():
     """The real pytorch stack (torch's CPU wheel), installed once."""
-    from suite.stacks.install import ensure_installed
-    from suite.stacks.recipes import load_stack
-
-    return ensure_installed(load_stack("pytorch"))
+    return installed_stack("pytorch")
 
 
 def test_resnet50_training_flops_are_counted_from_the_model(torch_stack, tmp_path):
@@ -174,10 +171,8 @@ def test_tensorflow_profiler_counts_the_same_architecture_as_pytorch():
     """tf-cifar's count (TensorFlow's profiler over the model's graph, x 3 for a training step) of its
     ResNet-50 v1.5 agrees with PyTorch's count of the same architecture (suite/instack/model_flops.py)."""
     from suite.instack.model_flops import training_flops_per_image
-    from suite.stacks.install import ensure_installed
-    from suite.stacks.recipes import load_stack
 
-    stack = ensure_installed(load_stack("tensorflow"))
+    stack = installed_stack("tensorflow")
     done = subprocess.run([str(stack.python), "-c", TF_COUNT], cwd=ROOT, capture_output=True, text=True, check=True,
                           env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
     forward = {int(size): flops for size, flops in json.loads(done.stdout.splitlines()[-1]).items()}

@@ -8,10 +8,10 @@ import platform
 import subprocess
 
 import pytest
+from conftest import installed_stack
 from packaging.utils import canonicalize_name
 
 from suite.stacks import images, lock_targets
-from suite.stacks.install import ensure_installed
 from suite.stacks.locks import lock_pins
 from suite.stacks.recipes import load_flavour, load_stack
 
@@ -49,7 +49,7 @@ def test_every_build_of_a_stack_has_the_locks_versions(cpu_images, pytorch_sif):
 
 
 def test_the_local_stack_has_the_locks_versions_as_the_images_do(cpu_images):
-    local = ensure_installed(load_stack(STACK), log=lambda *_: None)
+    local = installed_stack(STACK, log=lambda *_: None)
     if local.flavour.name != "cpu":
         pytest.skip("this host's local stack is the cuda flavour: another lock than the cpu image's")
     pins = lock_pins(local.flavour.stack.dir / local.flavour.lock)  # this interpreter's markers

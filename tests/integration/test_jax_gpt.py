@@ -11,7 +11,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import ROOT, records_in, tiny
+from conftest import ROOT, installed_stack, records_in, tiny
 from support.cluster_fixtures import free_port
 from support.gpus import fake_nvidia_smi
 
@@ -31,10 +31,7 @@ XLA_OVER_FORMULA = 0.05
 @pytest.fixture(scope="module")
 def jax_stack():
     """The real jax stack (jax[cpu], flax, optax), installed once."""
-    from suite.stacks.install import ensure_installed
-    from suite.stacks.recipes import load_stack
-
-    return ensure_installed(load_stack("jax"))
+    return installed_stack("jax")
 
 
 def test_dp_and_fsdp_over_two_processes_train_alike_and_count_tokens(suite_cli, jax_stack):

@@ -9,7 +9,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, records_in, small_jpeg_tree, tiny
+from conftest import ROOT, installed_stack, records_in, small_jpeg_tree, tiny
 
 from suite.records.schema import validate
 
@@ -26,10 +26,7 @@ XLA_UNDER_KNOWN = 0.10
 @pytest.fixture(scope="module")
 def jax_stack():
     """The real jax stack (jax[cpu], flax, optax), installed once."""
-    from suite.stacks.install import ensure_installed
-    from suite.stacks.recipes import load_stack
-
-    return ensure_installed(load_stack("jax"))
+    return installed_stack("jax")
 
 
 @pytest.fixture(scope="module")

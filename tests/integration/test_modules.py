@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, component_unavailable, records_in, tiny, tiny_tf_cifar_in_memory
+from conftest import ROOT, component_unavailable, installed_stack, records_in, tiny, tiny_tf_cifar_in_memory
 from support.cluster_fixtures import NODE_NAMES, ensure_installed
 
 from suite import cli
@@ -24,7 +24,6 @@ from suite.execution.plan import StackRequest
 from suite.launchers import horovod
 from suite.records.schema import validate
 from suite.runtimes import modules
-from suite.stacks.install import ensure_installed as install_stack
 from suite.stacks.recipes import load_stack
 
 LMOD_INIT = "/usr/share/lmod/lmod/init/bash"
@@ -55,7 +54,7 @@ def site(tmp_path_factory):
     """Modulefiles (site-python/3.11, site-pytorch/2.13, site-horovod/0.28, site-jax/0.10) over the built stacks,
     and a venv on top of the site's Python; nothing is installed (the stacks are the suite's own)."""
     ensure_installed((LMOD_INIT,), "lmod (environment modules, Debian package lmod)")
-    torch_stack, horovod_stack = install_stack(load_stack("pytorch")), install_stack(load_stack("pytorch-horovod"))
+    torch_stack, horovod_stack = installed_stack("pytorch"), installed_stack("pytorch-horovod")
     root = tmp_path_factory.mktemp("site")
     python = base_python(torch_stack.python)
     (root / "python" / "bin").mkdir(parents=True)
@@ -67,7 +66,7 @@ def site(tmp_path_factory):
     modulefile(mf, "site-horovod/0.28", 'depends_on("site-python/3.11")',
                f'prepend_path("PYTHONPATH", "{site_packages(horovod_stack.python)}")')
     modulefile(mf, "site-jax/0.10", 'depends_on("site-python/3.11")',
-               f'prepend_path("PYTHONPATH", "{site_packages(install_stack(load_stack("jax")).python)}")')
+               f'prepend_path("PYTHONPATH", "{site_packages(installed_stack("jax").python)}")')
     subprocess.run([python, "-m", "venv", "--system-site-packages", "--without-pip", str(root / "venv")], check=True)
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("MODULEPATH", str(mf))  # what `module use` in this shell would have set
@@ -200,7 +199,7 @@ def test_doctor_and_a_dry_run_show_the_profiles_environment(site, tmp_path, monk
 
 def test_an_existing_environment_alone_runs_as_it_is(site, tmp_path):
     """PYTHON and no modules: no module system needed, nothing wraps the programs."""
-    python = install_stack(load_stack("pytorch")).python
+    python = installed_stack("pytorch").python
     done = run("--case", "pytorch-ddp", "--python", str(python), "--dry-run", tmp=tmp_path, case_args=DDP)
     assert done.returncode == 0, done.stderr
     assert "runtime modules: no modules; python 3." in done.stdout and "environment sha256:" in done.stdout
@@ -223,7 +222,7 @@ def test_pytorch_ddp_runs_in_the_sites_modules_and_the_record_fingerprints_them(
     assert prov["modules_loaded"] == ["site-python/3.11", "site-pytorch/2.13"]
     assert sorted(prov["environment_files"]) == [str(mf / "site-python/3.11.lua"), str(mf / "site-pytorch/2.13.lua")]
     assert prov["stack_location"] == str(site / "python" / "bin" / "python3")
-    torch = install_stack(load_stack("pytorch")).info["packages"]["torch"]
+    torch = installed_stack("pytorch").info["packages"]["torch"]
     assert prov["stack_packages"]["torch"] == torch == prov["versions"]["torch"]  # as rank 0 imported it
     assert len(prov["environment_fingerprint"]) == 64 and prov["stack_lock_sha256"] == prov["environment_fingerprint"]
     [process] = record["repetitions"][0]["processes"]
@@ -254,7 +253,7 @@ def test_jax_gpt_runs_in_the_sites_jax_module(site, tmp_path):
     prov = record["provenance"]
     assert prov["modules_loaded"] == ["site-python/3.11", "site-jax/0.10"]
     assert prov["stack_location"] == str(site / "python" / "bin" / "python3")
-    jax = install_stack(load_stack("jax")).info["packages"]["jax"]
+    jax = installed_stack("jax").info["packages"]["jax"]
     assert prov["stack_packages"]["jax"] == jax == prov["versions"]["jax"]  # as the processes imported it
     assert record["config"]["reported_by_case"]["processes"] == 2 and record["metrics"]["throughput"]["mean"] > 0
     assert all("module load site-jax/0.10" in p["argv"][2] for p in record["repetitions"][0]["processes"])

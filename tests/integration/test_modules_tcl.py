@@ -6,13 +6,11 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, component_unavailable, records_in, tiny
+from conftest import ROOT, component_unavailable, installed_stack, records_in, tiny
 
 from suite import cli
 from suite.base import paths
 from suite.records.schema import validate
-from suite.stacks.install import ensure_installed
-from suite.stacks.recipes import load_stack
 
 DDP = tiny("pytorch-ddp")
 
@@ -34,7 +32,7 @@ def tcl_site(tmp_path_factory):
         init = unpack(paths.cache_home() / "test-deps" / "environment-modules")
     except (RuntimeError, subprocess.CalledProcessError, FileNotFoundError) as exc:
         component_unavailable("Environment Modules (Debian environment-modules, unpacked)", str(exc))
-    stack = ensure_installed(load_stack("pytorch"))
+    stack = installed_stack("pytorch")
     code = ("import os, sys, sysconfig; print(os.path.realpath(sys._base_executable)); "
             "print(sysconfig.get_paths()['purelib'])")
     python, packages = subprocess.run([str(stack.python), "-c", code], capture_output=True, text=True,

@@ -11,7 +11,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, records_in, tiny
+from conftest import ROOT, installed_stack, records_in, tiny
 
 from suite.base.errors import UsageError
 from suite.execution.plan import Launch, StackEnv
@@ -110,10 +110,7 @@ def test_missing_record_file_is_refused_before_launch(suite_cli, tmp_path):
 @pytest.fixture(scope="session")
 def mxnet_stack():
     """The real mxnet stack, installed once (about half a minute on a fresh machine)."""
-    from suite.stacks.install import ensure_installed
-    from suite.stacks.recipes import load_stack
-
-    return ensure_installed(load_stack("mxnet"))
+    return installed_stack("mxnet")
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, records_in, small_jpeg_tree, tiny
+from conftest import ROOT, installed_stack, records_in, small_jpeg_tree, tiny
 from support.cluster_fixtures import LOOPBACK_HOSTS, processes_with_env
 from support.faults import descendants, failed_record_after, start_run, wait_for_ranks
 from support.processes import alive
@@ -31,10 +31,7 @@ OPTIONS = {"backend": "auto", "bucket-cap-mb": 25.0, "static-graph": False, "gra
 @pytest.fixture(scope="session")
 def ddp_stack():
     """The real pytorch stack (torch's CPU wheel, numpy, Pillow), installed once."""
-    from suite.stacks.install import ensure_installed
-    from suite.stacks.recipes import load_stack
-
-    return ensure_installed(load_stack("pytorch"))
+    return installed_stack("pytorch")
 
 
 @pytest.fixture(scope="module")

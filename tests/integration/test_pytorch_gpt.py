@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import ROOT, records_in, tiny
+from conftest import ROOT, installed_stack, records_in, tiny
 
 from suite.analysis.report import write_report
 from suite.analysis.same_work import format_parallel_table, parallel_rows
@@ -25,10 +25,7 @@ TINY = tiny("pytorch-gpt")
 @pytest.fixture(scope="module")
 def torch_stack():
     """The real pytorch stack (torch's CPU wheel, numpy), installed once."""
-    from suite.stacks.install import ensure_installed
-    from suite.stacks.recipes import load_stack
-
-    return ensure_installed(load_stack("pytorch"))
+    return installed_stack("pytorch")
 
 
 @pytest.fixture(scope="module")

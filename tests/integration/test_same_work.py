@@ -8,7 +8,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, records_in
+from conftest import ROOT, installed_stack, records_in
 from support.fixture_records import make_record
 
 from suite.analysis.report import write_report
@@ -182,10 +182,8 @@ def torch_weights(pytorch_stack, tmp_path_factory) -> Path:
 
 
 def stack_python(name: str) -> Path:
-    from suite.stacks.install import ensure_installed
-    from suite.stacks.recipes import load_stack
 
-    return ensure_installed(load_stack(name)).python
+    return installed_stack(name).python
 
 
 @pytest.mark.parametrize("stack, code", [("tensorflow", KERAS), ("mxnet", GLUON), ("jax", FLAX)],

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, records_in, tiny, tiny_tf_cifar_in_memory
+from conftest import ROOT, installed_stack, records_in, tiny, tiny_tf_cifar_in_memory
 from support.cluster_fixtures import alive, processes_with_env
 from support.gpus import fake_nvidia_smi
 
@@ -188,10 +188,7 @@ def test_sbatch_pytorch_synthetic_on_one_node(suite_cli, slurm_cluster, pytorch_
 
 
 def test_sbatch_tf_cifar_on_one_node(suite_cli, slurm_cluster, tmp_path):
-    from suite.stacks.install import ensure_installed
-    from suite.stacks.recipes import load_stack
-
-    ensure_installed(load_stack("tensorflow"))
+    installed_stack("tensorflow")
     result = suite_cli("run", "--case", "tf-cifar", *SLURM, case_args=TF_TINY)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     [record] = records_in(suite_cli.results)

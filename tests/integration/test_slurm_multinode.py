@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, records_in, tiny, tiny_tf_cifar_in_memory
+from conftest import ROOT, installed_stack, records_in, tiny, tiny_tf_cifar_in_memory
 from support.cluster_fixtures import NODE_NAMES
 
 from suite.records.schema import validate
@@ -49,12 +49,9 @@ def no_ssh(tmp_path, monkeypatch) -> Path:
 @pytest.fixture(scope="module")
 def datasets(tmp_path_factory) -> Path:
     """A small generated set of mxnet-imagenet in a data folder, as `make data SYNTHETIC=1` writes."""
-    from suite.stacks.install import ensure_installed
-    from suite.stacks.recipes import load_stack
-
     data = tmp_path_factory.mktemp("data")
     for stack in ("jax", "tensorflow", "mxnet"):  # made here, not in a timed job
-        ensure_installed(load_stack(stack))
+        installed_stack(stack)
     # tf-cifar and the JAX cases train on generated batches here: mxnet-imagenet's RecordIO files are the data read
     subprocess.run([PY, "-m", "suite", "data", "--case", "mxnet-imagenet", "--synthetic", "--data-dir", str(data), "--",
                     "--classes", "2", "--train-per-class", "8", "--val-per-class", "2", "--num-thread", "1"],

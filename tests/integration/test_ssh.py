@@ -12,7 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, records_in, tiny, tiny_tf_cifar_in_memory
+from conftest import ROOT, installed_stack, records_in, tiny, tiny_tf_cifar_in_memory
 from support.cluster_fixtures import LOOPBACK_HOSTS, alive, processes_with_env
 from support.faults import BOUND_S
 
@@ -185,10 +185,7 @@ def test_launchers_that_ssh_themselves_get_the_profiles_options(loopback_sshd, t
 
 @pytest.fixture(scope="module")
 def mxnet_data(tmp_path_factory) -> Path:
-    from suite.stacks.install import ensure_installed
-    from suite.stacks.recipes import load_stack
-
-    ensure_installed(load_stack("mxnet"))
+    installed_stack("mxnet")
     folder = tmp_path_factory.mktemp("mxnet-data")
     subprocess.run([PY, "-m", "suite", "data", "--case", "mxnet-imagenet", "--synthetic", "--data-dir", str(folder),
                     "--", "--classes", "3", "--train-per-class", "8", "--val-per-class", "2", "--num-thread", "2"],
@@ -232,10 +229,7 @@ def test_mxnet_imagenet_spreads_ps_lite_over_two_hosts(suite_cli, loopback_sshd,
 
 
 def test_tf_cifar_multi_worker_on_two_hosts(suite_cli, loopback_sshd):
-    from suite.stacks.install import ensure_installed
-    from suite.stacks.recipes import load_stack
-
-    ensure_installed(load_stack("tensorflow"))
+    installed_stack("tensorflow")
     record, opened = checked_run(suite_cli, loopback_sshd, "--case", "tf-cifar", case_args=TF_TINY)
     assert record["execution"]["strategy"] == "MultiWorkerMirroredStrategy"
     assert record["repetitions"][0]["exit_codes"] == {"worker-0": 0, "worker-1": 0}
@@ -245,10 +239,7 @@ def test_tf_cifar_multi_worker_on_two_hosts(suite_cli, loopback_sshd):
 
 def test_jax_gpt_joins_its_processes_over_two_hosts(suite_cli, loopback_sshd):
     """jaxdist over ssh: one process per host, the coordinator on the first; sharded over both (fsdp)."""
-    from suite.stacks.install import ensure_installed
-    from suite.stacks.recipes import load_stack
-
-    ensure_installed(load_stack("jax"))
+    installed_stack("jax")
     record, opened = checked_run(suite_cli, loopback_sshd, "--case", "jax-gpt", "--no-precheck",
                                  case_args=(*tiny("jax-gpt"), "--parallel", "fsdp"))
     placed = [(p["name"], p["host"]) for p in record["repetitions"][0]["processes"]]

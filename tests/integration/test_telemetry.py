@@ -11,7 +11,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from conftest import ROOT, listed_gpus, records_in, tiny
+from conftest import ROOT, installed_stack, listed_gpus, records_in, tiny
 from support.cluster_fixtures import alive
 
 from suite.execution import interconnect_check
@@ -325,10 +325,8 @@ def test_samplers_end_when_the_run_is_stopped(tmp_path, pytorch_stack):
 
 @pytest.fixture(scope="module")
 def ddp_stack():
-    from suite.stacks.install import ensure_installed
-    from suite.stacks.recipes import load_stack
 
-    return ensure_installed(load_stack("pytorch"))
+    return installed_stack("pytorch")
 
 
 def test_two_node_loopback_run_checks_the_interconnect_and_predict_uses_it(suite_cli, ddp_stack):

@@ -11,7 +11,7 @@ import tarfile
 
 import numpy as np
 import pytest
-from conftest import ROOT, records_in, tiny
+from conftest import ROOT, installed_stack, records_in, tiny
 
 from suite.execution.plan import Launch, StackEnv
 from suite.inputs.cases import load_case
@@ -39,10 +39,7 @@ cluster = case_module("cluster")
 @pytest.fixture(scope="session")
 def tensorflow_stack():
     """The real tensorflow stack, installed once (about a minute on a fresh machine)."""
-    from suite.stacks.install import ensure_installed
-    from suite.stacks.recipes import load_stack
-
-    return ensure_installed(load_stack("tensorflow"))
+    return installed_stack("tensorflow")
 
 
 def in_stack(stack, code: str, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
