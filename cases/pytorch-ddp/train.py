@@ -28,6 +28,7 @@ from cases._shared.torch_dist import agree, leave_process_group, pick_backend, p
 from cases._shared.torch_resnet import MODELS
 from suite.instack.case_options import parse_case_args
 from suite.instack.probe import Probe, announce
+from suite.instack.process_end import end_process
 
 CASE = "pytorch-ddp"
 DEFAULTS = {"synthetic": (32, 224), "imagefolder": (64, 160)}  # batch per device, image size
@@ -243,3 +244,4 @@ def train_epochs(args, probe, step, loader, sampler, normalise, sync) -> None:
 
 if __name__ == "__main__":
     main()
+    end_process()  # the work is written: skip unloading torch (suite/instack/process_end.py)

@@ -32,6 +32,7 @@ from cases._shared.token_windows import TokenError, data_facts, open_windows
 from cases._shared.torch_dist import agree, leave_process_group, pick_backend, pick_device, place
 from suite.instack.case_options import parse_case_args
 from suite.instack.probe import Probe, announce
+from suite.instack.process_end import end_process
 
 CASE = "pytorch-gpt"
 FIRST_LOSSES = 20  # steps whose loss the record lists one by one
@@ -328,3 +329,4 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+    end_process()  # the work is written: skip unloading torch (suite/instack/process_end.py)

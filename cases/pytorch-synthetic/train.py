@@ -16,6 +16,7 @@ from cases._shared.torch_resnet import MODELS
 from suite.instack.case_options import parse_case_args
 from suite.instack.cpu_binding import bind_cpus
 from suite.instack.probe import Probe, announce
+from suite.instack.process_end import end_process
 
 
 def pick_device(args) -> torch.device:
@@ -140,3 +141,4 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+    end_process()  # the work is written: skip unloading torch (suite/instack/process_end.py)
