@@ -1,6 +1,7 @@
 """suite/instack/process_end.py: a case's process ends at once once its work is written (standard output
 and logging files flushed, exit handlers skipped), and the usual way while it has multiprocessing children."""
 
+import os
 import subprocess
 import sys
 
@@ -22,7 +23,9 @@ print(" / still here")
 
 
 def run(tmp_path, mode: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", SCRIPT, str(tmp_path / "case.log"), mode], cwd=ROOT,
+    """The script with standard output buffered, as a rank's is when PYTHONUNBUFFERED is not set."""
+    env = {key: value for key, value in os.environ.items() if key != "PYTHONUNBUFFERED"}
+    return subprocess.run([sys.executable, "-c", SCRIPT, str(tmp_path / "case.log"), mode], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=60)
 
 
