@@ -21,7 +21,7 @@ from suite.instack.process_end import end_process
 
 def pick_device(args) -> torch.device:
     # This worker's share of the node's cores (bound to it with --cpu-bind): its threads.
-    threads = bind_cpus(hvd.local_rank(), hvd.local_size())
+    threads = bind_cpus(hvd.local_rank(), hvd.local_size(), hvd.rank())
     if torch.cuda.is_available() and not args.no_cuda:
         torch.cuda.set_device(hvd.local_rank())
         torch.backends.cudnn.benchmark = True

@@ -10,7 +10,9 @@ Share: the cores this process may use (its affinity when started) are split even
 (devices) of the machine, and a process gets the cores of the slots it drives: a rank its slot, a
 process that drives a whole node (a ps-lite worker or server, a MirroredStrategy process) the node's
 slots. Several "hosts" of one machine (loopback hostfiles) get consecutive slots, from
-SUITE_SLOT_OFFSET and SUITE_MACHINE_SLOTS (suite/execution/plan.py).
+SUITE_SLOT_OFFSET and SUITE_MACHINE_SLOTS (suite/execution/plan.py); SUITE_SLOT_OFFSET=ranks where one
+launcher starts the processes of all those hosts with one environment (horovodrun): a process's host then
+begins at slot rank - local_rank, ranks being numbered host by host, so it must pass its rank.
 
   none        no binding; threads = the size of the share (processes do not oversubscribe)
   cores       bound to the share
@@ -26,13 +28,14 @@ import subprocess
 POLICIES = ("none", "cores", "numa", "gpu-affine")
 
 
-def bind_cpus(local_rank: int = 0, local_size: int = 1) -> int:
-    """Binds every thread of this process as $SUITE_CPU_BIND says; returns the threads to use."""
+def bind_cpus(local_rank: int = 0, local_size: int = 1, rank: int | None = None) -> int:
+    """Binds every thread of this process as $SUITE_CPU_BIND says; returns the threads to use. `rank`: the
+    process's global rank, needed where SUITE_SLOT_OFFSET=ranks."""
     policy = os.environ.get("SUITE_CPU_BIND", "none")
     allowed = sorted(os.sched_getaffinity(0))
     if bound_by_srun():  # srun --cpu-bind placed this task already: keep it, do not split it again
         return len(allowed)
-    first, end, total = slots(local_rank, local_size)
+    first, end, total = slots(local_rank, local_size, rank)
     share = cpu_share(allowed, first, end, total)
     if policy == "none":
         return len(share)
@@ -52,15 +55,26 @@ def bound_by_srun() -> bool:
     return os.environ.get("SLURM_CPU_BIND_TYPE", "none").strip(",") not in ("", "none")
 
 
-def slots(local_rank: int, local_size: int) -> tuple[int, int, int]:
+def slots(local_rank: int, local_size: int, rank: int | None = None) -> tuple[int, int, int]:
     """This process's slots on the machine, as [first, end) of `total`."""
-    offset = int(os.environ.get("SUITE_SLOT_OFFSET", "0"))
+    offset = slot_offset(local_rank, rank)
     host_slots = int(os.environ.get("SUITE_DEVICES_PER_NODE") or local_size)
     total = int(os.environ.get("SUITE_MACHINE_SLOTS") or host_slots)
     if local_size > host_slots:  # more processes than slots: each its own slot
         host_slots = total = local_size
     first = offset + local_rank * host_slots // local_size
     return first, offset + (local_rank + 1) * host_slots // local_size, total
+
+
+def slot_offset(local_rank: int, rank: int | None) -> int:
+    """The first slot of this process's host among the machine's: SUITE_SLOT_OFFSET, or by rank."""
+    given = os.environ.get("SUITE_SLOT_OFFSET", "0")
+    if given != "ranks":
+        return int(given)
+    if rank is None:
+        raise SystemExit("SUITE_SLOT_OFFSET=ranks (several hosts of this machine under one launcher): "
+                         "the case must pass its global rank, bind_cpus(local_rank, local_size, rank)")
+    return rank - local_rank
 
 
 def cpu_share(cpus: list[int], first: int, end: int, total: int) -> list[int]:

@@ -97,7 +97,10 @@ def horovodrun_plan(launch: Launch) -> Plan:
     # horovodrun picks among every interface the machine has (bridges of containers or test nodes too).
     loopback = ["--network-interfaces", "lo"] if world.nodes > 1 and all(is_local(h.name) for h in world.hosts) else []
     argv = horovodrun(stack_env, "-np", str(world.devices), "-H", hosts, f"--{ctl}", *loopback, *worker)
-    launcher = Process(name="horovodrun", host=world.hosts[0].name, argv=argv, env=launch.env(), cwd=launch.run_dir)
+    # ... and share its cores: every worker gets the same environment, so each finds its slot from its rank
+    shared = {"SUITE_SLOT_OFFSET": "ranks", "SUITE_MACHINE_SLOTS": str(world.devices)} if loopback else {}
+    launcher = Process(name="horovodrun", host=world.hosts[0].name, argv=argv, env=launch.env(**shared),
+                       cwd=launch.run_dir)
     return Plan((launcher,), ranks=world.devices, details={"launcher": "horovod", "controller": ctl})
 
 

@@ -22,6 +22,7 @@ from suite.base.errors import UsageError
 from suite.execution.clusters import Cluster
 from suite.execution.plan import Plan, Process
 from suite.inputs.host_network import is_local
+from suite.instack.cpu_binding import cpu_share
 from suite.records.schema import validate
 from suite.schedulers import ssh
 from suite.schedulers.local import GRACE_S
@@ -213,6 +214,9 @@ def test_pytorch_synthetic_on_two_hosts(suite_cli, loopback_sshd, pytorch_stack)
     record, opened = checked_run(suite_cli, loopback_sshd, case_args=TORCH_TINY)
     assert [(p["name"], p["host"]) for p in record["repetitions"][0]["processes"]] == [("horovodrun", "127.0.0.2")]
     assert record["metrics"]["throughput"]["n"] == 3 and record["world"]["devices"] == 2
+    # both hosts are this machine: rank 0 computes with its half of the cores (the whole of them oversubscribed it)
+    assert record["config"]["reported_by_case"]["threads_per_worker"] == len(cpu_share(sorted(os.sched_getaffinity(0)),
+                                                                                       0, 1, 2))
     # horovodrun, started on 127.0.0.2 over ssh, reached 127.0.0.3 over ssh itself for its worker.
     assert opened["127.0.0.2"] >= 1 and opened["127.0.0.3"] >= 1
 
