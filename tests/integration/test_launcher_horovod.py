@@ -10,6 +10,7 @@ from suite.base.errors import UsageError
 from suite.base.paths import ROOT
 from suite.execution.plan import Launch, StackEnv
 from suite.inputs.hostfiles import Host, World
+from suite.instack.cpu_binding import slots
 from suite.launchers import horovod
 from suite.schedulers import slurm
 
@@ -31,6 +32,28 @@ def test_loopback_hosts_over_ssh_talk_over_the_loopback_interface(tmp_path):
     env = StackEnv(runtime="local", bin_dir="/stack/bin")
     argv = horovod.plan(Launch("train.py", [], world, env, str(tmp_path), "/data", placement="ssh")).processes[0].argv
     assert argv[argv.index("--gloo") + 1:argv.index("--gloo") + 3] == ["--network-interfaces", "lo"]
+
+
+@pytest.mark.parametrize("per_host", [1, 2, 3])
+def test_horovodrun_on_hosts_of_this_machine_gives_each_rank_its_own_slot(monkeypatch, per_host):
+    """horovodrun starts every worker of a loopback hostfile with one environment: each finds its host's
+    first slot from its rank (ranks numbered host by host), so that the hosts' workers take distinct cores."""
+    world = World((Host("127.0.0.2", per_host), Host("127.0.0.3", per_host)), "hf")
+    launch = Launch("train.py", [], world, StackEnv("local", "/stack/bin"), "/runs/r", "/data", placement="ssh")
+    [launcher] = horovod.plan(launch).processes
+    for name in ("SUITE_SLOT_OFFSET", "SUITE_MACHINE_SLOTS"):
+        monkeypatch.setenv(name, launcher.env[name])
+    placed = [slots(local, per_host, host * per_host + local) for host in range(2) for local in range(per_host)]
+    assert placed == [(k, k + 1, 2 * per_host) for k in range(2 * per_host)]  # every slot once, in rank order
+    with pytest.raises(SystemExit, match="must pass its global rank"):  # a case that does not say its rank
+        slots(0, per_host)
+
+
+def test_horovodrun_across_other_machines_leaves_each_host_its_cores():
+    world = World((Host("node1.invalid", 2), Host("node2.invalid", 2)), "hf")
+    launch = Launch("train.py", [], world, StackEnv("local", "/stack/bin"), "/runs/r", "/data", placement="ssh")
+    [launcher] = horovod.plan(launch).processes
+    assert not {"SUITE_SLOT_OFFSET", "SUITE_MACHINE_SLOTS"} & set(launcher.env)
 
 
 def test_container_runs_horovodrun_and_its_workers_inside_the_image():

@@ -4,7 +4,7 @@ odd ones included (`taskset -c 0-2 make test`)."""
 
 import pytest
 
-from suite.instack.cpu_binding import cpu_share, slots
+from suite.instack.cpu_binding import cpu_share
 
 
 @pytest.mark.parametrize("cores, first, second", [
@@ -25,33 +25,3 @@ def test_the_share_is_of_the_affinity_list_not_of_core_numbers():
     assert cpu_share([4, 9, 11], 1, 2, 2) == [9, 11]  # e.g. taskset -c 4,9,11
     assert cpu_share([0, 1, 2], 0, 3, 3) == [0, 1, 2]  # a process that drives every slot of its node
     assert [cpu_share([0, 1, 2], k, k + 1, 4) for k in range(4)] == [[0], [0], [1], [2]]  # fewer cores than slots
-
-
-@pytest.mark.parametrize("per_host", [1, 2, 3])
-def test_horovodrun_on_hosts_of_this_machine_gives_each_rank_its_own_slot(monkeypatch, per_host):
-    """horovodrun starts every worker of a loopback hostfile with one environment: each finds its host's
-    first slot from its rank (ranks numbered host by host), so that the hosts' workers take distinct cores."""
-    from suite.execution.plan import Launch, StackEnv
-    from suite.inputs.hostfiles import Host, World
-    from suite.launchers import horovod
-
-    world = World((Host("127.0.0.2", per_host), Host("127.0.0.3", per_host)), "loopback")
-    launch = Launch("/cases/c/train.py", [], world, StackEnv("local", "/stack/bin"), "/runs/r", "/data")
-    [launcher] = horovod.horovodrun_plan(launch).processes
-    for name in ("SUITE_SLOT_OFFSET", "SUITE_MACHINE_SLOTS"):
-        monkeypatch.setenv(name, launcher.env[name])
-    placed = [slots(local, per_host, host * per_host + local) for host in range(2) for local in range(per_host)]
-    assert placed == [(k, k + 1, 2 * per_host) for k in range(2 * per_host)]  # every slot once, in rank order
-    with pytest.raises(SystemExit, match="must pass its global rank"):  # a case that does not say its rank
-        slots(0, per_host)
-
-
-def test_horovodrun_across_other_machines_leaves_each_host_its_cores():
-    from suite.execution.plan import Launch, StackEnv
-    from suite.inputs.hostfiles import Host, World
-    from suite.launchers import horovod
-
-    world = World((Host("node1.invalid", 2), Host("node2.invalid", 2)), "cluster")
-    launch = Launch("/cases/c/train.py", [], world, StackEnv("local", "/stack/bin"), "/runs/r", "/data")
-    [launcher] = horovod.horovodrun_plan(launch).processes
-    assert not {"SUITE_SLOT_OFFSET", "SUITE_MACHINE_SLOTS"} & set(launcher.env)
