@@ -76,6 +76,20 @@ def component_unavailable(component: str, reason: str) -> None:
     pytest.skip(f"{component} not available: {reason}")
 
 
+# Headless Chromium, where the report's pages are rendered (Playwright drives it)
+CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+
+
+@pytest.fixture
+def chromium() -> str:
+    found = shutil.which("chromium")
+    if found is None:
+        component_unavailable("Chromium", "chromium is not on PATH (tools/install-test-deps.sh, run by make test, "
+                              "installs it)")
+    return found
+
+
 # Figures a session fixture measured (how long the images took to build ...), printed at the end.
 MEASURED: list[str] = []
 

@@ -1,21 +1,14 @@
-"""make report on real and fixture records, rendered in headless Chromium."""
+"""make report on fixture records, rendered in headless Chromium (its run over real records of every case is
+test_same_work.py's, beside the compare-frameworks runs it reads)."""
 
 import json
-import shutil
 import struct
 import subprocess
 import sys
 
 import pytest
-from conftest import ROOT, component_unavailable, tiny
+from conftest import CHROMIUM_FLAGS, ROOT
 from support.fixture_records import make_record, make_token_record
-
-from suite.base.errors import UsageError
-from suite.inputs.cases import known_cases, load_case
-
-CHROMIUM = shutil.which("chromium")
-FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 
 
 @pytest.fixture(scope="module")
@@ -63,14 +56,6 @@ def test_csv_has_speedup_and_efficiency(report_dir):
     assert sorted(float(r["epoch_seconds"]) for r in tf) == [21.0, 40.0]
 
 
-@pytest.fixture
-def chromium() -> str:
-    if CHROMIUM is None:
-        component_unavailable("Chromium", "chromium is not on PATH (tools/install-test-deps.sh, run by make test, "
-                              "installs it)")
-    return CHROMIUM
-
-
 @pytest.mark.parametrize("page, plots", [("case-pytorch-synthetic.html", 4), ("case-tf-cifar.html", 4),
                                          ("frameworks.html", 2), ("index.html", 0)])
 def test_pages_render_offline_in_chromium(report_dir, page, plots, chromium):
@@ -79,7 +64,7 @@ def test_pages_render_offline_in_chromium(report_dir, page, plots, chromium):
     out, _ = report_dir
     errors, requests = [], []
     with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=chromium, args=FLAGS)
+        browser = pw.chromium.launch(executable_path=chromium, args=CHROMIUM_FLAGS)
         tab = browser.new_page(viewport={"width": 1280, "height": 900})
         tab.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
         tab.on("pageerror", lambda e: errors.append(str(e)))
@@ -127,7 +112,7 @@ def test_a_token_case_page_says_what_ran(token_report, chromium):
     assert "None px" not in page.read_text()
     errors = []
     with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=chromium, args=FLAGS)
+        browser = pw.chromium.launch(executable_path=chromium, args=CHROMIUM_FLAGS)
         tab = browser.new_page(viewport={"width": 1280, "height": 900})
         tab.on("pageerror", lambda e: errors.append(str(e)))
         tab.goto(page.as_uri())
@@ -204,7 +189,7 @@ def test_throughput_y_axis_is_log_and_switches_to_linear(report_dir, chromium):
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as pw:  # and the buttons work in a browser
-        browser = pw.chromium.launch(executable_path=chromium, args=FLAGS)
+        browser = pw.chromium.launch(executable_path=chromium, args=CHROMIUM_FLAGS)
         tab = browser.new_page(viewport={"width": 1280, "height": 900})
         tab.goto((out / "case-pytorch-synthetic.html").as_uri())
         tab.wait_for_selector(".js-plotly-plot .updatemenu-button", timeout=30_000)
@@ -217,51 +202,3 @@ def test_throughput_y_axis_is_log_and_switches_to_linear(report_dir, chromium):
         after = tab.eval_on_selector(".js-plotly-plot", y_type)
         browser.close()
     assert before == "log" and after == "log"
-
-
-def test_report_on_real_runs_of_every_case(tmp_path, pytorch_stack, chromium):
-    import csv
-
-    results, runs, data = tmp_path / "results", tmp_path / "runs", tmp_path / "data"
-
-    def suite(*args):
-        done = subprocess.run([sys.executable, "-m", "suite", *args], cwd=ROOT, capture_output=True, text=True)
-        assert done.returncode == 0, done.stdout + done.stderr
-
-    common = ["--results-dir", str(results), "--runs-dir", str(runs), "--data-dir", str(data)]
-    few_images = {"tf-cifar": ["--train-per-batch", "16", "--test-images", "16"],  # an epoch of a few steps
-                  "pytorch-ddp": ["--classes", "2", "--train-per-class", "16", "--val-per-class", "4"]}
-    for name in known_cases():
-        case = load_case(name)
-        without_data = case.spec.get("data", {}).get("unless_option")  # e.g. mxnet's --benchmark
-        # the report is tested, not the model: ResNet-18 compiles (traces) in half ResNet-50's time
-        args = tiny(name, **({without_data: True} if without_data else {}),
-                    **({"model": "resnet18"} if name in ("jax-resnet", "tf-cifar") else {}))
-        try:
-            case.check_data(case.parse_options(list(args)), data)
-        except UsageError:  # the case reads data at these sizes: a small generated set
-            suite("data", "--case", name, "--synthetic", "--data-dir", str(data), "--", *few_images.get(name, ()))
-        suite("run", "--case", name, *common, "--", *args)
-    out = tmp_path / "site"
-    suite("report", "--results-dir", str(results), "--out", str(out))
-    rows = list(csv.DictReader(open(out / "summary.csv")))
-    assert sorted(r["case"] for r in rows) == known_cases()
-    assert all(float(r["throughput"]) > 0 for r in rows)
-    image_cases = [r for r in rows if r["case"] in ("pytorch-synthetic", "pytorch-ddp", "tf-cifar", "mxnet-imagenet")]
-    assert len(image_cases) == 4 and all(float(r["flops_per_sample"]) > 0 and float(r["mfu_measured"]) > 0
-                                         for r in image_cases)  # every case says what its step costs
-    assert float(next(r for r in rows if r["case"] == "tf-cifar")["epoch_seconds"]) > 0
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=chromium, args=FLAGS)
-        tab = browser.new_page()
-        # Case pages: their charts and the telemetry of their latest run.
-        # throughput, MFU, speedup, efficiency, (epoch time), telemetry; the frameworks page's runs are all at
-        # one device count: its throughput, and a sentence where speedup and efficiency would be
-        for page, plots in [("case-tf-cifar.html", 6), ("case-mxnet-imagenet.html", 5), ("frameworks.html", 1)]:
-            tab.goto((out / page).as_uri())
-            tab.wait_for_selector(".js-plotly-plot .main-svg", timeout=30_000)
-            assert len(tab.query_selector_all(".js-plotly-plot")) == plots, page
-        assert "Speedup and efficiency need runs at two or more device counts" in tab.content()
-        browser.close()

@@ -1,20 +1,25 @@
 """The same work in every framework: `--same-work` and each case's [same_work] table, the
 Keras, Gluon and Flax ResNet-50 v1.5 (and the Keras ResNet-18) against the PyTorch cases' model (parameters,
 every weight's name and shape, the same logits for the same weights), `compare-frameworks` at tiny sizes,
-and its table on the report's frameworks page."""
+its table on the report's frameworks page, and the report over its records and a run of each other case
+(every case's real record, rendered in headless Chromium)."""
 
+import csv
 import json
+import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, installed_stack, records_in
+from conftest import CHROMIUM_FLAGS, ROOT, installed_stack, records_in, tiny
 from support.fixture_records import make_record
 
 from suite.analysis.report import write_report
 from suite.analysis.same_work import build_rows, format_table
+from suite.base.errors import UsageError
 from suite.execution.same_work_runs import same_work_cases
-from suite.inputs.cases import load_case
+from suite.inputs.cases import known_cases, load_case
 from suite.instack.case_options import parse_case_args
 from suite.records.read import Point
 
@@ -227,10 +232,19 @@ def test_keras_resnet18_equals_the_pytorch_cases_resnet18(pytorch_stack, tmp_pat
     assert_same_logits(ours, weights)
 
 
-def test_compare_frameworks_at_tiny_sizes_runs_every_case(suite_cli, tmp_path):
-    results = tmp_path / "results"
-    out = suite_cli("compare-frameworks", "--tiny", "--gpus-per-node", "1", "--results-dir", str(results),
-                    "--runs-dir", str(tmp_path / "runs"), timeout=2400)
+@pytest.fixture(scope="module")
+def compared(tmp_path_factory):
+    """`compare-frameworks --tiny` once: its output and its results folder (read by the report below)."""
+    base = tmp_path_factory.mktemp("compared")
+    results = base / "results"
+    done = subprocess.run([sys.executable, "-m", "suite", "compare-frameworks", "--tiny", "--gpus-per-node", "1",
+                           "--results-dir", str(results), "--runs-dir", str(base / "runs")],
+                          cwd=ROOT, capture_output=True, text=True, timeout=2400)
+    return done, results
+
+
+def test_compare_frameworks_at_tiny_sizes_runs_every_case(compared):
+    out, results = compared
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     records = records_in(results)
     assert {r["case"] for r in records} == CASES and len(records) == len(CASES)
@@ -244,3 +258,50 @@ def test_compare_frameworks_at_tiny_sizes_runs_every_case(suite_cli, tmp_path):
     rows = [line for line in table[1:] if line.split()[0] in CASES]
     assert len(rows) == len(CASES) and all("25,557,032" in row and "DIFFERS" not in row for row in rows)
     assert f"{len(CASES)} row(s), all the same configuration" in out.stdout
+
+
+def test_report_on_real_runs_of_every_case(compared, tmp_path, chromium):
+    """The report over a real record of every case: the compared frameworks' ResNet-50 runs above, and a
+    [tiny] run of each other case (the token cases)."""
+    done, compared_results = compared
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    results, runs, data = tmp_path / "results", tmp_path / "runs", tmp_path / "data"
+    shutil.copytree(compared_results, results)
+
+    def suite(*args):
+        done = subprocess.run([sys.executable, "-m", "suite", *args], cwd=ROOT, capture_output=True, text=True)
+        assert done.returncode == 0, done.stdout + done.stderr
+
+    for name in sorted(set(known_cases()) - CASES):
+        case = load_case(name)
+        without_data = case.spec.get("data", {}).get("unless_option")  # e.g. mxnet's --benchmark
+        args = tiny(name, **({without_data: True} if without_data else {}))
+        try:
+            case.check_data(case.parse_options(list(args)), data)
+        except UsageError:  # the case reads data at these sizes: a small generated set
+            suite("data", "--case", name, "--synthetic", "--data-dir", str(data))
+        suite("run", "--case", name, "--results-dir", str(results), "--runs-dir", str(runs), "--data-dir", str(data),
+              "--", *args)
+    out = tmp_path / "site"
+    suite("report", "--results-dir", str(results), "--out", str(out))
+    rows = list(csv.DictReader(open(out / "summary.csv")))
+    assert sorted(r["case"] for r in rows) == known_cases()
+    assert all(float(r["throughput"]) > 0 for r in rows)
+    image_cases = [r for r in rows if r["case"] in ("pytorch-synthetic", "pytorch-ddp", "tf-cifar", "mxnet-imagenet")]
+    assert len(image_cases) == 4 and all(float(r["flops_per_sample"]) > 0 and float(r["mfu_measured"]) > 0
+                                         for r in image_cases)  # every case says what its step costs
+    assert float(next(r for r in rows if r["case"] == "tf-cifar")["epoch_seconds"]) > 0
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=chromium, args=CHROMIUM_FLAGS)
+        tab = browser.new_page()
+        # Case pages: their charts and the telemetry of their latest run.
+        # throughput, MFU, speedup, efficiency, (epoch time), telemetry; the frameworks page's runs are all at
+        # one device count: its throughput, and a sentence where speedup and efficiency would be
+        for page, plots in [("case-tf-cifar.html", 6), ("case-mxnet-imagenet.html", 5), ("frameworks.html", 1)]:
+            tab.goto((out / page).as_uri())
+            tab.wait_for_selector(".js-plotly-plot .main-svg", timeout=30_000)
+            assert len(tab.query_selector_all(".js-plotly-plot")) == plots, page
+        assert "Speedup and efficiency need runs at two or more device counts" in tab.content()
+        browser.close()
