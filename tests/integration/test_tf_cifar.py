@@ -267,7 +267,7 @@ def check_common(record: dict, devices: int, model: str = "resnet50v2") -> dict:
     return reported
 
 
-@pytest.mark.parametrize("replicas", [2])  # one replica is the same path (test_report runs it)
+@pytest.mark.parametrize("replicas", [2])  # one replica is the same path (test_same_work.py: compare-frameworks)
 def test_mirrored_strategy_run(suite_cli, cifar_dir, replicas):
     """ResNet-18: the strategy is tested (the default ResNet50V2 trains in the multi-worker run below);
     two replicas in one process trace the model twice."""
