@@ -144,6 +144,12 @@ def write(path: Path, text: str) -> Path:
 
 
 os.environ.setdefault("PYTHONUNBUFFERED", "1")
+# Two pytest workers share this machine's cores, and the cases size their thread pools to the cores they are
+# given, not to what the other worker runs: OpenMP's threads that spin while they wait (libgomp's default, the
+# CPU builds of PyTorch and MXNet) then hold cores the other worker's threads need (a two-node SLURM job of the
+# tests, whose nodes share the cores, trained ~20 times slower). Passive waiting is what a site sets where jobs
+# share nodes; a record keeps it (OMP_* is recorded and goes with the processes: suite/base/env_policy.py).
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 # Every case process times its matmul peak: a quarter of a second of products rather than a second, for
 # the few hundred small runs here (the figure's rounds are 0.1 s; test_utilisation.py times the default).
 os.environ.setdefault("SUITE_MATMUL_PEAK_SECONDS", "0.25")

@@ -478,13 +478,8 @@ def slurm_two_nodes(tmp_path_factory):
     except BaseException:
         net.remove()
         raise
-    with pytest.MonkeyPatch.context() as patch:
-        # The two nodes share this machine's cores, and each node's ranks size their thread pools to all of
-        # them; OpenMP's threads that spin while they wait (libgomp's default, PyTorch's CPU builds) then hold
-        # the cores the other node's threads need: a two-node PyTorch job trained ~20 times slower. Passive
-        # waiting, what a site sets where jobs share nodes, keeps that out; the jobs' environment passes it on.
-        patch.setenv("OMP_WAIT_POLICY", "PASSIVE")
-        yield from serving(slurm)
+    # The two nodes share this machine's cores: their jobs' threads wait passively (OMP_WAIT_POLICY, tests/conftest.py)
+    yield from serving(slurm)
     assert net.leftovers() == []
 
 
