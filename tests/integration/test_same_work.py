@@ -237,6 +237,8 @@ def compared(tmp_path_factory):
     """`compare-frameworks --tiny` once: its output and its results folder (read by the report below)."""
     base = tmp_path_factory.mktemp("compared")
     results = base / "results"
+    for stack in sorted({load_case(name).stack for name in same_work_cases()}):  # made here, not in a timed run
+        installed_stack(stack)
     done = subprocess.run([sys.executable, "-m", "suite", "compare-frameworks", "--tiny", "--gpus-per-node", "1",
                            "--results-dir", str(results), "--runs-dir", str(base / "runs")],
                           cwd=ROOT, capture_output=True, text=True, timeout=2400)
