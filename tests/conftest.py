@@ -42,6 +42,15 @@ def installed_stack(name: str, **options):
     return ensure_installed(load_stack(name), **options)
 
 
+def install_stacks_of(case_names) -> None:
+    """The stacks of these cases installed, before any timed run needs one (from an empty cache the
+    pytorch-horovod stack's compile of Horovod alone outlasts a run's timeout)."""
+    from suite.inputs.cases import load_case
+
+    for stack in sorted({load_case(name).stack for name in case_names}):
+        installed_stack(stack)
+
+
 @pytest.fixture(scope="session")
 def pytorch_stack():
     """The real pytorch-horovod stack, installed once."""

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import CHROMIUM_FLAGS, ROOT, installed_stack, records_in, tiny
+from conftest import CHROMIUM_FLAGS, ROOT, install_stacks_of, installed_stack, records_in, tiny
 from support.fixture_records import make_record
 
 from suite.analysis.report import write_report
@@ -237,8 +237,7 @@ def compared(tmp_path_factory):
     """`compare-frameworks --tiny` once: its output and its results folder (read by the report below)."""
     base = tmp_path_factory.mktemp("compared")
     results = base / "results"
-    for stack in sorted({load_case(name).stack for name in same_work_cases()}):  # made here, not in a timed run
-        installed_stack(stack)
+    install_stacks_of(same_work_cases())  # made here, not in a timed run
     done = subprocess.run([sys.executable, "-m", "suite", "compare-frameworks", "--tiny", "--gpus-per-node", "1",
                            "--results-dir", str(results), "--runs-dir", str(base / "runs")],
                           cwd=ROOT, capture_output=True, text=True, timeout=2400)

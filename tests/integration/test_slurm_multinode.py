@@ -10,10 +10,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, installed_stack, records_in, tiny, tiny_tf_cifar_in_memory
+from conftest import ROOT, install_stacks_of, records_in, tiny, tiny_tf_cifar_in_memory
 from support.cluster_fixtures import NODE_NAMES
 
-from suite.inputs.cases import load_case
 from suite.records.schema import validate
 
 PY = sys.executable
@@ -51,10 +50,7 @@ def no_ssh(tmp_path, monkeypatch) -> Path:
 def datasets(tmp_path_factory) -> Path:
     """A small generated set of mxnet-imagenet in a data folder, as `make data SYNTHETIC=1` writes."""
     data = tmp_path_factory.mktemp("data")
-    # every stack the runs use, made here, not in a timed job (from an empty cache, pytorch-horovod's compile
-    # of Horovod alone outlasts the run's timeout)
-    for stack in sorted({load_case(case).stack for case, _, _ in RUNS.values()}):
-        installed_stack(stack)
+    install_stacks_of(case for case, _, _ in RUNS.values())  # made here, not in a timed job
     # tf-cifar and the JAX cases train on generated batches here: mxnet-imagenet's RecordIO files are the data read
     subprocess.run([PY, "-m", "suite", "data", "--case", "mxnet-imagenet", "--synthetic", "--data-dir", str(data), "--",
                     "--classes", "2", "--train-per-class", "8", "--val-per-class", "2", "--num-thread", "1"],
