@@ -23,16 +23,19 @@ fi
 source "$STACK_DIR/gpu-build.sh"
 choose_gpu_build /usr/local/cuda
 export MAKEFLAGS="-j$(nproc)"
+# Without debug information unless asked (HOROVOD_BUILD_TYPE=RelWithDebInfo, Horovod's own choice): the same -O3,
+# a third less compile time and an extension a twentieth the size (patches/horovod-*-build-type.patch)
+export HOROVOD_BUILD_TYPE="${HOROVOD_BUILD_TYPE:-Release}"
 pip install --no-deps --no-build-isolation --no-cache-dir .
 cd ..  # away from the source tree, so that the checks import the installed package
 
 horovodrun --check-build
-python - "$mpi" "$cuda_home" <<'PY'
+python - "$mpi" "$cuda_home" "$HOROVOD_BUILD_TYPE" <<'PY'
 import json, os, sys
 import horovod.torch as hvd
 facts = {"horovod_mpi": hvd.mpi_built(), "horovod_gloo": hvd.gloo_built(),
          "horovod_nccl": hvd.nccl_built() > 0, "mpi_found_at_build": sys.argv[1] == "true",
-         "cuda_toolkit": sys.argv[2] or None}
+         "cuda_toolkit": sys.argv[2] or None, "horovod_build_type": sys.argv[3]}
 if os.environ.get("SUITE_FACTS_FILE"):
     with open(os.environ["SUITE_FACTS_FILE"], "w") as f:
         json.dump(facts, f)
