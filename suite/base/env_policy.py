@@ -21,6 +21,9 @@ NAMES |= {"DOCKER_HOST"}
 # JAX and XLA read JAX_* (the jaxdist launcher's JAX_COORDINATOR_ADDRESS ..., JAX_PLATFORMS) and XLA_*
 # (XLA_FLAGS, XLA_PYTHON_CLIENT_MEM_FRACTION).
 PREFIXES += ("JAX_", "XLA_")
+# torch.compile's own: TorchInductor's (TORCHINDUCTOR_MAX_AUTOTUNE, TORCHINDUCTOR_CACHE_DIR ...) and Triton's
+# (TRITON_CACHE_DIR ...); TORCH_ above does not cover them, and they move a compiled run's figures.
+PREFIXES += ("TORCHINDUCTOR_", "TRITON_")
 # TensorFlow reads these TF_ names; a bare TF_ prefix would also catch other tools' (TF_CLI_CONFIG_FILE).
 TF_PREFIXES = ("TF_CPP_", "TF_ENABLE_", "TF_GPU_", "TF_CUDNN_")
 TF_NAMES = {"TF_CONFIG", "TF_FORCE_GPU_ALLOW_GROWTH", "TF_XLA_FLAGS", "TF_DETERMINISTIC_OPS", "TF_USE_LEGACY_KERAS",

@@ -197,6 +197,16 @@ def test_the_memory_allocator_settings_are_recorded_and_go_with_the_processes():
     assert forwarded_env(environ, remote=True) == allocator
 
 
+def test_torch_compiles_own_settings_are_recorded_and_go_with_the_processes():
+    from suite.base.env_policy import forwarded_env, recorded_env
+
+    environ = {"TORCHINDUCTOR_MAX_AUTOTUNE": "1", "TORCHINDUCTOR_CACHE_DIR": "/scratch/inductor",
+               "TRITON_CACHE_DIR": "/scratch/triton", "TORCHVISION_X": "1", "TRITONX": "1"}
+    compile_settings = {k: v for k, v in environ.items() if k.startswith(("TORCHINDUCTOR_", "TRITON_"))}
+    assert recorded_env(environ) == compile_settings
+    assert forwarded_env(environ, remote=True) == compile_settings
+
+
 def test_jax_xla_and_tensorflows_own_settings_go_with_the_processes_and_other_tools_do_not():
     from suite.base.env_policy import forwarded_env
 
