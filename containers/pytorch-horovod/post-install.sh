@@ -24,7 +24,7 @@ source "$STACK_DIR/gpu-build.sh"
 choose_gpu_build /usr/local/cuda
 export MAKEFLAGS="-j$(nproc)"
 # Without debug information unless asked (HOROVOD_BUILD_TYPE=RelWithDebInfo, Horovod's own choice): the same -O3,
-# a third less compile time and an extension a twentieth the size (patches/horovod-*-build-type.patch)
+# about a fifth less build time and an extension a thirtieth the size (patches/horovod-*-build-type.patch)
 export HOROVOD_BUILD_TYPE="${HOROVOD_BUILD_TYPE:-Release}"
 pip install --no-deps --no-build-isolation --no-cache-dir .
 cd ..  # away from the source tree, so that the checks import the installed package
