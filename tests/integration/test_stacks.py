@@ -86,7 +86,7 @@ def test_installed_pytorch_stack_matches_its_locks(pytorch_stack):
 
 def test_horovod_is_built_without_debug_information(pytorch_stack):
     """post-install.sh asks Horovod's build for Release (patches/horovod-*-build-type.patch): the extension
-    carries no DWARF sections (RelWithDebInfo's is thirty times the size and a fifth slower to compile)."""
+    carries no DWARF sections (RelWithDebInfo's is thirty times the size and takes a quarter longer to build)."""
     assert pytorch_stack.info["facts"]["horovod_build_type"] == "Release"
     [extension] = (pytorch_stack.prefix / "lib").glob("python3*/site-packages/horovod/torch/mpi_lib_v2*.so")
     sections = subprocess.run(["readelf", "--section-headers", "--wide", str(extension)],
