@@ -56,6 +56,9 @@ python_refusal := $(shell tools/check-python.sh "$(BOOTSTRAP_PYTHON)" .venv 2>&1
 $(if $(python_refusal),$(error $(python_refusal)))
 endif
 
+# bash runs a recipe's one command in its own place (exec), so a SIGTERM to make, which make passes to its child,
+# reaches the runner and ends its run with a record; dash's sh would take it and leave the runner going
+SHELL := /bin/bash
 VENV := .venv
 SUITE := $(VENV)/bin/python -m suite
 

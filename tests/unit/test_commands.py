@@ -4,6 +4,7 @@ request, never the parser's Namespace."""
 import argparse
 import dataclasses
 import pkgutil
+import re
 import shlex
 import signal
 import subprocess
@@ -174,3 +175,52 @@ def test_a_runner_started_with_sigint_ignored_still_stops_on_it(tmp_path):
     finally:
         runner.kill()
         runner.wait()
+
+
+def runner_targets() -> list[str]:
+    """The Makefile's targets whose recipe is one command of the runner's Python (`$(SUITE)` or the .venv's
+    python), read from the Makefile so that a new one is checked too."""
+    text = (ROOT / "Makefile").read_text().replace("\\\n", " ")
+    rules = re.findall(r"^([a-z][a-z-]*):[^\n=]*\n((?:\t[^\n]*\n)+)", text, re.M)
+    return sorted(name for name, recipe in rules
+                  if recipe.count("\n") == 1 and re.match(r"\t\$\((SUITE|VENV)\)", recipe))
+
+
+FAKE_RUNNER = """#!/bin/sh
+trap 'kill $sleeper; echo "ended by SIGTERM"; exit 143' TERM
+sleep 30 >/dev/null & sleeper=$!
+echo ready
+wait $sleeper
+"""
+
+
+def test_the_makefile_s_runner_targets_are_found():
+    assert {"run", "tune", "check-site", "compare-frameworks", "rerun", "resume", "bench", "gpu-check",
+            "containers"} <= set(runner_targets())
+
+
+@pytest.mark.parametrize("target", runner_targets())
+def test_a_sigterm_to_make_reaches_the_runner(tmp_path, target):
+    """`kill <make>` (a batch script's, a tool's) must end the run: make passes SIGTERM only to its own child,
+    so that child has to be the runner itself, not a shell around it that dies and leaves the runner going.
+    The runner here is a stand-in .venv's python that says whether the signal came."""
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "bin" / "python").write_text(FAKE_RUNNER)
+    (venv / "bin" / "python").chmod(0o755)
+    (venv / ".installed").touch()  # newer than pyproject.toml: make installs nothing
+    make = subprocess.Popen(["make", "--no-print-directory", target, f"VENV={venv}", "CASE=pytorch-ddp", "A=a",
+                             "B=b", "RECORD=r.json", "SWEEP=s", "WHEELS=w"], cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+        lines = []
+        while (line := make.stdout.readline()) and line.strip() != "ready":
+            lines.append(line)
+        assert line.strip() == "ready", "".join(lines)
+        make.send_signal(signal.SIGTERM)
+        make.wait(timeout=60)
+        rest, _ = make.communicate(timeout=60)  # to the stand-in's end: by the signal, or its sleep's after 30 s
+        assert "ended by SIGTERM" in rest, rest
+    finally:
+        subprocess.run(["pkill", "-KILL", "-s", str(make.pid)], check=False)  # what is left of make's session
+        make.wait()
