@@ -57,8 +57,9 @@ $(if $(python_refusal),$(error $(python_refusal)))
 endif
 
 # bash runs a recipe's one command in its own place (exec), so a SIGTERM to make, which make passes to its child,
-# reaches the runner and ends its run with a record; dash's sh would take it and leave the runner going
-SHELL := /bin/bash
+# reaches the runner and ends its run with a record; dash's sh would take it and leave the runner going.
+# Found on PATH: not every system has /bin/bash (NixOS, Guix)
+SHELL := $(or $(shell command -v bash 2>/dev/null),/bin/sh)
 VENV := .venv
 SUITE := $(VENV)/bin/python -m suite
 
