@@ -18,6 +18,7 @@ from cases._shared.timed import iterations_needed
 from suite.analysis import diagnosis, references
 from suite.inputs.cases import load_case
 from suite.inputs.host_gpus import host_gpus
+from suite.records.measure import read_rank_events
 from suite.records.schema import validate
 
 DDP = ("--case", "pytorch-ddp")
@@ -123,9 +124,8 @@ def test_timed_iterations_grow_to_min_seconds_and_stay_as_asked_on_cpus(suite_cl
     # stretched it past 2 s. Its own time, not the record's first sample: that one spans all ranks, and on a loaded
     # machine a rank behind stretched it to 0.46 s where rank 0's pace had asked for 12. Its clock and its probe's
     # differ by a sync
-    rank_0 = Path(record["repetitions"][0]["run_dir"]) / "ranks" / "rank-00000.jsonl"
-    first_seconds = next(event["seconds"] for event in map(json.loads, rank_0.read_text().splitlines())
-                         if event["event"] == "iteration")
+    rank_0 = read_rank_events(Path(record["repetitions"][0]["run_dir"]))[0]
+    first_seconds = next(event["seconds"] for event in rank_0 if event["event"] == "iteration")
     assert abs(results["timed_iterations"] - iterations_needed(2, first_seconds, 4)) <= 1, (first_seconds, results)
     for path in suite_cli.results.glob("*.json"):
         path.rename(tmp_path / path.name)
