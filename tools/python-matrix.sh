@@ -4,7 +4,10 @@
 #   tools/python-matrix.sh              those runs, side by side; their output in order
 #   tools/python-matrix.sh COMMAND ...  the same runs beside COMMAND (make test: pytest under .venv's Python),
 #                                       at a lower priority; after COMMAND, a line per interpreter (its whole
-#                                       log where it failed); exits non-zero where either failed
+#                                       log where it failed); exits non-zero where either failed. Ctrl-C and
+#                                       SIGTERM alike reach COMMAND as one Ctrl-C (pytest then tears its fixtures
+#                                       and daemons down) and end the matrix.
+#   PYTHON_MATRIX="3.10 3.13" ...       only these versions (default: 3.10 3.11 3.12 3.13 but .venv's own)
 # Each interpreter has a virtual environment of the runner's dependencies (pyproject.toml's, with [test]) kept
 # in the XDG cache under a name made of pyproject.toml's hash and the interpreter's version: a fresh clone
 # reuses it until either changes. The checkout itself is not installed there: the tests import it through
@@ -99,7 +102,7 @@ mkdir -p "$LOGS" "$CACHE"
 here="$(.venv/bin/python -c 'import sys; print("%d.%d" % sys.version_info[:2])')"
 declare -A pythons
 missing=() versions=()
-for version in 3.10 3.11 3.12 3.13; do
+for version in ${PYTHON_MATRIX-3.10 3.11 3.12 3.13}; do
     [ "$version" = "$here" ] && continue
     python="$(interpreter "$version")"
     if [ -z "$python" ]; then missing+=("$version"); else versions+=("$version") pythons[$version]="$python"; fi
@@ -110,15 +113,32 @@ if [ $# -eq 0 ]; then
     outcome full
     exit
 fi
-set -m  # the matrix in a process group of its own: ended whole if this script is stopped
-matrix_pid=""
-trap '[ -z "$matrix_pid" ] || kill -- "-$matrix_pid" 2>/dev/null || true' EXIT
-trap 'exit 130' INT TERM
+# The matrix and COMMAND each in a process group of their own: the matrix ended whole if this script is stopped,
+# and COMMAND interrupted whole as a terminal's Ctrl-C interrupts the foreground job, once, whichever signal came:
+# make passes a SIGTERM to this script alone, and bash runs a trap only once its foreground command has ended, so
+# COMMAND runs in the background, its standard input /dev/null as a background job's is.
+matrix_pid="" command_pid="" interrupted=""
+end_matrix() { [ -z "$matrix_pid" ] || kill -- "-$matrix_pid" 2>/dev/null || true; }
+interrupt() {
+    interrupted=1
+    [ -n "$command_pid" ] || exit 130
+    kill -INT -- "-$command_pid" 2>/dev/null || true
+}
+trap end_matrix EXIT
+trap interrupt INT TERM
+set -m
 (renice -n 10 "$BASHPID" >/dev/null; matrix) &
 matrix_pid=$!
+echo "python-matrix: the unit tests under CPython ${versions[*]:-(none)} run beside: $*"
+"$@" < /dev/null &
+command_pid=$!
 set +m
-echo "python-matrix: the unit tests under CPython ${versions[*]} run beside: $*"
-"$@" && status=0 || status=$?
+while true; do  # a trapped signal ends `wait` early: wait again until COMMAND has ended
+    wait "$command_pid" && status=0 || status=$?
+    [ "$status" -gt 128 ] && kill -0 "$command_pid" 2>/dev/null || break
+done
+command_pid=""
+[ -z "$interrupted" ] || exit 130
 wait "$matrix_pid" || true
 matrix_pid=""
 outcome short || [ "$status" -ne 0 ] || status=1

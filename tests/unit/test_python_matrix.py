@@ -1,0 +1,90 @@
+"""tools/python-matrix.sh around `make test`'s pytest: a SIGTERM to it (make passes one to its child alone) or a
+Ctrl-C ends the test session as a terminal's Ctrl-C does, with every fixture torn down, and leaves nothing running."""
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+from conftest import ROOT
+
+# Two tests that each hold a fixture whose teardown must run (as the integration tests' daemons' do), one per
+# pytest-xdist worker; they sleep far longer than this test waits.
+SLOW_TESTS = """
+import os, pathlib, time
+import pytest
+
+MARKS = pathlib.Path(os.environ["MARKS"])
+
+
+@pytest.fixture
+def daemon():
+    (MARKS / f"started-{os.getpid()}").touch()
+    yield
+    (MARKS / f"torn-down-{os.getpid()}").touch()
+
+
+@pytest.mark.parametrize("n", [1, 2])
+def test_sleeps(daemon, n):
+    time.sleep(600)
+"""
+
+
+def wait_for(predicate, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.2)
+    return True
+
+
+def still_running(path: str) -> list[str]:
+    """Processes whose command line names `path`."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            cmdline = open(f"/proc/{pid}/cmdline", "rb").read().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if path in cmdline:
+            found.append(f"{pid}: {cmdline}")
+    return found
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_a_signal_to_the_script_interrupts_pytest_once_and_its_fixtures_are_torn_down(tmp_path, sig):
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    tests = tmp_path / "slow" / "test_slow.py"
+    tests.parent.mkdir()
+    tests.write_text(SLOW_TESTS)
+    # The script in a checkout of its own (its logs there, not in the one whose `make test` may be running it
+    # now), no other CPython beside it: the matrix's own runs are not what this checks.
+    checkout = tmp_path / "checkout"
+    (checkout / "tools").mkdir(parents=True)
+    shutil.copy2(ROOT / "tools" / "python-matrix.sh", checkout / "tools")
+    (checkout / ".venv").symlink_to(ROOT / ".venv")
+    env = {**os.environ, "MARKS": str(marks), "PYTHON_MATRIX": "", "CI": "", "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    script = subprocess.Popen(
+        ["tools/python-matrix.sh", sys.executable, "-m", "pytest", "-n", "2", "-p", "no:cacheprovider", "-q",
+         "--basetemp", str(tmp_path / "basetemp"), str(tests)],
+        cwd=checkout, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+        # a starved host (the niced interpreter matrix beside the integration tests) takes its time to start xdist
+        assert wait_for(lambda: len(list(marks.glob("started-*"))) == 2, 240), script.stdout.read() if \
+            script.poll() is not None else "the two tests did not start"
+        script.send_signal(sig)
+        out, _ = script.communicate(timeout=240)  # not the tests' 600 s sleep: ended by the signal
+        assert script.returncode == 130, out
+        assert "KeyboardInterrupt" in out, out
+        torn_down = sorted(p.name.split("-")[-1] for p in marks.glob("torn-down-*"))
+        assert torn_down == sorted(p.name.split("-")[-1] for p in marks.glob("started-*")), (torn_down, out)
+        assert wait_for(lambda: not still_running(str(tests)), 30), still_running(str(tests))
+    finally:
+        subprocess.run(["pkill", "-KILL", "-s", str(script.pid)], check=False)
+        subprocess.run(["pkill", "-KILL", "-f", str(tests)], check=False)
+        script.wait()
