@@ -171,7 +171,8 @@ bench: $(VENV)/.installed
 
 # make test: what CI runs (.ci/run): ruff, the system packages, then every test under this CPython, less the runs
 # across hosts in images that only repeat their pairs (tests/support/pairwise.py), with the unit tests under the
-# other CPythons beside it (tools/python-matrix.sh); the log ends with their outcome and the 25 slowest tests.
+# other CPythons beside it (tools/python-matrix.sh; PYTHON_MATRIX="3.12 3.13" only those, PYTHON_MATRIX= none); the
+# log ends with their outcome and the 25 slowest tests. Ctrl-C or a SIGTERM to make reach pytest as one Ctrl-C.
 # TEST_WORKERS pytest-xdist workers share the tests by module (the image runtimes' modules in one: tests/conftest.py);
 # two keep a 2-core machine busy while one waits on daemons, images and startups; TEST_WORKERS=0 runs them in turn
 TEST_SELECT := -m "not full_product"

@@ -116,7 +116,12 @@ fi
 # The matrix and COMMAND each in a process group of their own: the matrix ended whole if this script is stopped,
 # and COMMAND interrupted whole as a terminal's Ctrl-C interrupts the foreground job, once, whichever signal came:
 # make passes a SIGTERM to this script alone, and bash runs a trap only once its foreground command has ended, so
-# COMMAND runs in the background, its standard input /dev/null as a background job's is.
+# COMMAND runs in the background, its standard input /dev/null as a background job's is, and SIGINT at its default:
+# a job started in the background of a non-interactive shell (`make test &`, a CI runner's) inherits it ignored,
+# and a pytest that ignores it cannot be interrupted.
+with_sigint=(.venv/bin/python -c 'import os, signal, sys
+signal.signal(signal.SIGINT, signal.SIG_DFL)
+os.execvp(sys.argv[1], sys.argv[1:])')
 matrix_pid="" command_pid="" interrupted=""
 end_matrix() { [ -z "$matrix_pid" ] || kill -- "-$matrix_pid" 2>/dev/null || true; }
 interrupt() {
@@ -130,7 +135,7 @@ set -m
 (renice -n 10 "$BASHPID" >/dev/null; matrix) &
 matrix_pid=$!
 echo "python-matrix: the unit tests under CPython ${versions[*]:-(none)} run beside: $*"
-"$@" < /dev/null &
+"${with_sigint[@]}" "$@" < /dev/null &
 command_pid=$!
 set +m
 while true; do  # a trapped signal ends `wait` early: wait again until COMMAND has ended

@@ -55,8 +55,11 @@ def still_running(path: str) -> list[str]:
     return found
 
 
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
-def test_a_signal_to_the_script_interrupts_pytest_once_and_its_fixtures_are_torn_down(tmp_path, sig):
+# SIGTERM: as make passes it on, to the script started with SIGINT ignored (`make test &` in a script, a CI
+# runner's job): pytest must still take the interrupt. SIGINT: as a terminal's Ctrl-C reaches make and the script.
+@pytest.mark.parametrize("sig, sigint", [(signal.SIGTERM, signal.SIG_IGN), (signal.SIGINT, signal.SIG_DFL)],
+                         ids=["SIGTERM, started with SIGINT ignored", "SIGINT"])
+def test_a_signal_to_the_script_interrupts_pytest_once_and_its_fixtures_are_torn_down(tmp_path, sig, sigint):
     marks = tmp_path / "marks"
     marks.mkdir()
     tests = tmp_path / "slow" / "test_slow.py"
@@ -72,7 +75,8 @@ def test_a_signal_to_the_script_interrupts_pytest_once_and_its_fixtures_are_torn
     script = subprocess.Popen(
         ["tools/python-matrix.sh", sys.executable, "-m", "pytest", "-n", "2", "-p", "no:cacheprovider", "-q",
          "--basetemp", str(tmp_path / "basetemp"), str(tests)],
-        cwd=checkout, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+        cwd=checkout, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, sigint))
     try:
         # a starved host (the niced interpreter matrix beside the integration tests) takes its time to start xdist
         assert wait_for(lambda: len(list(marks.glob("started-*"))) == 2, 240), script.stdout.read() if \
