@@ -11,10 +11,11 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 # support.ci_skips: under CI=true a skip fails the run unless it is allowed there; support.worker_groups: which
-# modules share a pytest-xdist worker; the others hold the fixtures of real daemons (sshd, SLURM, the Docker
-# engine and its images) and of Apptainer and its images
+# modules share a pytest-xdist worker; support.interrupt: a Ctrl-C lets the workers tear their fixtures down; the
+# others hold the fixtures of real daemons (sshd, SLURM, the Docker engine and its images) and of Apptainer and its
+# images
 pytest_plugins = ["support.ci_skips", "support.cluster_fixtures", "support.docker_fixtures",
-                  "support.apptainer_fixtures", "support.worker_groups"]
+                  "support.apptainer_fixtures", "support.worker_groups", "support.interrupt"]
 
 
 @pytest.fixture
