@@ -52,12 +52,12 @@ prepare() {  # makes the environment of CPython $1 at $2 where it is not kept (a
     fi
 }
 
-unit_tests() {  # tests/unit under the environment of CPython $1 at $2, in a pytest folder of its own
-    local started=$SECONDS temp status
-    temp="$(mktemp -d "/tmp/hpcdl-matrix-$1-XXXXXX")"
+unit_tests() {  # tests/unit under the environment of CPython $1 at $2, in a pytest folder of its own, which is also
+    local started=$SECONDS temp status  # its TMPDIR: what it leaves when stopped goes with $MATRIX_TMP
+    temp="$(mktemp -d "$MATRIX_TMP/$1-XXXXXX")"
     echo "python-matrix: CPython $1: tests/unit"
-    PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" "$(venv_of "$1" "$2")/bin/python" -m pytest -q -p no:cacheprovider \
-        --basetemp "$temp/t" tests/unit --deselect "$DESELECT" && status=0 || status=$?
+    PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" TMPDIR="$temp" "$(venv_of "$1" "$2")/bin/python" -m pytest -q \
+        -p no:cacheprovider --basetemp "$temp/t" tests/unit --deselect "$DESELECT" && status=0 || status=$?
     rm -rf "$temp"
     echo "python-matrix: CPython $1 done in $((SECONDS - started)) s"
     return "$status"
@@ -99,6 +99,8 @@ outcome() {  # $1 = full: every log; else a line each, the whole log of a failed
 }
 
 mkdir -p "$LOGS" "$CACHE"
+MATRIX_TMP="$(mktemp -d "${TMPDIR:-/tmp}/hpcdl-matrix-XXXXXX")"
+trap 'rm -rf "$MATRIX_TMP"' EXIT
 here="$(.venv/bin/python -c 'import sys; print("%d.%d" % sys.version_info[:2])')"
 declare -A pythons
 missing=() versions=()
@@ -123,7 +125,13 @@ with_sigint=(.venv/bin/python -c 'import os, signal, sys
 signal.signal(signal.SIGINT, signal.SIG_DFL)
 os.execvp(sys.argv[1], sys.argv[1:])')
 matrix_pid="" command_pid="" interrupted=""
-end_matrix() { [ -z "$matrix_pid" ] || kill -- "-$matrix_pid" 2>/dev/null || true; }
+end_matrix() {  # its processes gone (a few seconds at most), then their folders
+    if [ -n "$matrix_pid" ] && kill -- "-$matrix_pid" 2>/dev/null; then
+        wait "$matrix_pid" 2>/dev/null || true
+        for _ in $(seq 50); do kill -0 -- "-$matrix_pid" 2>/dev/null || break; sleep 0.2; done
+    fi
+    rm -rf "$MATRIX_TMP"
+}
 interrupt() {
     interrupted=1
     [ -n "$command_pid" ] || exit 130
