@@ -26,4 +26,3 @@ def pytest_sessionstart(session):
         print(f"\n{SAID}", file=sys.stderr, flush=True)
 
     signal.signal(signal.SIGINT, first_interrupt)
-
