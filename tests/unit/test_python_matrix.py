@@ -8,11 +8,11 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 
 import pytest
 from conftest import ROOT
 from support import interrupt
+from support.cluster_fixtures import wait_for
 
 # Two tests that each hold a fixture whose teardown must run (as the integration tests' daemons' do), one per
 # pytest-xdist worker; they sleep far longer than this test waits. The teardown takes longer than pytest-xdist
@@ -36,15 +36,6 @@ def daemon():
 def test_sleeps(daemon, n):
     time.sleep(600)
 """
-
-
-def wait_for(predicate, timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.2)
-    return True
 
 
 def still_running(path: str) -> list[str]:
@@ -86,15 +77,14 @@ def test_a_signal_to_the_script_interrupts_pytest_once_and_its_fixtures_are_torn
         preexec_fn=lambda: signal.signal(signal.SIGINT, sigint))
     try:
         # a starved host (the niced interpreter matrix beside the integration tests) takes its time to start xdist
-        assert wait_for(lambda: len(list(marks.glob("started-*"))) == 2, 240), script.stdout.read() if \
-            script.poll() is not None else "the two tests did not start"
+        wait_for(lambda: len(list(marks.glob("started-*"))) == 2, 240, "the two tests to start")
         script.send_signal(sig)
         out, _ = script.communicate(timeout=240)  # not the tests' 600 s sleep: ended by the signal
         assert script.returncode == 130, out
         torn_down = sorted(p.name.split("-")[-1] for p in marks.glob("torn-down-*"))
         assert torn_down == sorted(p.name.split("-")[-1] for p in marks.glob("started-*")), (torn_down, out)
         assert "received keyboard-interrupt" in out and interrupt.SAID in out, out
-        assert wait_for(lambda: not still_running(str(tests)), 30), still_running(str(tests))
+        wait_for(lambda: not still_running(str(tests)), 30, f"no process of {tests} left")
     finally:
         subprocess.run(["pkill", "-KILL", "-s", str(script.pid)], check=False)
         subprocess.run(["pkill", "-KILL", "-f", str(tests)], check=False)
