@@ -22,13 +22,19 @@ def iterations_needed(num_iters: int, first_seconds: float, minimum: float) -> i
     return min(MAX_ITERATIONS, max(num_iters, math.ceil(minimum / first_seconds)))
 
 
-def timed_iterations(probe, num_iters: int, minimum: float, images: int, one_iteration, sync, agree) -> None:
+def timed_iterations(probe, num_iters: int, minimum: float, images: int, one_iteration, sync, agree,
+                     after=None) -> None:
+    """after(index, total, seconds), where given: called after each timed iteration with its seconds, outside
+    the iteration's time (pytorch-ddp times a step without its gradient exchange there)."""
     total, index = num_iters, 0
     while index < total:
         began = time.perf_counter()
         with probe.iteration(images=images, sync=sync, total=total):
             one_iteration()
+        seconds = time.perf_counter() - began
         if index == 0 and minimum > 0:
-            total = agree(iterations_needed(num_iters, time.perf_counter() - began, minimum))
+            total = agree(iterations_needed(num_iters, seconds, minimum))
+        if after is not None:
+            after(index, total, seconds)
         index += 1
     probe.result(timed_iterations=total, min_seconds=minimum)

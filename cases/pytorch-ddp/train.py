@@ -9,6 +9,8 @@ in iterations); --data imagefolder on class folders of JPEGs (timed in epochs, t
 
 import contextlib
 import functools
+import math
+import statistics
 import time
 
 import numpy
@@ -190,18 +192,38 @@ def forward_backward(args, net: Training, device, fixed):
     return one_pass
 
 
-def step_without_exchange(args, net: Training, device, fixed, sync) -> float:
-    """Seconds of a forward and backward pass without the exchange: beside the timed step's seconds,
-    what the exchange (and the optimizer's update) costs, for the run's diagnosis."""
-    passes, one_pass = max(1, args.num_batches_per_iter), forward_backward(args, net, device, fixed)
-    if sync:
-        sync()
-    began = time.perf_counter()
-    for _ in range(passes):
+EXCHANGE_SAMPLES = 10  # at most this many passes without the exchange, spread over the timed iterations
+
+
+def exchange_sampler(args, net: Training, device, fixed, sync):
+    """What the exchange (and the optimizer's update) adds to a step, for the run's diagnosis: after some of the
+    timed iterations (outside their time), a forward and backward pass without the exchange, timed alone and set
+    against a step of the iteration just before it. Each pass stands beside the steps it followed, so a load on
+    the host that comes and goes over the run moves both alike (one measurement before the window, set against
+    the window's mean, read anywhere from 0.18 to 0.67 on a loaded two-core machine). Returns after(index, total,
+    seconds) for timed_iterations and report(probe), which writes the figures."""
+    one_pass, batches = forward_backward(args, net, device, fixed), max(1, args.num_batches_per_iter)
+    passes, ratios = [], []
+
+    def after(index: int, total: int, seconds: float) -> None:
+        if index % math.ceil(total / EXCHANGE_SAMPLES):
+            return
+        if sync:
+            sync()
+        began = time.perf_counter()
         one_pass()
-    if sync:
-        sync()
-    return (time.perf_counter() - began) / passes
+        if sync:
+            sync()
+        passes.append(time.perf_counter() - began)
+        ratios.append(passes[-1] / (seconds / batches))
+
+    def report(probe) -> None:
+        if passes:
+            probe.result(step_without_exchange_s=statistics.median(passes),
+                         exchange_share=round(min(1.0, max(0.0, 1 - statistics.median(ratios))), 4),
+                         exchange_samples=len(passes))
+
+    return after, report
 
 
 def train_synthetic(args, probe, net: Training, batch, fixed, device) -> None:
@@ -209,15 +231,16 @@ def train_synthetic(args, probe, net: Training, batch, fixed, device) -> None:
     with probe.warmup(images=batch * args.num_warmup_batches, sync=sync):
         for _ in range(args.num_warmup_batches):
             step(*fixed)
-    if dist.get_world_size() > 1:
-        probe.result(step_without_exchange_s=step_without_exchange(args, net, device, fixed, sync))
+    after, report = exchange_sampler(args, net, device, fixed, sync) if dist.get_world_size() > 1 else (None, None)
 
     def one_iteration():
         for _ in range(args.num_batches_per_iter):
             step(*fixed)
 
     timed_iterations(probe, args.num_iters, min_seconds(args.min_seconds, device.type == "cuda"),
-                     batch * args.num_batches_per_iter, one_iteration, sync, lambda n: agree(n, device))
+                     batch * args.num_batches_per_iter, one_iteration, sync, lambda n: agree(n, device), after)
+    if report:
+        report(probe)
 
 
 def batches(loader, probe):

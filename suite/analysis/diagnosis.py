@@ -9,7 +9,8 @@ The figures, each a fraction of the timed window (None where the run could not s
                    launches queued ahead: cases/_shared/gpu_busy.py) / the timed step's wall time
   data_wait        the time a step waited for its next batch (cases that read data time it)
   exchange         what the gradient exchange adds to a step, where the case measures it: 1 - a
-                   step without the exchange (DDP's no_sync, no optimizer update) / a timed step
+                   step without the exchange (DDP's no_sync, no optimizer update) / a timed step, the
+                   median over passes interleaved with the timed iterations
   allreduce        one all-reduce of the model's gradient, as the interconnect check measured it,
                    over the time of a step: an upper bound on what the exchange costs (DDP and
                    Horovod overlap part of it with the backward pass)
@@ -198,9 +199,14 @@ def host_cpu_per_step(record: dict) -> float | None:
 
 
 def exchange_share(record: dict) -> float | None:
-    """1 - (a step without the exchange, as the case timed it) / (a timed step)."""
-    local = [r["results"]["step_without_exchange_s"] for r in record.get("repetitions", [])
-             if r.get("status") == "ok" and (r.get("results") or {}).get("step_without_exchange_s")]
+    """The case's own figure where it made one (pytorch-ddp: 1 - the median over passes without the exchange,
+    each against a step of the iteration before it); in older records, 1 - (a step without the exchange, timed
+    once) / (the window's mean step)."""
+    results = [r.get("results") or {} for r in record.get("repetitions", []) if r.get("status") == "ok"]
+    shares = [r["exchange_share"] for r in results if r.get("exchange_share") is not None]
+    if shares:
+        return round(sum(shares) / len(shares), 4)
+    local = [r["step_without_exchange_s"] for r in results if r.get("step_without_exchange_s")]
     seconds = step_seconds(record)
     if not local or not seconds:
         return None

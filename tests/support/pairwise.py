@@ -1,8 +1,9 @@
 """Which runs across two hosts in an image `make test` makes, and which only `make test-all` adds.
 
 The full product (every image runtime × every case × both schedulers) proves little more than its pairs:
-each image runtime runs every case on this machine (runtime × case, so every launcher in every image) and
-pytorch-ddp across two hosts under SLURM and over ssh (runtime × scheduler); the local runtime runs every
+each image runtime runs a case of each stack and launcher (docker_fixtures.OTHER_CASES and pytorch-ddp) on this
+machine (runtime × launcher: every launcher in every image) and pytorch-ddp across two hosts under SLURM and
+over ssh (runtime × scheduler); the local runtime runs every
 case on the two SLURM nodes and over ssh (case × scheduler). What is left, a launcher crossing hosts inside
 an image, is covered once for each (case, scheduler): ACROSS_IN_IMAGES names the runtime that does it in
 `make test`. A case that crosses hosts in a runtime's image has run in that image: its run on this machine
@@ -16,14 +17,12 @@ import pytest
 ACROSS_IN_IMAGES = {
     ("pytorch-synthetic", "ssh"): "apptainer",  # horovodrun starting each rank in its container over ssh
     ("mxnet-imagenet", "ssh"): "apptainer",
-    ("jax-resnet", "ssh"): "apptainer",
     ("pytorch-gpt", "slurm"): "apptainer",
     ("tf-cifar", "slurm"): "apptainer",
     ("tf-cifar", "ssh"): "charliecloud",
     ("jax-gpt", "ssh"): "charliecloud",
     ("pytorch-gpt", "ssh"): "charliecloud",
     ("pytorch-synthetic", "slurm"): "charliecloud",
-    ("jax-resnet", "slurm"): "charliecloud",
     ("mxnet-imagenet", "slurm"): "podman",
     ("jax-gpt", "slurm"): "podman",
 }

@@ -34,3 +34,19 @@ def test_every_case_runs_in_every_image_runtime_once_in_make_test(runtime):
     across_hosts = {case for case, _ in kept(across(runtime, OTHER_CASES, CROSSING[runtime]))}
     here = {case for (case,) in kept(on_this_machine(runtime, OTHER_CASES))}
     assert across_hosts | here == set(OTHER_CASES) and across_hosts & here == set()
+
+
+def test_the_image_cases_hold_every_launcher_and_stack_of_the_cases_once():
+    """runtime x launcher: with pytorch-ddp (each image runtime's own tests run it under torchrun), OTHER_CASES start
+    every launcher a case can use in every stack's image, and no pair (stack, launcher) twice."""
+    from suite.inputs.cases import known_cases, load_case
+
+    def pair(name: str, case_args=()) -> tuple[str, str]:
+        case = load_case(name)
+        return case.stack, case.launcher_name(case.parse_options(list(case_args)))
+
+    used = [pair(name, args) for name, (_, args) in OTHER_CASES.items()] + [pair("pytorch-ddp")]
+    assert len(used) == len(set(used))
+    stacks = {load_case(name).stack for name in known_cases()}
+    launchers = {load_case(name).launcher for name in known_cases()} | {"ranks"}
+    assert {stack for stack, _ in used} == stacks and {launcher for _, launcher in used} == launchers
