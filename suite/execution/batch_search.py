@@ -152,9 +152,11 @@ def outcome(rep, batch: int, run_dir: Path) -> tuple[bool, str]:
 
 
 def memory_reason(rep, run_dir: Path) -> str | None:
-    """'out of memory: ...' where a failed launch's logs say an allocation failed or a rank was SIGKILLed."""
-    if line := memory_line(run_dir):
-        return f"out of memory: {line}"
+    """'out of memory: ...' where a failed launch's logs say an allocation failed (a line near the end of a log,
+    or the failed process's first error, which the repetition's reason quotes however much the process wrote
+    after it) or a rank was SIGKILLed."""
+    if line := memory_line(run_dir) or (rep.reason if OUT_OF_MEMORY.search(rep.reason or "") else None):
+        return f"out of memory: {line[:200]}"
     if any(code == -signal.SIGKILL for code in rep.exit_codes.values() if code is not None):
         return ("out of memory: a process was killed (SIGKILL, the kernel's out-of-memory killer?): "
                 f"{rep.reason or 'failed'}")

@@ -16,8 +16,8 @@ from suite.records.schema import validate
 
 # The address space a rank may map: at a context of 512 tokens and a vocabulary of 8,192 each sequence of the
 # batch takes ~50 MB (the logits and their gradient), so the limit falls a few sequences above [tiny]'s batch 4
-# (measured here: pytorch-gpt 8, jax-gpt 10, give or take one from run to run: the measurement then falls back
-# one batch, which the test allows); JAX maps well over a GB before its first step (its threads' stacks).
+# (measured here: pytorch-gpt 8, jax-gpt 10-15, give or take one from run to run: the measurement then falls back
+# a batch, twice at most, which the test allows); JAX maps well over a GB before its first step (its threads' stacks).
 LIMITS = {"pytorch-gpt": 1200 << 20, "jax-gpt": 1700 << 20}
 SIZES = ("--context", "512", "--vocab-size", "8192")
 # glibc gives threads arenas of their own, each mapping 64 MiB of address space as threads happen to need one:
@@ -46,10 +46,11 @@ def test_the_largest_batch_under_a_memory_limit_is_found_to_one_sequence_and_mea
     assert record["config"]["batch_per_device"] == found == record["config"]["options"]["batch-size"]
     assert not any(t["batch"] == found and not t["fits"] for t in search["trials"])
     # the batch one sequence larger did not train, in a trial or (at the very edge, with the run's more steps) in
-    # the measurement, which then measured one smaller: for memory, in the framework's words
+    # the measurement, which then measured one smaller (a trial at that batch may have trained before: the
+    # measurement's is the last word): for memory, in the framework's words
     larger = [t for t in search["trials"] if t["batch"] == found + 1]
-    assert larger and not any(t["fits"] for t in larger)
-    assert all(t["why"].startswith("out of memory") and Path(t["run_dir"]).is_dir() for t in larger)
+    assert larger and not larger[-1]["fits"]
+    assert all(t["why"].startswith("out of memory") and Path(t["run_dir"]).is_dir() for t in larger if not t["fits"])
     # XLA says RESOURCE_EXHAUSTED, or INTERNAL where the allocation fails while it dispatches the step
     said = {"pytorch-gpt": "can't allocate memory", "jax-gpt": "Out of memory allocating"}[case]
     assert said in larger[-1]["why"]

@@ -219,6 +219,23 @@ print(trial.fits, trial.peak_memory_bytes)
     assert fits == "True" and int(peak) >= 300 << 20, done.stderr
 
 
+def test_a_measurement_whose_log_goes_on_long_after_its_memory_error_is_still_measured_smaller(tmp_path):
+    """The process's first error, which the repetition's reason quotes, says out of memory where the log's last
+    lines no longer do (XLA's dispatch error, then hundreds of lines): the next smaller batch is measured."""
+    found = search(Device(15), tmp_path)
+    (tmp_path / "rep-0" / "logs").mkdir(parents=True)
+    (tmp_path / "rep-0" / "logs" / "rank-0.log").write_text("during the run\n" * 900)
+    error = ("jax.errors.JaxRuntimeError: INTERNAL: Error dispatching computation: Out of memory allocating "
+             "701356228 bytes.")
+    failed = Repetition(0, str(tmp_path / "rep-0"), status="failed", exit_codes={"rank-0": 1},
+                        reason=f"rank-0 on localhost exited with 1; first error: {error!r}; log: /x/rank-0.log")
+    assert found.smaller_after(failed) == 14
+    assert found.trials[-1].why.startswith("out of memory in the measurement: rank-0 on localhost exited with 1")
+    other = Repetition(0, str(tmp_path / "rep-0"), status="failed", exit_codes={"rank-0": 1},
+                       reason="rank-0 on localhost exited with 1; first error: 'NCCL error'; log: /x/rank-0.log")
+    assert found.smaller_after(other) is None
+
+
 def test_where_the_measurement_at_the_batch_found_runs_out_of_memory_one_smaller_is_measured(tmp_path):
     """A trial is shorter than the run: at the very edge the run's more steps can take more memory. The failed
     measurement is kept as a trial and the next smaller batch measured, twice at most."""
