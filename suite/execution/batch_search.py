@@ -27,7 +27,8 @@ OUT_OF_MEMORY = re.compile(r"out of memory|OutOfMemoryError|RESOURCE_EXHAUSTED|c
                            r"Cannot allocate memory|\bMemoryError\b|std::bad_alloc|OOM when allocating|"
                            r"failed to allocate", re.IGNORECASE)
 LOG_LINES_READ = 400  # of each process's log, from its end
-MEASUREMENT_RETRIES = 2  # smaller batches measured where the one found runs out of memory with the run's steps
+MEASUREMENT_RETRIES = 3  # smaller batches measured where the one found runs out of memory with the run's steps
+# (jax-gpt on a CPU under an address-space limit has needed three: its measurement maps more than its trials)
 TRIAL_TIMEOUT_S = 600.0  # a trial's time limit (the case's, where shorter): a batch slower than this bounds the search
 
 

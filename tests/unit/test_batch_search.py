@@ -238,7 +238,7 @@ def test_a_measurement_whose_log_goes_on_long_after_its_memory_error_is_still_me
 
 def test_where_the_measurement_at_the_batch_found_runs_out_of_memory_one_smaller_is_measured(tmp_path):
     """A trial is shorter than the run: at the very edge the run's more steps can take more memory. The failed
-    measurement is kept as a trial and the next smaller batch measured, twice at most."""
+    measurement is kept as a trial and the next smaller batch measured, three times at most."""
     found = search(Device(13), tmp_path)
     (tmp_path / "rep-0" / "logs").mkdir(parents=True)
     (tmp_path / "rep-0" / "logs" / "rank-0.log").write_text(SAID_BY["xla"] + "\n")
@@ -248,7 +248,8 @@ def test_where_the_measurement_at_the_batch_found_runs_out_of_memory_one_smaller
     assert found.trials[-1].batch == 13 and found.trials[-1].why.startswith("out of memory in the measurement: ")
     assert found.as_record()["bound"]["batch"] == 13
     assert found.smaller_after(failed) == 11
-    assert found.smaller_after(failed) is None  # two retries at most: the record then fails as any run
+    assert found.smaller_after(failed) == 10
+    assert found.smaller_after(failed) is None  # three retries at most: the record then fails as any run
     assert search(Device(13), tmp_path / "b").smaller_after(Repetition(0, str(tmp_path))) is None  # it trained
     other = Repetition(0, str(tmp_path / "b"), status="failed", reason="NCCL error", exit_codes={"rank-0": 1})
     assert search(Device(13), tmp_path / "c").smaller_after(other) is None  # not memory: no retry
