@@ -97,9 +97,10 @@ def test_a_tiny_model_fed_by_a_slow_loader_is_input_bound(suite_cli, jpegs):
     assert record["config"]["model"] == "tiny-cnn"
 
 
-# docs/telemetry.md (CPU nodes): every allocation from the heap, never given back. With glibc's defaults a pass
-# without the exchange pays the page faults of 47 MB of new gradients that a step's exchange does not, and on
-# some machines of CI's kind the pass then took as long as the step (share 0.04 on an idle one, 0.15 in a CI)
+# docs/telemetry.md (CPU nodes): every allocation from the heap, never given back. With glibc's defaults, on a
+# machine of CI's kind the pass without the exchange took about as long as the step (share 0.04 idle, 0.15 in a
+# CI; at least 0.3 with these settings, idle and beside two busy cores); its 47 MB of gradients are allocated
+# anew each pass, where the page faults of glibc's mmap'd chunks fall (not measured one by one)
 HEAP_ONLY = {"MALLOC_MMAP_MAX_": "0", "MALLOC_TRIM_THRESHOLD_": "68719476736"}
 
 
