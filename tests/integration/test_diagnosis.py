@@ -100,8 +100,8 @@ def test_a_tiny_model_fed_by_a_slow_loader_is_input_bound(suite_cli, jpegs):
 # docs/telemetry.md (CPU nodes): every allocation from the heap, never given back. With glibc's defaults the
 # share depends on the machine: on one of CI's kind the pass without the exchange took about as long as the step
 # (0.04 idle, 0.15 in a CI; at least 0.3 with these settings, idle and beside two busy cores), on another of the
-# same kind 0.35-0.47 idle with the defaults and 0.41-0.49 with these; its 47 MB of gradients are allocated anew
-# each pass, where the page faults of glibc's mmap'd chunks fall (not measured one by one)
+# same kind 0.35-0.47 idle with the defaults and 0.41-0.49 with these. Why is not known: the pass allocates its
+# 47 MB of gradients anew, but so does the step (zero_grad sets them to None); page faults were not counted
 HEAP_ONLY = {"MALLOC_MMAP_MAX_": "0", "MALLOC_TRIM_THRESHOLD_": "68719476736"}
 
 
