@@ -10,7 +10,6 @@ Options come from case.toml.
 import hashlib
 import json
 import os
-import socket
 import time
 from pathlib import Path
 
@@ -20,13 +19,9 @@ from suite.instack.cpu_binding import bind_cpus
 from suite.instack.matmul_peak import largest_side, measure
 from suite.instack.model_flops import training_flops_per_image
 from suite.instack.probe import Probe, announce
+from suite.instack.pslite_hosts import resolve_pslite_hosts
 
-# ps-lite binds these as addresses (dmlc_tracker sets addresses); the pslite launcher may name hosts
-# (SLURM node names), resolved here, on the node, before the import below starts a server or scheduler.
-for _name in ("DMLC_NODE_HOST", "DMLC_PS_ROOT_URI"):
-    if os.environ.get(_name):
-        os.environ[_name] = socket.gethostbyname(os.environ[_name])
-
+resolve_pslite_hosts()  # on this node, before the import below starts a server or scheduler
 announce()  # before the import below, inside which a server or the scheduler serves until it ends
 
 # Before the import below starts MXNet's OpenMP pool: this process's share of the cores (bound to it

@@ -19,12 +19,12 @@ import numpy
 import pipeline
 import tensorflow as tf
 import tf_keras as keras
-from cluster import worker_rank
 from work import report_work
 
 from suite.instack.case_options import parse_case_args
 from suite.instack.cpu_binding import bind_cpus
 from suite.instack.probe import Probe, announce
+from suite.instack.tf_cluster import worker_rank
 
 MODELS = {"resnet50v2": keras.applications.ResNet50V2, "resnet152v2": keras.applications.ResNet152V2,
           "resnet50-v1.5": keras_resnet.resnet50_v15, "resnet18": keras_resnet.resnet18}

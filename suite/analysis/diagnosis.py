@@ -11,9 +11,9 @@ The figures, each a fraction of the timed window (None where the run could not s
   exchange         what the gradient exchange adds to a step, where the case measures it: 1 - a
                    step without the exchange (DDP's no_sync, no optimizer update) / a timed step, the
                    median over passes interleaved with the timed iterations
-  allreduce        one all-reduce of the model's gradient, as the interconnect check measured it,
-                   over the time of a step: an upper bound on what the exchange costs (DDP and
-                   Horovod overlap part of it with the backward pass)
+  allreduce        one all-reduce of the model's gradient (a parameter server's push and pull), as the
+                   interconnect check measured it, over the time of a step: an upper bound on what the
+                   exchange costs (DDP and Horovod overlap part of it with the backward pass)
   thread_busy      the training thread's CPU time (on GPUs the thread that launches the kernels)
 and, for the hint, the host CPU time per step in milliseconds.
 
@@ -60,7 +60,7 @@ def diagnose(record: dict, case_hints: dict | None = None) -> dict:
         "thread_busy": profile_mean(record, "thread_busy"),
         "host_cpu_ms_per_step": host_cpu_per_step(record),
     }
-    verdict, why = classify(figures, device, record["world"].get("devices") or 1)
+    verdict, why = classify(figures, device, record["world"].get("devices") or 1, checked_exchange(record))
     if device == "cuda" and (unmatched := unmatched_gpus(record)):
         why += f"; no NVML utilisation of the run's GPUs: {unmatched}"
     key = f"{verdict}-{device}" if verdict == "compute" else verdict
@@ -68,7 +68,8 @@ def diagnose(record: dict, case_hints: dict | None = None) -> dict:
     return {"verdict": verdict, "device": device, "figures": figures, "why": why, "hint": hint}
 
 
-def classify(f: dict, device: str, devices: int = 1) -> tuple[str, str]:
+def classify(f: dict, device: str, devices: int = 1, checked: str = "all-reduce") -> tuple[str, str]:
+    """The verdict and why; `checked`: what the interconnect check timed (the `allreduce` figure), in words."""
     wait = f["data_wait"]
     busy, measured_as = gpu_side(f) if device == "cuda" else (f["device_busy"], "")
     if wait is not None and wait >= INPUT_BOUND:
@@ -77,7 +78,7 @@ def classify(f: dict, device: str, devices: int = 1) -> tuple[str, str]:
         return "communication", (f"the gradient exchange took {pct(f['exchange'])} of a step (the same step "
                                  "without it was that much shorter)")
     if f["exchange"] is None and f["allreduce"] is not None and f["allreduce"] >= COMMUNICATION_BOUND:
-        return "communication", f"one all-reduce of the gradient takes {pct(f['allreduce'])} of a step's time"
+        return "communication", f"one {checked} of the gradient takes {pct(f['allreduce'])} of a step's time"
     if busy is not None and busy >= BUSY.get(device, BUSY["cpu"]):
         return "compute", (f"the GPUs worked {pct(busy)} of the step{measured_as}" if device == "cuda"
                            else f"the workers kept their cores busy {pct(busy)} of the window")
@@ -222,6 +223,12 @@ def allreduce_share(record: dict) -> float | None:
     if check.get("status") != "ok" or not sizes or not parameters or not seconds:
         return None
     return round(min(1.0, allreduce_seconds(sizes, parameters * 4) / seconds), 4)
+
+
+def checked_exchange(record: dict) -> str:
+    """What the interconnect check timed, in words: an all-reduce, or a parameter server's push and pull."""
+    exchange = (record["metrics"].get("interconnect") or {}).get("exchange")
+    return "push and pull through the parameter servers" if exchange == "parameter-server" else "all-reduce"
 
 
 def allreduce_seconds(sizes: list[dict], nbytes: float) -> float:

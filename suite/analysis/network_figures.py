@@ -1,11 +1,22 @@
-"""The network figures of the scaling model from an all-reduce check: fitted from its sizes, and the
+"""The network figures of the scaling model from an interconnect check: fitted from its sizes, and the
 best measured ones among records (`suite predict`)."""
 
+from suite.analysis.scaling import Exchange
 
-def network_figures(sizes: list[dict], ranks: int) -> dict:
-    """The scaling model's two figures (suite/analysis/scaling.py, ring all-reduce): time = 2(n-1) x latency +
-    2(n-1)/n x bytes / bandwidth, fitted by least squares over the sizes."""
-    xs = [s["bytes"] * 2 * (ranks - 1) / ranks for s in sizes]
+
+def link_traffic(exchange: str, nbytes: int, participants: int) -> tuple[float, float]:
+    """(bytes over the slowest link, latency-bound hops) of one exchange of `nbytes` among `participants`, as the
+    scaling model counts them (suite/analysis/scaling.py): a ring all-reduce's 2(n-1)/n x bytes and 2(n-1) hops,
+    nccl-tests' bus bandwidth factor; a parameter server's push and pull, 2 x bytes and a hop per worker."""
+    return Exchange(exchange, nbytes).traffic(participants)
+
+
+def network_figures(sizes: list[dict], participants: int, exchange: str = "ring") -> dict:
+    """The scaling model's two figures, fitted by least squares over the sizes to time = hops x latency +
+    link bytes / bandwidth, the traffic of `exchange` (link_traffic)."""
+    traffic = [link_traffic(exchange, s["bytes"], participants) for s in sizes]
+    hops = traffic[0][1]
+    xs = [link for link, _ in traffic]
     ys = [s["latency_us"] * 1e-6 for s in sizes]
     mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
     sxx = sum((x - mx) ** 2 for x in xs)
@@ -13,7 +24,7 @@ def network_figures(sizes: list[dict], ranks: int) -> dict:
     if per_byte <= 0:  # too noisy to fit: the largest message's bus bandwidth
         per_byte = ys[-1] / xs[-1]
     alpha = max(0.0, my - per_byte * mx)
-    return {"bandwidth_gbit_s": round(8 / per_byte / 1e9, 4), "latency_us": round(alpha / (2 * (ranks - 1)) * 1e6, 2),
+    return {"bandwidth_gbit_s": round(8 / per_byte / 1e9, 4), "latency_us": round(alpha / hops * 1e6, 2),
             "largest_busbw_gb_s": sizes[-1]["busbw_gb_s"]}
 
 
@@ -24,5 +35,5 @@ def measured_network(records: list[dict]) -> tuple[dict, str] | None:
         return None
     best = max(checked, key=lambda r: (r["metrics"]["interconnect"]["nodes"], r["finished_at"]))
     check = best["metrics"]["interconnect"]
-    return check["network"], (f"measured by the all-reduce check of run {best['run_id']} ({check['implementation']}, "
+    return check["network"], (f"measured by the interconnect check of run {best['run_id']} ({check['implementation']}, "
                               f"{check['ranks']} ranks on {check['nodes']} node(s))")

@@ -84,6 +84,7 @@ def environ_of(pid: int) -> dict:
 def test_a_dying_parameter_server_ends_the_job(tmp_path):
     installed_stack("mxnet")
     runner = start_run(tmp_path, "--case", "mxnet-imagenet", "--nodes", "2", "--hostfile", "hostfiles/loopback",
+                       "--no-precheck",
                        case_args=tiny("mxnet-imagenet", benchmark=True, kv_store="dist_sync", num_batches=100000))
     wait_for_ranks(tmp_path, 2)
     family = descendants(runner.pid)

@@ -14,6 +14,7 @@ import pytest
 from conftest import ROOT, installed_stack, records_in, tiny
 
 from suite.base.errors import UsageError
+from suite.execution.interconnect_check import message_sizes
 from suite.execution.plan import Launch, StackEnv
 from suite.inputs.cases import load_case
 from suite.inputs.hostfiles import Host, World
@@ -307,6 +308,17 @@ def test_two_workers_train_from_recordio_over_ps_lite(suite_cli, synthetic_data,
     record, result = run_record(suite_cli, *LOOPBACK, "--data-dir", str(synthetic_data), case_args=TINY)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr
     assert_pslite_run(record)
+    # the interconnect check before it (two nodes): each worker's push and pull through the same two servers
+    check = record["metrics"]["interconnect"]
+    assert check["status"] == "ok", check["reason"]
+    assert (check["exchange"], check["ranks"], check["nodes"]) == ("parameter-server", 2, 2)
+    assert check["implementation"] == "mxnet 1.9.1 kvstore dist_sync push and pull (2 ps-lite server(s))"
+    assert [s["bytes"] for s in check["sizes"]] == message_sizes(25_557_032 * 4)  # case.toml's [scaling]
+    assert all(s["busbw_gb_s"] == pytest.approx(2 * s["algbw_gb_s"], rel=1e-3) for s in check["sizes"])
+    assert check["network"]["bandwidth_gbit_s"] > 0
+    precheck = Path(check["run_dir"])
+    assert sorted(p.name for p in (precheck / "allreduce").iterdir()) == ["rank-00000.json", "rank-00001.json"]
+    assert {p.name for p in (precheck / "logs").iterdir()} >= {"scheduler.log", "server-0.log", "server-1.log"}
     cfg = record["config"]
     assert cfg["data"] == "synthetic-imagenet-jpeg-rec"
     reported = cfg["reported_by_case"]
@@ -322,7 +334,7 @@ def test_two_workers_train_from_recordio_over_ps_lite(suite_cli, synthetic_data,
 
 
 def test_benchmark_mode_needs_no_data(suite_cli, mxnet_stack, tmp_path, no_oversubscription):
-    record, result = run_record(suite_cli, *LOOPBACK, "--data-dir", str(tmp_path / "empty"),
+    record, result = run_record(suite_cli, *LOOPBACK, "--no-precheck", "--data-dir", str(tmp_path / "empty"),
                                 case_args=(*TINY, "--benchmark"))
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr
     assert_pslite_run(record)
@@ -347,7 +359,7 @@ def test_one_node_splits_its_batch_over_its_devices(suite_cli, mxnet_stack, tmp_
 
 
 def test_a_failing_worker_ends_the_whole_job(suite_cli, synthetic_data, no_oversubscription):
-    record, result = run_record(suite_cli, *LOOPBACK, "--data-dir", str(synthetic_data),
+    record, result = run_record(suite_cli, *LOOPBACK, "--no-precheck", "--data-dir", str(synthetic_data),
                                 case_args=(*TINY, "--dtype", "float16"))
     assert result.returncode == 1
     assert record["status"] == "failed"

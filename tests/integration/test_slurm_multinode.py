@@ -91,6 +91,9 @@ def test_every_case_on_two_slurm_nodes_without_ssh(slurm_two_nodes, datasets, no
     # ps-lite server and scheduler, torchrun agent's workers, and Horovod's rendezvous server.
     helpers = {"rendezvous": N1} if name == "horovod" else {}
     assert record["repetitions"][0]["ran_on"] == {p: [host] for p, host in {**placed, **helpers}.items()}
+    # before it, the interconnect check: the stack's own exchange across the two nodes, as srun steps too
+    check = record["metrics"]["interconnect"]
+    assert check["status"] == "ok" and (check["nodes"], check["ranks"]) == (2, 2), check
     if case.startswith("jax-"):  # the processes joined at the first node's coordinator
         assert record["execution"]["coordinator"].startswith(f"{N1}:"), record["execution"]
         assert record["config"]["reported_by_case"]["processes"] == 2

@@ -203,6 +203,9 @@ def checked_run(suite_cli, sshd, *args, case_args) -> tuple[dict, dict]:
     validate(record)
     assert record["status"] == "ok" and record["world"]["hosts"] == list(LOOPBACK_HOSTS)
     assert record["world"]["cluster"] == "loopback-ssh" and record["execution"]["scheduler"] == "ssh"
+    if "--no-precheck" not in args:  # the interconnect check before it ran over ssh too
+        check = record["metrics"]["interconnect"]
+        assert (check["status"], check["nodes"]) == ("ok", 2), check
     logs = Path(record["repetitions"][0]["run_dir"]) / "logs"
     time.sleep(0.5)
     assert job_processes(logs) == []

@@ -246,7 +246,7 @@ def test_bus_bandwidth_and_latency_as_nccl_tests_define_them(tmp_path):
         (tmp_path / f"rank-{rank:05d}.json").write_text(json.dumps(
             {"rank": rank, "size": ranks, "implementation": "fake", "device": "cpu", "iters": 3, "timings": timings}))
     world = World((Host("a", 2), Host("b", 2)), "test")
-    found = interconnect_check.summarize(tmp_path, world)
+    found = interconnect_check.summarize(tmp_path, world, ranks)
     last = found["sizes"][-1]
     assert last["busbw_gb_s"] == pytest.approx(last["algbw_gb_s"] * 1.5, rel=1e-3)
     assert last["algbw_gb_s"] == pytest.approx(100 * 2**20 / (last["latency_us"] * 1e-6) / 1e9, rel=1e-3)
@@ -346,7 +346,7 @@ def test_two_node_loopback_run_checks_the_interconnect_and_predict_uses_it(suite
     predicted = suite_cli("predict", "--case", "pytorch-ddp", "--devices", "2,4", "--cluster", "loopback",
                           "--results-dir", str(suite_cli.results))
     assert predicted.returncode == 0, predicted.stderr
-    assert f"network: measured by the all-reduce check of run {record['run_id']}" in predicted.stdout
+    assert f"network: measured by the interconnect check of run {record['run_id']}" in predicted.stdout
     skipped = suite_cli("run", "--case", "pytorch-ddp", "--nodes", "2", "--hostfile", "hostfiles/loopback",
                         "--no-precheck", "--telemetry-interval", "0", case_args=tiny("pytorch-ddp"))
     assert skipped.returncode == 0, skipped.stdout[-3000:]

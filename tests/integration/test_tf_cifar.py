@@ -13,10 +13,12 @@ import numpy as np
 import pytest
 from conftest import ROOT, installed_stack, records_in, tiny
 
+from suite.execution.interconnect_check import message_sizes
 from suite.execution.plan import Launch, StackEnv
 from suite.inputs.cases import load_case
 from suite.inputs.host_network import is_local
 from suite.inputs.hostfiles import Host, World
+from suite.instack.tf_cluster import worker_rank
 from suite.launchers import tfdist
 from suite.records.schema import validate
 
@@ -33,7 +35,6 @@ def case_module(name: str):
 
 
 cifar = case_module("cifar")
-cluster = case_module("cluster")
 
 
 @pytest.fixture(scope="session")
@@ -113,8 +114,8 @@ def test_tf_config_names_the_first_host_chief_and_free_ports(tmp_path):
     assert [c["task"] for c in configs] == [{"type": "chief", "index": 0}, {"type": "worker", "index": 0},
                                            {"type": "worker", "index": 1}]
     # The case reads its rank back from the same TF_CONFIG: chief 0, then the workers in host order.
-    assert [cluster.worker_rank(c) for c in configs] == [(0, 3), (1, 3), (2, 3)]
-    assert cluster.worker_rank(None) == (0, 1)
+    assert [worker_rank(c) for c in configs] == [(0, 3), (1, 3), (2, 3)]
+    assert worker_rank(None) == (0, 1)
     # All loopback hosts are this machine: the case splits its cores three ways.
     assert {p.env["SUITE_PROCESSES_ON_HOST"] for p in plan.processes} == {"3"}
 
@@ -298,6 +299,13 @@ def test_multi_worker_run_on_loopback_hosts(suite_cli, cifar_dir):
     logs = ROOT / record["repetitions"][0]["run_dir"] / "logs"
     for rank in (0, 1):
         assert f"worker {rank} of 2: MultiWorkerMirroredStrategy" in (logs / f"worker-{rank}.log").read_text()
+    # the interconnect check before it (two nodes): the strategy's own all-reduce, one replica per worker
+    check = record["metrics"]["interconnect"]
+    assert check["status"] == "ok", check["reason"]
+    assert (check["exchange"], check["ranks"], check["nodes"]) == ("ring", 2, 2)
+    assert check["implementation"].endswith(" MultiWorkerMirroredStrategy all_reduce (ring over gRPC)")
+    assert [s["bytes"] for s in check["sizes"]] == message_sizes(23_539_850 * 4)  # case.toml's [scaling]
+    assert all(s["busbw_gb_s"] == s["algbw_gb_s"] > 0 for s in check["sizes"])  # 2(n-1)/n = 1 for two
 
 
 @pytest.mark.parametrize("case_args, message", [
@@ -318,7 +326,7 @@ def test_missing_data_refused_before_launch(suite_cli, tmp_path):
 
 
 def test_cpu_workers_with_several_devices_fail_with_the_reason(suite_cli, cifar_dir):
-    result = suite_cli("run", "--case", "tf-cifar", "--nodes", "2", "--gpus-per-node", "2",
+    result = suite_cli("run", "--case", "tf-cifar", "--nodes", "2", "--gpus-per-node", "2", "--no-precheck",
                        "--hostfile", str(ROOT / "hostfiles" / "loopback"), "--data-dir", str(cifar_dir), case_args=TINY)
     assert result.returncode == 1
     [record] = records_in(suite_cli.results)

@@ -123,4 +123,4 @@ def allreduce_sweep(world: World, folder: Path, sizes: int) -> dict:
         (folder / f"rank-{rank:05d}.json").write_text(json.dumps(
             {"size": world.devices, "timings": timings, "implementation": "torch.distributed gloo", "device": "cpu",
              "iters": 20}))
-    return {**interconnect_check.summarize(folder, world), "seconds": 4.2, "run_dir": str(folder.parent)}
+    return {**interconnect_check.summarize(folder, world, world.devices), "seconds": 4.2, "run_dir": str(folder.parent)}

@@ -1,4 +1,5 @@
-"""This process's place in a TF_CONFIG cluster (the layout suite/launchers/tfdist.py writes). Stdlib only."""
+"""A TensorFlow process's place in a TF_CONFIG cluster (the layout suite/launchers/tfdist.py writes), for
+tf-cifar and the interconnect check alike. Standard library only."""
 
 
 def worker_rank(tf_config: dict | None) -> tuple[int, int]:
