@@ -16,10 +16,16 @@ from suite.records.read import load_points
 
 def recorded_network(case_name: str, cluster: str | None, results_dir: Path) -> dict:
     """Bandwidth and latency from the interconnect checks in the records of the cluster (the one
-    given, else the only one the case has records of), with a line saying where they come from."""
+    given, else the only one the case has records of): the case's own checks first (a stack's exchange
+    gets its own effective figures from the same links: NCCL, Gloo, gRPC, ps-lite), else any case's; with
+    a line saying where they come from."""
     points = load_points(results_dir, warn=lambda m: None)
     clusters = {cluster} if cluster else {p.cluster for p in points if p.case == case_name}
-    found = measured_network([p.record for p in points if p.cluster in clusters]) if len(clusters) == 1 else None
+    if len(clusters) != 1:
+        return {}
+    on_cluster = [p for p in points if p.cluster in clusters]
+    found = measured_network([p.record for p in on_cluster if p.case == case_name]) or \
+        measured_network([p.record for p in on_cluster])
     return {**found[0], "source": found[1]} if found else {}
 
 
@@ -42,7 +48,7 @@ def predict(case_name: str, devices: list[int], results_dir: Path, cluster: str 
         network = {**profile, "source": f"from the cluster profile ({profile.get('description', 'interconnect')})"} \
             if profile else {}
     try:
-        exchange = exchange_for(case.spec, data.devices_per_node)
+        exchange = exchange_for(case.spec, data)
         model = fit(used, exchange, data.batch_per_device, network.get("bandwidth_gbit_s"), network.get("latency_us"))
     except ValueError as exc:
         raise UsageError(str(exc)) from None

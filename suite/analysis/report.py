@@ -180,7 +180,10 @@ def _model_traces(case: str, series: list[Series]) -> list[go.Scatter]:
         if "scaling" not in spec or len(s.points) < 2:
             continue
         data = from_points(s.points)
-        model = fit(data.points, exchange_for(spec, data.devices_per_node), data.batch_per_device)
+        try:
+            model = fit(data.points, exchange_for(spec, data), data.batch_per_device)
+        except ValueError:  # figures the model cannot describe: no line rather than a wrong one
+            continue
         top = max(data.points)
         xs = sorted(set(data.points) | {2 * top, 4 * top})
         traces.append(go.Scatter(x=xs, y=[model.throughput(n) for n in xs], mode="lines", name=f"model: {s.label}",

@@ -83,9 +83,16 @@ def fit(points: dict[int, float], exchange: Exchange, batch_per_device: int,
     if bandwidth_gbit_s is not None and latency_us is not None:
         per_byte, latency = 8 / (bandwidth_gbit_s * 1e9), latency_us * 1e-6
         compute = float(np.mean(steps - traffic[:, 0] * per_byte - traffic[:, 1] * latency))
-        return Model(exchange, batch_per_device, max(compute, 0.0), per_byte, latency, tuple(devices))
+        if compute <= 0:
+            raise ValueError(f"at {bandwidth_gbit_s:g} Gbit/s and {latency_us:g} us per hop the exchange alone "
+                             f"outlasts the measured steps on {', '.join(map(str, devices))} devices: these network "
+                             "figures do not describe these runs (--fit-network fits them to the runs instead)")
+        return Model(exchange, batch_per_device, compute, per_byte, latency, tuple(devices))
     columns = [np.ones(len(devices))] + [traffic[:, i] for i in (0, 1) if traffic[:, i].any()]
     solution, _ = nnls(np.column_stack(columns), steps)
+    if solution[0] <= 1e-9 * steps.max():  # none, to the fit's rounding
+        raise ValueError(f"the fit on {', '.join(map(str, devices))} devices leaves no compute time in a step: "
+                         "measurements at fewer devices (one) are needed to separate compute from the exchange")
     coefficients = iter(solution[1:])
     per_byte = next(coefficients) if traffic[:, 0].any() else 0.0
     latency = next(coefficients) if traffic[:, 1].any() else 0.0
@@ -94,22 +101,26 @@ def fit(points: dict[int, float], exchange: Exchange, batch_per_device: int,
 
 @dataclass(frozen=True)
 class Measurements:
-    """Throughput by device count for one configuration, and where it came from."""
+    """Throughput by device count for one configuration, and where it came from; the parameters its records
+    trained (None: published figures, the case's [scaling] count)."""
 
     points: dict[int, float]
     batch_per_device: int
     devices_per_node: int
     source: str
+    parameters: int | None = None
 
 
-def exchange_for(case_spec: dict, devices_per_node: int) -> Exchange:
+def exchange_for(case_spec: dict, data: Measurements) -> Exchange:
+    """The exchange of the case's [scaling] table, of the gradient of the model the measurements trained (a
+    case's --model may not be the one [scaling] counts)."""
     scaling = case_spec.get("scaling")
     if not scaling:
         raise ValueError(f"case {case_spec['name']} has no [scaling] table (exchange, parameters) in its case.toml")
     if scaling["exchange"] not in EXCHANGES:
         raise ValueError(f"case {case_spec['name']}: [scaling] exchange must be one of {', '.join(EXCHANGES)}")
-    gradient = scaling["parameters"] * scaling.get("bytes_per_parameter", 4)
-    return Exchange(scaling["exchange"], gradient, devices_per_node)
+    gradient = (data.parameters or scaling["parameters"]) * scaling.get("bytes_per_parameter", 4)
+    return Exchange(scaling["exchange"], gradient, data.devices_per_node)
 
 
 def from_reference(reference: dict) -> Measurements:
@@ -124,4 +135,5 @@ def from_points(points) -> Measurements:
     per_node = max(p.devices // p.nodes for p in by_devices.values())
     return Measurements({n: p.throughput["mean"] for n, p in by_devices.items()},
                         first.record["config"]["batch_per_device"], per_node,
-                        f"{len(by_devices)} record(s) of {first.case} on {first.cluster} ({first.config_label})")
+                        f"{len(by_devices)} record(s) of {first.case} on {first.cluster} ({first.config_label})",
+                        first.record["config"].get("parameters"))

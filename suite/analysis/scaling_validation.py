@@ -57,7 +57,7 @@ def validate_on_published(case_name: str, published: str, fit_up_to: int) -> Val
     data = measurements(case, None, None, published)
     if not any(n > fit_up_to for n in data.points):
         raise ValueError(f"{case_name}: no published point above {fit_up_to} devices to hold out")
-    exchange = exchange_for(case.spec, data.devices_per_node)
+    exchange = exchange_for(case.spec, data)
     model = fit({n: v for n, v in data.points.items() if n <= fit_up_to}, exchange, data.batch_per_device)
     others = {n: fit({m: v for m, v in data.points.items() if m != n}, exchange, data.batch_per_device)
               for n in data.points if len(data.points) > 4}  # 3 parameters: fitted on 4 points or more

@@ -4,10 +4,12 @@ import sys
 
 import pytest
 from conftest import ROOT
-from support.fixture_records import make_record
+from support.fixture_records import allreduce_sweep, make_record
 
-from suite.analysis.scaling import Exchange, Model, fit
+from suite.analysis.prediction import recorded_network
+from suite.analysis.scaling import Exchange, Measurements, Model, exchange_for, fit
 from suite.analysis.scaling_validation import validate_on_published
+from suite.inputs.cases import load_case
 
 sys.path.insert(0, str(ROOT / "tools"))
 from scaling_validation import DOC, VALIDATIONS, render
@@ -69,6 +71,39 @@ def test_given_network_fits_only_compute():
     four = 4 * 32 / 350 - (1.5 * G * 8) / 100e9 - 6 * 2e-6
     assert model.compute_s == pytest.approx((one + four) / 2, rel=1e-9)
     assert model.compute_s == pytest.approx(0.3367175, rel=1e-6)
+
+
+def test_network_figures_that_leave_a_step_no_compute_are_refused_not_divided_by():
+    """A check of another stack, or of a larger gradient, can measure an exchange longer than the runs' steps."""
+    with pytest.raises(ValueError, match="the exchange alone outlasts the measured steps on 1, 4 devices"):
+        fit({1: 100.0, 4: 350.0}, Exchange("ring", G), 32, bandwidth_gbit_s=0.1, latency_us=2)
+    with pytest.raises(ValueError, match="leaves no compute time in a step"):  # all exchange, fitted
+        fit({2: 2 * 32 / (G * 8 / 10e9), 4: 4 * 32 / (1.5 * G * 8 / 10e9)}, Exchange("ring", G), 32)
+
+
+def test_the_gradient_exchanged_is_that_of_the_model_the_records_trained():
+    """tf-cifar's [scaling] counts its default ResNet50V2; records of --model resnet18 exchange ResNet-18's."""
+    spec = load_case("tf-cifar").spec
+    trained = Measurements({2: 27.0}, 8, 1, "records", parameters=11_190_000)
+    assert exchange_for(spec, trained).gradient_bytes == 11_190_000 * 4
+    published = Measurements({2: 27.0}, 8, 1, "published")
+    assert exchange_for(spec, published).gradient_bytes == spec["scaling"]["parameters"] * 4
+
+
+def test_predict_takes_the_cases_own_interconnect_check_before_another_cases(tmp_path):
+    """Each stack's exchange (ps-lite, Gloo, NCCL, gRPC) has effective figures of its own over the same links."""
+    results, runs = tmp_path / "results", tmp_path / "runs"
+
+    def checked(implementation):
+        return lambda world, run_dir: {"interconnect": {**allreduce_sweep(world, run_dir / "precheck", 6),
+                                                        "implementation": implementation}}
+
+    own = make_record(results, runs, case="mxnet-imagenet", cluster="c", devices=2, nodes=2,
+                      extra_metrics=checked("ps-lite"))
+    make_record(results, runs, case="pytorch-ddp", cluster="c", devices=4, nodes=4, extra_metrics=checked("gloo"))
+    found = recorded_network("mxnet-imagenet", "c", results)
+    assert f"check of run {own['run_id']} (ps-lite, 2 ranks on 2 node(s))" in found["source"]
+    assert "(gloo, 4 ranks on 4 node(s))" in recorded_network("jax-gpt", "c", results)["source"]  # none of its own
 
 
 # |error| at most, in %, of each point the model did not see; docs/scaling.md states the same bounds
