@@ -11,7 +11,7 @@ def link_traffic(exchange: str, nbytes: int, participants: int) -> tuple[float, 
     return Exchange(exchange, nbytes).traffic(participants)
 
 
-def network_figures(sizes: list[dict], participants: int, exchange: str = "ring") -> dict:
+def network_figures(sizes: list[dict], participants: int, exchange: str) -> dict:
     """The scaling model's two figures, fitted by least squares over the sizes to time = hops x latency +
     link bytes / bandwidth, the traffic of `exchange` (link_traffic)."""
     traffic = [link_traffic(exchange, s["bytes"], participants) for s in sizes]
