@@ -68,7 +68,8 @@ def diagnose(record: dict, case_hints: dict | None = None) -> dict:
     return {"verdict": verdict, "device": device, "figures": figures, "why": why, "hint": hint}
 
 
-def classify(f: dict, device: str, devices: int = 1, checked: str = "all-reduce") -> tuple[str, str]:
+def classify(f: dict, device: str, devices: int = 1, checked: str = "all-reduce of the gradient") \
+        -> tuple[str, str]:
     """The verdict and why; `checked`: what the interconnect check timed (the `allreduce` figure), in words."""
     wait = f["data_wait"]
     busy, measured_as = gpu_side(f) if device == "cuda" else (f["device_busy"], "")
@@ -78,7 +79,7 @@ def classify(f: dict, device: str, devices: int = 1, checked: str = "all-reduce"
         return "communication", (f"the gradient exchange took {pct(f['exchange'])} of a step (the same step "
                                  "without it was that much shorter)")
     if f["exchange"] is None and f["allreduce"] is not None and f["allreduce"] >= COMMUNICATION_BOUND:
-        return "communication", f"one {checked} of the gradient takes {pct(f['allreduce'])} of a step's time"
+        return "communication", f"one {checked} takes {pct(f['allreduce'])} of a step's time"
     if busy is not None and busy >= BUSY.get(device, BUSY["cpu"]):
         return "compute", (f"the GPUs worked {pct(busy)} of the step{measured_as}" if device == "cuda"
                            else f"the workers kept their cores busy {pct(busy)} of the window")
@@ -227,8 +228,9 @@ def allreduce_share(record: dict) -> float | None:
 
 def checked_exchange(record: dict) -> str:
     """What the interconnect check timed, in words: an all-reduce, or a parameter server's push and pull."""
-    exchange = (record["metrics"].get("interconnect") or {}).get("exchange")
-    return "push and pull through the parameter servers" if exchange == "parameter-server" else "all-reduce"
+    if (record["metrics"].get("interconnect") or {}).get("exchange") == "parameter-server":
+        return "push and pull of the gradient through the parameter servers"
+    return "all-reduce of the gradient"
 
 
 def allreduce_seconds(sizes: list[dict], nbytes: float) -> float:

@@ -69,8 +69,9 @@ def test_the_older_rank_files_without_an_exchange_are_a_ring(tmp_path):
     assert found["exchange"] == "ring" and found["sizes"][-1]["busbw_gb_s"] == found["sizes"][-1]["algbw_gb_s"]
 
 
-@pytest.mark.parametrize("exchange, words", [("ring", "one all-reduce of the gradient"),
-                                             ("parameter-server", "one push and pull through the parameter servers")])
+@pytest.mark.parametrize("exchange, words", [
+    ("ring", "one all-reduce of the gradient takes 40%"),
+    ("parameter-server", "one push and pull of the gradient through the parameter servers takes 40%")])
 def test_the_diagnosis_names_what_the_check_timed(exchange, words):
     parameters = 25_000_000  # ten steps of 0.5 s; the gradient's exchange takes 0.2 s of each
     record = {"world": {"device_type": "cpu", "devices": 2}, "repetitions": [],
