@@ -24,7 +24,7 @@ from work import report_work
 from suite.instack.case_options import parse_case_args
 from suite.instack.cpu_binding import bind_cpus
 from suite.instack.probe import Probe, announce
-from suite.instack.tf_cluster import worker_rank
+from suite.instack.tf_cluster import make_strategy, worker_rank
 
 MODELS = {"resnet50v2": keras.applications.ResNet50V2, "resnet152v2": keras.applications.ResNet152V2,
           "resnet50-v1.5": keras_resnet.resnet50_v15, "resnet18": keras_resnet.resnet18}
@@ -69,29 +69,6 @@ def configure_threads() -> dict:
     return {"intra_op_threads": intra, "inter_op_threads": inter, "cores": cores}
 
 
-def make_strategy(multi_worker: bool, per_node: int) -> tuple[tf.distribute.Strategy, str, str, str]:
-    """The strategy, its name, and the device type and name for the record."""
-    gpus = tf.config.list_physical_devices("GPU")
-    if gpus:
-        if len(gpus) < per_node:
-            fail(f"GPUS_PER_NODE={per_node} but this node has {len(gpus)} GPU(s)")
-        tf.config.set_visible_devices(gpus[:per_node], "GPU")
-        name = tf.config.experimental.get_device_details(gpus[0]).get("device_name", "gpu")
-        if multi_worker:
-            return tf.distribute.MultiWorkerMirroredStrategy(), "MultiWorkerMirroredStrategy", "cuda", name
-        devices = [f"/gpu:{i}" for i in range(per_node)]
-        return tf.distribute.MirroredStrategy(devices), "MirroredStrategy", "cuda", name
-    if multi_worker:
-        if per_node != 1:
-            fail(f"on a CPU-only node MultiWorkerMirroredStrategy runs one replica per worker; "
-                 f"GPUS_PER_NODE={per_node} needs GPUs (use GPUS_PER_NODE=1)")
-        return tf.distribute.MultiWorkerMirroredStrategy(), "MultiWorkerMirroredStrategy", "cpu", "cpu"
-    # Logical devices on the one CPU give MirroredStrategy as many replicas as GPUs would.
-    cpu = tf.config.list_physical_devices("CPU")[0]
-    tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * per_node)
-    return tf.distribute.MirroredStrategy([f"/cpu:{i}" for i in range(per_node)]), "MirroredStrategy", "cpu", "cpu"
-
-
 def place_this_process() -> Place:
     """Threads first, then the strategy: TensorFlow takes both settings only before it starts."""
     tf_config = json.loads(os.environ["TF_CONFIG"]) if os.environ.get("TF_CONFIG") else None
@@ -99,7 +76,10 @@ def place_this_process() -> Place:
     processes_on_host = int(os.environ.get("SUITE_PROCESSES_ON_HOST", "1"))
     threads = configure_threads()
     per_node = int(os.environ.get("SUITE_DEVICES_PER_NODE", "1"))
-    strategy, name, device_type, device_name = make_strategy(tf_config is not None, per_node)
+    try:
+        strategy, name, device_type, device_name = make_strategy(tf_config is not None, per_node)
+    except ValueError as exc:
+        fail(str(exc))
     return Place(strategy, name, rank, workers, device_type, device_name, processes_on_host, threads)
 
 

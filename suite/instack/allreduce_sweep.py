@@ -25,7 +25,7 @@ from typing import NamedTuple
 from suite.instack.cpu_binding import bind_cpus
 from suite.instack.jax_platforms import jax_gpu_platform
 from suite.instack.pslite_hosts import resolve_pslite_hosts
-from suite.instack.tf_cluster import worker_rank
+from suite.instack.tf_cluster import make_strategy, worker_rank
 
 RING, PARAMETER_SERVER = "ring", "parameter-server"  # the exchanges of suite/analysis/scaling.py
 EXCHANGED = {RING: "all-reduce", PARAMETER_SERVER: "push and pull"}
@@ -34,7 +34,7 @@ EXCHANGED = {RING: "all-reduce", PARAMETER_SERVER: "push and pull"}
 class Collective(NamedTuple):
     """One process's side of the exchange the sweep times: its rank among the processes that time it,
     the participants of the exchange, what carries it, and the calls to make a buffer of n float32
-    elements, exchange it, wait for the exchange and end."""
+    elements, exchange it (returning what to wait for), wait for the last exchange's result and end."""
 
     rank: int
     participants: int
@@ -60,15 +60,21 @@ def torch_api() -> Collective:
     backend = "nccl" if cuda else "gloo"
     dist.init_process_group(backend)
     device = torch.device("cuda") if cuda else torch.device("cpu")
-    sync = torch.cuda.synchronize if cuda else (lambda: None)
     return Collective(dist.get_rank(), dist.get_world_size(), f"torch.distributed {backend}", device.type, RING,
-                      torch_buffer(device), dist.all_reduce, sync, dist.destroy_process_group)
+                      torch_buffer(device), dist.all_reduce, torch_sync(cuda), dist.destroy_process_group)
 
 
 def torch_buffer(device):
     import torch
 
     return lambda elements: torch.ones(elements, dtype=torch.float32, device=device)
+
+
+def torch_sync(cuda: bool):
+    """The wait for a torch collective: in place, so the GPU's stream (nothing on a CPU, where it returned done)."""
+    import torch
+
+    return (lambda _: torch.cuda.synchronize()) if cuda else (lambda _: None)
 
 
 def horovod_api() -> Collective:
@@ -81,9 +87,8 @@ def horovod_api() -> Collective:
         torch.cuda.set_device(hvd.local_rank())
     device = torch.device("cuda") if cuda else torch.device("cpu")
     controller = "mpi" if hvd.mpi_enabled() else "gloo"
-    sync = torch.cuda.synchronize if cuda else (lambda: None)
     return Collective(hvd.rank(), hvd.size(), f"horovod allreduce ({controller})", device.type, RING,
-                      torch_buffer(device), lambda t: hvd.allreduce_(t, op=hvd.Sum), sync, hvd.shutdown)
+                      torch_buffer(device), lambda t: hvd.allreduce_(t, op=hvd.Sum), torch_sync(cuda), hvd.shutdown)
 
 
 def jax_api() -> Collective:
@@ -110,22 +115,14 @@ def jax_api() -> Collective:
     mesh = Mesh(np.array(jax.devices()), ("ranks",))
     rows = NamedSharding(mesh, PartitionSpec("ranks"))  # one row per process: its own buffer
     summed = jax.jit(lambda x: x.sum(axis=0), out_shardings=NamedSharding(mesh, PartitionSpec()))
-    last = []
 
     def buffer(elements: int):
         return jax.make_array_from_process_local_data(rows, np.ones((1, elements), dtype=np.float32))
 
-    def allreduce(x) -> None:
-        last[:] = [summed(x)]
-
-    def sync() -> None:
-        if last:
-            last[0].block_until_ready()
-
     implementation = f"jax {jax.__version__} jitted sum over {len(jax.devices())} devices (XLA all-reduce" \
                      f"{', RCCL' if platform == 'rocm' else ', NCCL' if gpu else ', Gloo'})"
     return Collective(jax.process_index(), jax.process_count(), implementation, platform or "cpu", RING, buffer,
-                      allreduce, sync, jax.distributed.shutdown)
+                      summed, lambda result: result.block_until_ready(), jax.distributed.shutdown)
 
 
 def tensorflow_api() -> Collective:
@@ -136,20 +133,10 @@ def tensorflow_api() -> Collective:
     import tensorflow as tf
 
     tf_config = json.loads(env["TF_CONFIG"]) if env.get("TF_CONFIG") else None
-    per_node = int(env.get("SUITE_DEVICES_PER_NODE", "1"))
-    gpus = tf.config.list_physical_devices("GPU")
-    if gpus:
-        tf.config.set_visible_devices(gpus[:per_node], "GPU")
-    if tf_config and not gpus and per_node != 1:  # as tf-cifar refuses it: no replicas of its own to exchange
-        raise SystemExit(f"on a CPU-only node MultiWorkerMirroredStrategy runs one replica per worker, not {per_node}")
-    if tf_config:
-        strategy = tf.distribute.MultiWorkerMirroredStrategy()
-    elif gpus:
-        strategy = tf.distribute.MirroredStrategy([f"/gpu:{i}" for i in range(min(per_node, len(gpus)))])
-    else:
-        cpu = tf.config.list_physical_devices("CPU")[0]
-        tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * per_node)
-        strategy = tf.distribute.MirroredStrategy([f"/cpu:{i}" for i in range(per_node)])
+    try:
+        strategy, _, device, _ = make_strategy(tf_config is not None, int(env.get("SUITE_DEVICES_PER_NODE", "1")))
+    except ValueError as exc:  # where tf-cifar could not train either
+        raise SystemExit(str(exc)) from None
 
     local = strategy.extended.worker_devices
 
@@ -166,20 +153,14 @@ def tensorflow_api() -> Collective:
     def summed(values):
         return strategy.run(exchange, args=(values,))
 
-    last = []
-
-    def allreduce(values) -> None:
-        last[:] = [summed(values)]
-
-    def sync() -> None:
-        if last:
-            strategy.experimental_local_results(last[0])[0][:1].numpy()
+    def sync(result) -> None:
+        strategy.experimental_local_results(result)[0][:1].numpy()
 
     rank, _ = worker_rank(tf_config)
     implementation = f"tensorflow {tf.__version__} {'MultiWorker' if tf_config else ''}MirroredStrategy all_reduce " \
-                     f"({'NCCL' if gpus else 'ring over gRPC' if tf_config else 'in-process copies'})"
-    return Collective(rank, strategy.num_replicas_in_sync, implementation, "cuda" if gpus else "cpu", RING,
-                      buffer, allreduce, sync, lambda: None)
+                     f"({'NCCL' if device == 'cuda' else 'ring over gRPC' if tf_config else 'in-process copies'})"
+    return Collective(rank, strategy.num_replicas_in_sync, implementation, device, RING, buffer, summed, sync,
+                      lambda: None)
 
 
 def mxnet_api() -> Collective:
@@ -195,28 +176,23 @@ def mxnet_api() -> Collective:
     kv = mx.kv.create(("dist_device_sync" if gpus else "dist_sync") if worker else ("device" if gpus else "local"))
     context = mx.gpu(0) if gpus else mx.cpu()  # a worker drives its node's GPUs: their gradients merge on it first
     keys = itertools.count()
-    exchanged = []
 
     def buffer(elements: int):
         key, array = next(keys), mx.nd.ones((elements,), ctx=context, dtype="float32")
         kv.init(key, array)
         return key, array
 
-    def allreduce(keyed) -> None:
+    def allreduce(keyed):
         key, array = keyed
         kv.push(key, array)
         kv.pull(key, out=array)
-        exchanged[:] = [array]
-
-    def sync() -> None:
-        if exchanged:
-            exchanged[0].wait_to_read()
+        return array
 
     servers = os.environ.get("DMLC_NUM_SERVER", "0")
     implementation = f"mxnet {mx.__version__} kvstore {kv.type} push and pull ({servers} ps-lite server(s))"
     # the end: freeing the kvstore (main's return) waits for every worker, then rank 0 stops the servers
     return Collective(kv.rank, kv.num_workers, implementation, "cuda" if gpus else "cpu", PARAMETER_SERVER, buffer,
-                      allreduce, sync, lambda: None)
+                      allreduce, lambda array: array.wait_to_read(), lambda: None)
 
 
 APIS = {"torch": torch_api, "horovod": horovod_api, "jax": jax_api, "tensorflow": tensorflow_api, "mxnet": mxnet_api}
@@ -229,18 +205,20 @@ def main() -> None:
     parser.add_argument("--iters", type=int, default=5)
     parser.add_argument("--warmup", type=int, default=1)
     args = parser.parse_args()
+    if args.iters < 1 or args.warmup < 1:
+        parser.error("--iters and --warmup must be at least 1")
     collective = APIS[args.api]()
     timings = []
     for nbytes in (int(s) for s in args.sizes.split(",")):
         elements = max(1, nbytes // 4)
         tensor = collective.buffer(elements)
         for _ in range(args.warmup):
-            collective.allreduce(tensor)
-        collective.sync()
+            result = collective.allreduce(tensor)
+        collective.sync(result)
         begin = time.perf_counter()
         for _ in range(args.iters):
-            collective.allreduce(tensor)
-        collective.sync()
+            result = collective.allreduce(tensor)
+        collective.sync(result)
         timings.append({"bytes": elements * 4, "seconds": (time.perf_counter() - begin) / args.iters})
         if collective.rank == 0:
             took_ms = timings[-1]["seconds"] * 1e3
