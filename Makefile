@@ -28,6 +28,9 @@ SWEEP ?=
 ALLOW_DRIFT ?=
 ONLY ?=
 JOBS ?=
+# where records go and are read (sweeps, tuning studies and site checks beside them) and where run folders go
+RESULTS ?=
+RUNS ?=
 # RUNTIME=modules: the site's environment modules to load, scripts to source, the Python to run (docs/clusters.md);
 # PYTHON only from make's command line: a PYTHON some shells export for other tools is not meant here
 MODULES ?=
@@ -75,7 +78,8 @@ $(VENV)/.installed: pyproject.toml
 # that can be copied as it stands
 placement = $(call opt,--gpus-per-node,$(GPUS_PER_NODE)) $(call opt,--hostfile,$(HOSTFILE)) \
 	$(call opt,--cluster,$(CLUSTER)) $(call opt,--runtime,$(RUNTIME)) $(call opt,--scheduler,$(SCHEDULER)) \
-	$(call opt,--data-dir,$(DATA_DIR)) $(call opt,--timeout,$(TIMEOUT))
+	$(call opt,--data-dir,$(DATA_DIR)) $(call opt,--timeout,$(TIMEOUT)) $(folders)
+folders = $(call opt,--results-dir,$(RESULTS)) $(call opt,--runs-dir,$(RUNS))
 stack_options = $(call opt,--flavour,$(FLAVOUR)) $(call opt,--wheels,$(WHEELS)) $(call opt,--modules,$(MODULES)) \
 	$(call opt,--source,$(SOURCE)) $(site_python)
 tiny = $(if $(call on,TINY),--tiny)
@@ -104,8 +108,8 @@ doctor: $(VENV)/.installed
 # (nothing was checked), 130 on Ctrl-C
 .PHONY: check-site
 check-site: $(VENV)/.installed
-	$(SUITE) check $(call opt,--cluster,$(CLUSTER)) $(foreach pattern,$(ONLY),--only "$(pattern)") \
-		$(call opt,--modules,$(MODULES)) $(call opt,--source,$(SOURCE)) $(site_python)
+	$(SUITE) check $(strip $(call opt,--cluster,$(CLUSTER)) $(foreach pattern,$(ONLY),--only "$(pattern)") \
+		$(call opt,--modules,$(MODULES)) $(call opt,--source,$(SOURCE)) $(site_python) $(folders))
 
 data: $(VENV)/.installed
 	$(SUITE) data $(strip --case "$(CASE)" $(call opt,--data-dir,$(DATA_DIR)) $(call opt,--cluster,$(CLUSTER)) \
@@ -131,8 +135,10 @@ cases: $(VENV)/.installed
 stacks: $(VENV)/.installed
 	$(SUITE) stacks $(call opt,--remove-unused-days,$(REMOVE_UNUSED_DAYS))
 
+# make report [RESULTS=folder]: the pages and summary.csv of the records in RESULTS (default reports/results/),
+# written beside that folder (reports/)
 report: $(VENV)/.installed
-	$(SUITE) report
+	$(SUITE) $(strip report $(call opt,--results-dir,$(RESULTS)))
 
 # make compare A=reports/results-old B=reports/results, or selections of one folder (docs/running.md):
 # make compare A='reports/results?cluster=jsc&until=2026-10-31' B='reports/results?cluster=jsc&since=2026-11-01'
@@ -156,14 +162,16 @@ compare-frameworks: $(VENV)/.installed
 		$(stack_options) $(tiny)) -- $(ARGS)
 
 # make rerun RECORD=reports/results/<run_id>.json [CLUSTER=name | HOSTFILE=file] [ALLOW_DRIFT=1] [DRY_RUN=1]
+#            [RESULTS=folder] [RUNS=folder]
 rerun: $(VENV)/.installed
 	$(SUITE) rerun $(strip "$(RECORD)" $(call opt,--cluster,$(CLUSTER)) $(call opt,--hostfile,$(HOSTFILE)) \
 		$(call opt,--data-dir,$(DATA_DIR)) $(if $(call on,ALLOW_DRIFT),--allow-drift) \
-		$(if $(call on,DRY_RUN),--dry-run))
+		$(if $(call on,DRY_RUN),--dry-run) $(folders))
 
-# make resume SWEEP=<sweep_id> [ALLOW_DRIFT=1] [DRY_RUN=1]: the sweep's points without an ok record, run again
+# make resume SWEEP=<sweep_id> [ALLOW_DRIFT=1] [DRY_RUN=1] [RESULTS=folder] [RUNS=folder]: the sweep's points without an ok record, run again
 resume: $(VENV)/.installed
-	$(SUITE) resume "$(SWEEP)" $(if $(call on,ALLOW_DRIFT),--allow-drift) $(if $(call on,DRY_RUN),--dry-run)
+	$(SUITE) resume $(strip "$(SWEEP)" $(if $(call on,ALLOW_DRIFT),--allow-drift) $(if $(call on,DRY_RUN),--dry-run) \
+		$(folders))
 
 # make bench [BENCH_ARGS="--tiny | --medium | --rounds 5 | --only scaling_pytorch"]: ratios, written to reports/bench/
 bench: $(VENV)/.installed

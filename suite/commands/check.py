@@ -40,8 +40,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--timeout", type=float, default=PATH_TIMEOUT_S, metavar="SECONDS",
                         help=f"limit of each path, its stack's first install included (default: {PATH_TIMEOUT_S})")
     common_args.results_dir(parser, "the table goes beside it, in ../site-checks/ (default: reports/results)")
-    parser.add_argument("--runs-dir", type=Path, default=paths.RUNS,
-                        help="where each check's folder goes: the paths' records and run folders (default: runs/)")
+    common_args.runs_dir(parser, "where each check's folder goes: the paths' records and run folders (default: runs)")
     add_site_env_options(parser.add_argument, "the site's environment of the modules paths")
 
 

@@ -37,8 +37,14 @@ def refuse_file_for_folder(path: Path, given: str) -> None:
         raise UsageError(f"{given} {path} is a file, not a folder")
 
 
-def results_dir(parser, help="where the records are (default: reports/results)") -> None:
-    parser.add_argument("--results-dir", type=Path, default=paths.RESULTS, help=help)
+def results_dir(parser, help="where the records are (default: reports/results)", make: bool = True) -> None:
+    """--results-dir; `make`: a Makefile target passes it as RESULTS."""
+    parser.add_argument("--results-dir", type=Path, default=paths.RESULTS,
+                        help=help + (" (Make: RESULTS)" if make else ""))
+
+
+def runs_dir(parser, help="where run directories go (default: runs)") -> None:
+    parser.add_argument("--runs-dir", type=Path, default=paths.RUNS, help=help + " (Make: RUNS)")
 
 
 def cluster(parser, help="cluster profile hostfiles/NAME.toml (Make: CLUSTER)") -> None:

@@ -29,7 +29,7 @@ def add_arguments(parser) -> None:
     add("--case", required=True)
     add("--devices", required=True, help="device counts to predict, e.g. 8,16,32,64")
     common_args.cluster(parser, "use this cluster's records and its profile's interconnect figures")
-    common_args.results_dir(parser)
+    common_args.results_dir(parser, make=False)
     add("--published", metavar="SOURCE", help="fit the case's published figures whose source contains SOURCE")
     add("--fit-up-to", type=int, default=None, help="fit only measurements at or below this many devices")
     add("--fit-network", action="store_true", help="fit bandwidth and latency even when the profile gives them")

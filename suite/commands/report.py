@@ -4,7 +4,6 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from suite.base import paths
 from suite.commands import common_args
 from suite.execution.request import request_of
 
@@ -20,12 +19,14 @@ class ReportRequest:
 
 def add_arguments(parser) -> None:
     common_args.results_dir(parser)
-    parser.add_argument("--out", type=Path, default=paths.RESULTS.parent,
-                        help="folder for the pages (default: reports/)")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="folder for the pages (default: the one that holds the results folder, reports/ for "
+                             "reports/results, where its sweeps, tuning studies and site checks are too)")
 
 
 def make_request(args, case_args: list[str], argv: list[str]) -> ReportRequest:
     common_args.no_case_args(NAME, case_args)
+    args.out = args.out or args.results_dir.resolve().parent
     common_args.refuse_file_for_folder(args.results_dir, "--results-dir")
     common_args.refuse_file_for_folder(args.out, "--out")
     return request_of(ReportRequest, args)

@@ -40,7 +40,7 @@ def add_arguments(parser) -> None:
         "defaults or devices differ from the record (Make: ALLOW_DRIFT=1)")
     add("--data-dir", type=Path, default=None, help="where datasets live (Make: DATA_DIR)")
     common_args.results_dir(parser, "where the new record goes")
-    add("--runs-dir", type=Path, default=paths.RUNS, help="where run directories go")
+    common_args.runs_dir(parser)
     common_args.tolerance(parser, "difference the comparison tolerates (0.05 = 5%%)")
     add("--dry-run", action="store_true", help="check and print the plan; start nothing")
 

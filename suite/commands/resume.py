@@ -31,7 +31,7 @@ def add_arguments(parser) -> None:
         "defaults or devices differ from the sweep's records (Make: ALLOW_DRIFT=1)")
     common_args.results_dir(parser, "where the sweep's records are and the new ones go (its plan and table: "
                             "sweeps/ beside it)")
-    add("--runs-dir", type=Path, default=paths.RUNS, help="where run directories go")
+    common_args.runs_dir(parser)
     add("--dry-run", action="store_true", help="list the points to run again, check and print their plans; start "
         "nothing (Make: DRY_RUN=1)")
 

@@ -91,8 +91,10 @@ def add_run_options(parser: argparse.ArgumentParser, runtimes: list[str], schedu
         "(default: the case's, 30 min) (Make: STALL)")
     add("--baseline", default=None, help="record to compute a sweep's speedup against (default: the sweep's "
         "smallest device count)")
-    add("--results-dir", type=Path, default=paths.RESULTS, help="where records go")
-    add("--runs-dir", type=Path, default=paths.RUNS, help="where run directories (logs, probe files) go")
+    add("--results-dir", type=Path, default=paths.RESULTS, help="where records go (default: reports/results; a "
+        "sweep's table goes beside it, in ../sweeps) (Make: RESULTS)")
+    add("--runs-dir", type=Path, default=paths.RUNS, help="where run directories (logs, probe files) go (default: "
+        "runs) (Make: RUNS)")
     add("--data-dir", type=Path, default=None, help="where datasets live (default: $DATA_DIR or data/ in the "
         "checkout) (Make: DATA_DIR)")
     add("--dry-run", action="store_true", help="print every process with its host, argv and environment (for SLURM "

@@ -9,6 +9,7 @@ import shlex
 import signal
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from conftest import ROOT
@@ -123,6 +124,61 @@ def test_make_echoes_one_command_line_of_the_options_given_and_parses_them_as_th
     assert options == {**case, "--nodes": "1", **({"--repeat": "1"} if target != "tune" else {}),
                        "--gpus-per-node": "2", "--hostfile": "hostfiles/loopback4", "--runtime": "modules",
                        "--timeout": "60", "--wheels": "/w", "--modules": "a b", "--python": "/usr/bin/python3"}
+
+
+# the Makefile targets that write or read records: the variables each passes on (targets with runs pass RUNS too)
+RECORD_FOLDERS = {"run": ("RESULTS", "RUNS"), "tune": ("RESULTS", "RUNS"), "compare-frameworks": ("RESULTS", "RUNS"),
+                  "rerun": ("RESULTS", "RUNS"), "resume": ("RESULTS", "RUNS"), "check-site": ("RESULTS", "RUNS"),
+                  "report": ("RESULTS",), "query": ("RESULTS",)}
+
+
+@pytest.mark.parametrize("target", sorted(RECORD_FOLDERS))
+def test_make_passes_the_records_and_runs_folders_to_the_command(target):
+    """RESULTS and RUNS reach the command as the folders it writes and reads, parsed as the CLI parses them; left
+    out, the command keeps its defaults (reports/results, runs)."""
+    folders = {"RESULTS": "/study/results", "RUNS": "/study/runs"}
+    needed = ["RECORD=r.json", "SWEEP=s"]
+
+    def parsed(*variables: str) -> argparse.Namespace:
+        make = subprocess.run(["make", "-n", target, *needed, *variables], cwd=ROOT, capture_output=True, text=True)
+        line = next((line for line in make.stdout.splitlines() if " -m suite " in line), None)
+        assert make.returncode == 0 and line, make.stdout + make.stderr
+        argv = shlex.split(line.split(" -m suite ", 1)[1])
+        return cli.build_cli().parse_args(argv[:argv.index("--")] if "--" in argv else argv)
+
+    given = parsed(*(f"{name}={folders[name]}" for name in RECORD_FOLDERS[target]))
+    assert given.results_dir == Path(folders["RESULTS"])
+    if "RUNS" in RECORD_FOLDERS[target]:
+        assert given.runs_dir == Path(folders["RUNS"])
+    plain = parsed()
+    assert plain.results_dir == ROOT / "reports" / "results"
+    assert getattr(plain, "runs_dir", ROOT / "runs") == ROOT / "runs"
+
+
+def test_every_command_that_takes_a_records_folder_names_its_make_variable_where_make_passes_it():
+    """--results-dir's and --runs-dir's help names RESULTS and RUNS in the commands a Makefile target starts,
+    and only there (predict has no target)."""
+    targets = {"check-site": "check"}
+    started = {targets.get(target, target) for target in RECORD_FOLDERS}
+    for name, module in COMMANDS.items():
+        parser = argparse.ArgumentParser()
+        module.add_arguments(parser)
+        helps = {action.dest: action.help or "" for action in parser._actions}
+        if "results_dir" in helps:
+            assert ("(Make: RESULTS)" in helps["results_dir"]) == (name in started), name
+        if "runs_dir" in helps:
+            assert "(Make: RUNS)" in helps["runs_dir"], name
+
+
+def test_the_report_s_pages_go_beside_the_results_folder_unless_out_says_where(tmp_path):
+    """reports/results -> reports/, as a study's sweeps and tuning studies go beside its results folder."""
+    def request(*argv: str):
+        args = cli.build_cli().parse_args(["report", *argv])
+        return COMMANDS["report"].make_request(args, [], ["report", *argv])
+
+    assert request().out == ROOT / "reports"
+    assert request("--results-dir", str(tmp_path / "study" / "results")).out == tmp_path / "study"
+    assert request("--results-dir", str(tmp_path / "r"), "--out", str(tmp_path / "pages")).out == tmp_path / "pages"
 
 
 def test_run_tiny_of_an_unknown_case_is_refused_with_exit_2(capsys):
