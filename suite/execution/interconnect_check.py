@@ -14,9 +14,6 @@ from pathlib import Path
 from suite.analysis.network_figures import link_traffic, network_figures
 from suite.execution.plan import first_failure
 
-# The collective each stack checks with; a stack not named here gets "not available".
-APIS = {"pytorch-horovod": "horovod", "pytorch": "torch", "jax": "jax", "tensorflow": "tensorflow",
-        "mxnet": "mxnet"}
 SCRIPT = Path(__file__).parents[1] / "instack" / "allreduce_sweep.py"
 MIB = 2**20
 DEFAULT_GRADIENT = 100 * MIB  # a case without [scaling] parameters
@@ -49,10 +46,10 @@ def gradient_bytes(case_spec: dict) -> float:
 def run_check(checked, world, run_dir: Path, log, plan_for) -> dict:
     """Runs the sweep for one point through the case's launcher and the run's scheduler;
     plan_for(folder, script, argv) plans a program of the stack on the point's world."""
-    api = APIS.get(checked.stack.name)
+    api = checked.stack.collective
     if api is None:
-        return {"status": "not available", "reason": f"no all-reduce check for stack {checked.stack.name} "
-                                                     f"(there is one for {', '.join(sorted(APIS))})"}
+        return {"status": "not available", "reason": f"stack {checked.stack.name} names no collective to check "
+                                                     f"(`collective` in {checked.stack.dir / 'container.toml'})"}
     if world.devices < 2:
         return {"status": "not available", "reason": "one rank: nothing to all-reduce with"}
     folder = run_dir / "precheck"

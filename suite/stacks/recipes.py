@@ -18,6 +18,7 @@ from pathlib import Path
 
 from suite.base import paths
 from suite.base.errors import UsageError
+from suite.instack.allreduce_sweep import APIS as COLLECTIVES
 from suite.stacks.locks import lock_entries, lock_pins
 
 FLAVOURS = ("cpu", "cuda")
@@ -25,6 +26,7 @@ DESCRIPTION = "container.toml"
 DIGEST = re.compile(r"@sha256:[0-9a-f]{64}$")
 KEYS = {"base", "base_source", "python", "lock", "pip_extra_index", "apt", "build_env", "build_path", "prepare",
         "smoke", "check_build", "system_site_packages", "example_case", "no_local"}
+STACK_KEYS = {"collective"}  # the stack's own, at the top of container.toml only: no flavour changes them
 
 
 @dataclass(frozen=True)
@@ -60,6 +62,17 @@ class Stack:
     @property
     def recipe_sha256(self) -> str:
         return files_sha256(self.dir, self.recipe_files())
+
+    @property
+    def collective(self) -> str | None:
+        """The collective of the stack's framework that the interconnect check times (suite/instack/
+        allreduce_sweep.py's --api), as the top of container.toml names it; None where it names none."""
+        path = self.dir / DESCRIPTION
+        name = tomllib.loads(path.read_text()).get("collective") if path.exists() else None
+        if name is not None and name not in COLLECTIVES:
+            raise UsageError(f"{path}: collective {name!r} is not one the interconnect check knows "
+                             f"({', '.join(COLLECTIVES)})")
+        return name
 
 
 def files_sha256(root: Path, files: list[Path], extra: bytes = b"") -> str:
@@ -138,7 +151,7 @@ def load_flavour(stack: Stack, name: str) -> Flavour:
             return Flavour(stack, name)
         raise UsageError(f"stack {stack.name} has no container description ({path}), so no {name} flavour")
     spec = tomllib.loads(path.read_text())
-    merged = {k: v for k, v in spec.items() if not isinstance(v, dict)} | spec.get(name, {})
+    merged = {k: v for k, v in spec.items() if not isinstance(v, dict) and k not in STACK_KEYS} | spec.get(name, {})
     unknown = set(merged) - KEYS
     if unknown or name not in spec:
         raise UsageError(f"{path}: " + (f"unknown keys {sorted(unknown)}" if unknown else f"no [{name}] table"))
@@ -165,4 +178,5 @@ def load_stack(name: str) -> Stack:
     stack = Stack(name, stack_dir)
     for lock in stack_dir.glob("**/*.lock"):
         lock_pins(lock)
+    _ = stack.collective  # a collective the interconnect check does not know is refused here, before anything runs
     return stack

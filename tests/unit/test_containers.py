@@ -6,6 +6,7 @@ import re
 import shutil
 import subprocess
 import sys
+from types import SimpleNamespace
 
 import pytest
 from packaging.version import Version
@@ -14,7 +15,8 @@ from spython.main.parse.parsers import DockerParser, SingularityParser
 from suite import __version__
 from suite.base import paths
 from suite.base.errors import UsageError
-from suite.execution import image_builds
+from suite.execution import image_builds, interconnect_check
+from suite.instack import allreduce_sweep
 from suite.runtimes import apptainer, docker
 from suite.stacks import images, recipes
 from suite.stacks.install import ensure_installed
@@ -212,6 +214,34 @@ def test_description_errors_are_one_line(tmp_path, monkeypatch):
         images.load_flavour(load_stack("mxnet"), "cpu")
     with pytest.raises(UsageError, match="unknown flavour 'gpu'"):
         images.load_flavour(load_stack("mxnet"), "gpu")
+
+
+@pytest.mark.parametrize("name", sorted(p.parent.name for p in paths.CONTAINERS.glob("*/container.toml")))
+def test_every_stack_names_a_collective_that_the_interconnect_check_times(name):
+    assert load_stack(name).collective in allreduce_sweep.APIS
+
+
+def test_a_new_stack_s_collective_is_its_own_folder_s_word(tmp_path, monkeypatch):
+    """A stack of a known framework is one folder: its container.toml names the collective the interconnect check
+    times (no table elsewhere to edit); none named: the check is not available and says where to name it; a name
+    the check does not know, or one in a flavour's table, is refused in one line before anything runs."""
+    monkeypatch.setattr(paths, "CONTAINERS", tmp_path)
+    shutil.copytree(paths.ROOT / "containers" / "pytorch", tmp_path / "torch-nightly")
+    description = tmp_path / "torch-nightly" / "container.toml"
+    text = description.read_text()
+    assert load_stack("torch-nightly").collective == "torch"
+    checked = SimpleNamespace(stack=None)
+
+    description.write_text(text.replace('collective = "torch"', '# collective = "torch"'))
+    checked.stack = load_stack("torch-nightly")
+    found = interconnect_check.run_check(checked, None, tmp_path / "run", print, None)
+    assert found["status"] == "not available" and str(description) in found["reason"], found
+    description.write_text(text.replace('collective = "torch"', 'collective = "nccl"'))
+    with pytest.raises(UsageError, match=r"collective 'nccl' is not one the interconnect check knows \(torch,"):
+        load_stack("torch-nightly")
+    description.write_text(text.replace("[cpu]\n", '[cpu]\ncollective = "horovod"\n'))
+    with pytest.raises(UsageError, match=r"unknown keys \['collective'\]"):
+        recipes.load_flavour(load_stack("torch-nightly"), "cpu")
 
 
 def test_placeholder_base_is_refused_before_building():
