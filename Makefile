@@ -168,7 +168,8 @@ rerun: $(VENV)/.installed
 		$(call opt,--data-dir,$(DATA_DIR)) $(if $(call on,ALLOW_DRIFT),--allow-drift) \
 		$(if $(call on,DRY_RUN),--dry-run) $(folders))
 
-# make resume SWEEP=<sweep_id> [ALLOW_DRIFT=1] [DRY_RUN=1] [RESULTS=folder] [RUNS=folder]: the sweep's points without an ok record, run again
+# make resume SWEEP=<sweep_id> [ALLOW_DRIFT=1] [DRY_RUN=1] [RESULTS=folder] [RUNS=folder]: the sweep's points
+# without an ok record, run again
 resume: $(VENV)/.installed
 	$(SUITE) resume $(strip "$(SWEEP)" $(if $(call on,ALLOW_DRIFT),--allow-drift) $(if $(call on,DRY_RUN),--dry-run) \
 		$(folders))
