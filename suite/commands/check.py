@@ -6,6 +6,7 @@ path failed; 3: no path was available here, so nothing was checked; 130: interru
 from dataclasses import dataclass
 from pathlib import Path
 
+from suite.analysis import site_check
 from suite.analysis.site_check import EXIT_NOTHING_CHECKED
 from suite.base import paths
 from suite.base.errors import UsageError
@@ -48,6 +49,10 @@ def make_request(args, case_args: list[str], argv: list[str]) -> CheckRequest:
     common_args.no_case_args(NAME, case_args)
     if args.timeout <= 0:
         raise UsageError(f"--timeout must be a positive number of seconds, got {args.timeout:g}")
+    # the table is written once every path ran, maybe an hour later: where it goes is checked first
+    paths.refuse_unwritable(site_check.folder_of(args.results_dir), "the table, beside --results-dir (Make: "
+                            "RESULTS),", make=True)
+    paths.refuse_unwritable(args.runs_dir, "--runs-dir (Make: RUNS)", make=True)
     return request_of(CheckRequest, args)
 
 

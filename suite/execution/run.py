@@ -137,6 +137,7 @@ def check(req: RunRequest) -> Checked:
     placeholder = StackEnv(runtime.name, "/stack/bin")  # the real one exists only once the stack is prepared
     for world in worlds:  # a launcher's refusal must come now, not after earlier points ran
         plan_point(req, checked, world, placeholder, req.runs_dir / "check")
+    check_folders(req, sweep=len(worlds) > 1)
     return checked
 
 
@@ -145,6 +146,17 @@ def case_options(case: Case, case_args: list[str]) -> tuple[dict, batch_search.A
     then hold the batch the search starts from)."""
     search = batch_search.asked(case, case_args)
     return case.parse_options(search.args_at(case_args, search.start) if search else case_args), search
+
+
+def check_folders(req: RunRequest, sweep: bool) -> None:
+    """Records, run folders and a sweep's table can be written where they go: found out before anything runs
+    (by making them and a file in them, which leaves nothing, where the permissions allow it; not in a dry run),
+    not when the record of the work done cannot be written."""
+    folders = [(req.results_dir, "--results-dir (Make: RESULTS)"), (req.runs_dir, "--runs-dir (Make: RUNS)")]
+    if sweep:
+        folders.append((sweeps_folder(req.results_dir), "the sweep's table, beside --results-dir (Make: RESULTS),"))
+    for folder, what in folders:
+        paths.refuse_unwritable(folder, what, make=not req.dry_run)
 
 
 def site_options(req: RunRequest, runtime: str) -> None:

@@ -7,6 +7,8 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -152,11 +154,80 @@ def test_a_token_file_beyond_the_scan_is_left_to_the_ranks(tmp_path, monkeypatch
     (("query", "--results-dir", "README.md"), "--results-dir README.md is a file, not a folder"),
     (("report", "--results-dir", "README.md"), "--results-dir README.md is a file, not a folder"),
     (("report", "--out", "README.md"), "--out README.md is a file, not a folder"),
+    # check-site writes its table once every path ran, maybe an hour later
+    (("check", "--runs-dir", "README.md"), "--runs-dir (Make: RUNS) README.md: nothing can be written there: "
+                                           f"{ROOT / 'README.md'} is not a folder"),
+    (("check", "--results-dir", "README.md/results"), "the table, beside --results-dir (Make: RESULTS), "
+                                                      "README.md/site-checks: nothing can be written there: "
+                                                      f"{ROOT / 'README.md'} is not a folder"),
 ])
 def test_commands_refuse_dates_that_do_not_exist_and_files_for_folders(suite_cli, args, message):
     result = suite_cli(*args)
     assert result.returncode == 2 and result.stderr == f"error: {message}" + result.stderr.split(message, 1)[1]
     assert result.stderr.count("\n") == 1, result.stderr
+
+
+@pytest.mark.parametrize("folders, dry_run, message", [
+    (("--results-dir", "README.md"), True, f"--results-dir (Make: RESULTS) README.md: nothing can be written there: "
+                                           f"{ROOT / 'README.md'} is not a folder"),
+    (("--runs-dir", "README.md/runs"), True, f"--runs-dir (Make: RUNS) README.md/runs: nothing can be written "
+                                             f"there: {ROOT / 'README.md'} is not a folder"),
+    # what permissions cannot tell: a pseudo filesystem (a read-only one, a root-squashed share), found by making
+    # the folder and a file in it (not in a dry run), which leaves nothing
+    (("--results-dir", "/proc/hpc-dl-bench/results"), False, "--results-dir (Make: RESULTS) /proc/hpc-dl-bench/"
+                                                            "results: nothing can be written there: "),
+])
+def test_a_run_whose_record_could_not_be_written_is_refused_before_launch(tmp_path, folders, dry_run, message):
+    """Not found once the work is done, when its record cannot be written (a traceback and the record lost)."""
+    asked = {"--results-dir": str(tmp_path / "results"), "--runs-dir": str(tmp_path / "runs")}
+    asked[folders[0]] = folders[1]
+    result = subprocess.run([sys.executable, "-m", "suite", "run", "--case", "pytorch-ddp", "--tiny",
+                             *(["--dry-run"] if dry_run else []), *(x for pair in asked.items() for x in pair)],
+                            cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
+    assert result.stderr.startswith(f"error: {message}") and "suite: run" not in result.stdout, result.stderr
+    assert not any((tmp_path / name).exists() for name in ("results", "runs"))
+
+
+def test_a_sweep_s_table_must_be_writable_beside_its_records_folder(tmp_path):
+    (tmp_path / "sweeps").write_text("a file where the sweep's tables go")
+    result = subprocess.run([sys.executable, "-m", "suite", "run", "--case", "pytorch-ddp", "--tiny", "--dry-run",
+                             "--gpus-per-node", "1,2", "--results-dir", str(tmp_path / "results"),
+                             "--runs-dir", str(tmp_path / "runs")], cwd=ROOT, capture_output=True, text=True,
+                            timeout=300)
+    assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
+    assert f"the sweep's table, beside --results-dir (Make: RESULTS), {tmp_path / 'sweeps'}: nothing can be " \
+           f"written there: {tmp_path / 'sweeps'} is not a folder" in result.stderr
+
+
+@pytest.fixture
+def open_folder():
+    """A folder of /tmp that any user may enter (pytest's own are root's alone)."""
+    folder = Path(tempfile.mkdtemp(prefix="hpc-dl-bench-folders-"))
+    folder.chmod(0o755)
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_a_folder_the_user_may_not_write_or_reach_is_named_before_anything_is_made(open_folder):
+    """As a user without root (root's permission checks pass everywhere): `nobody` through setpriv where these
+    tests run as root, with Debian's own Python, which any user may run (the checkout is world-readable)."""
+    shut, closed = open_folder / "shut", open_folder / "closed"
+    shut.mkdir(mode=0o555)
+    closed.mkdir(mode=0o700)
+    code = ("import sys; from suite.base import paths; "
+            "print(*(f'{paths.unwritable(p)}|{paths.unwritable_made(p)}' for p in sys.argv[1:]), sep='\\n')")
+    argv = [sys.executable, "-c", code, str(shut / "results"), str(closed / "results")]
+    if os.geteuid() == 0:
+        argv = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "/usr/bin/python3", *argv[1:]]
+    found = subprocess.run(argv, env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True)
+    assert found.returncode == 0, found.stderr
+    (named, made), (unreached, _) = (line.split("|") for line in found.stdout.splitlines())
+    assert named == f"{shut} may not be written by this user" and made.startswith("Permission denied")
+    assert unreached == f"{closed / 'results'} cannot be reached by this user (a folder above it may not be entered)"
+    assert not (shut / "results").exists() and not (closed / "results").exists()
+    assert paths.unwritable(open_folder / "a" / "b") is None and not (open_folder / "a").exists()
+    assert paths.unwritable_made(open_folder / "a" / "b") is None and not (open_folder / "a").exists()  # no trace
 
 
 def failing_nvidia_smi(folder):
