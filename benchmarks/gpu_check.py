@@ -65,6 +65,7 @@ from suite.analysis.diagnosis import run_gpus, summary_line, unmatched_gpus  # n
 from suite.analysis.peaks import datasheet_peak  # noqa: E402 (after sys.path is set)
 from suite.analysis.references import summary_line as published_line  # noqa: E402 (after sys.path is set)
 from suite.analysis.utilisation import device_name_of  # noqa: E402 (after sys.path is set)
+from suite.base import paths  # noqa: E402 (after sys.path is set)
 from suite.base.errors import UsageError  # noqa: E402 (after sys.path is set)
 from suite.execution.console import timeline_text  # noqa: E402 (after sys.path is set)
 from suite.execution.request import from_argv  # noqa: E402 (after sys.path is set)
@@ -613,6 +614,7 @@ def main(argv: list[str] | None = None, sides_factory=Sides) -> int:
         return 2
     try:
         entries = selected(args.only, args.quick)
+        paths.refuse_unwritable(args.results_dir, "--results-dir", make=True)  # the results come at the end
         kept = args.results_dir / f"{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}-gpu-check-runs"
         with tempfile.TemporaryDirectory(prefix="gpu-check-") as caches:
             sides = sides_factory(run_options, kept, "tiny" if args.tiny else "full", args.min_seconds,

@@ -46,6 +46,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from suite.base import paths  # noqa: E402 (after sys.path is set)
+from suite.base.errors import UsageError  # noqa: E402 (after sys.path is set)
 from suite.inputs.cases import load_case, option_args  # noqa: E402 (after sys.path is set)
 from suite.inputs.host_gpus import host_gpus  # noqa: E402 (after sys.path is set)
 from suite.instack.cpu_binding import parse_cpu_list  # noqa: E402 (after sys.path is set)
@@ -481,6 +483,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     size = "tiny" if args.tiny else "medium" if args.medium else "full"
     rounds = args.rounds or (2 if size == "tiny" else 3)
+    try:  # the results are written once every measurement ran, maybe an hour later
+        paths.refuse_unwritable(args.out, "--out", make=True)
+    except UsageError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     with tempfile.TemporaryDirectory(prefix="bench-") as work:
         bench = Bench(size, rounds, Path(work))
         for name in args.only or MEASUREMENTS:

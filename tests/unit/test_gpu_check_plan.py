@@ -278,6 +278,19 @@ def test_only_narrows_the_cases_and_an_unknown_name_is_refused(check, tmp_path, 
     assert capsys.readouterr().err.startswith("error: --only: no case nothing")
 
 
+def test_a_results_folder_that_cannot_be_written_is_refused_before_any_side_runs(check, capsys, monkeypatch):
+    """The results are written at the end, minutes of GPU time later: checked first, as `make bench` checks --out."""
+    monkeypatch.setattr(check, "host_gpus", lambda: 1)
+    started = []
+    assert check.main(["--quick", "--results-dir", "README.md"], sides_factory=lambda *a: started.append(a)) == 2
+    assert capsys.readouterr().err == (f"error: --results-dir README.md: nothing can be written there: "
+                                       f"{check.ROOT / 'README.md'} is not a folder\n")
+    assert not started
+    harness = load("harness", "benchmarks/harness.py")
+    assert harness.main(["--tiny", "--only", "report_10k_records", "--out", "README.md/bench"]) == 2
+    assert capsys.readouterr().err.startswith("error: --out README.md/bench: nothing can be written there: ")
+
+
 def test_without_a_gpu_it_says_so_in_one_line_and_exits_2(check, capsys, monkeypatch):
     monkeypatch.setattr(check, "host_gpus", lambda: 0)
     assert check.main(["--quick"]) == 2
