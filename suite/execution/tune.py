@@ -11,6 +11,7 @@ import time
 from dataclasses import replace
 
 from suite.analysis.tuning import study_lines, tune_folder
+from suite.base import paths
 from suite.base.errors import INTERRUPTED, UsageError
 from suite.base.jsonfile import write_json_atomic
 from suite.base.log import log
@@ -30,6 +31,8 @@ def tune(req: RunRequest, budget_s: float) -> int:
         raise UsageError(f"case {checked.case.name} has nothing to tune: its case.toml has no [tune] settings")
     if len(checked.worlds) != 1:
         raise UsageError("tune measures one point: give NODES and GPUS_PER_NODE one value each")
+    # the study is written once the trials ran, up to the budget later: where it goes is checked first
+    paths.refuse_unwritable(tune_folder(req.results_dir), "the study, beside --results-dir (Make: RESULTS),", make=True)
     stack_env = runner.prepare(req, checked)
     runner.check_stack(req, checked, stack_env)
     study = {"tune_id": f"{utc_now().replace(':', '').replace('-', '')}-{checked.case.name}-tune",

@@ -2,6 +2,7 @@
 budget stops it, and the preset it writes, over trials a fake answers; `--preset tuned:FILE` read back; the
 study's table. The real study at tiny sizes is in tests/integration/test_tune_study.py."""
 
+import re
 from dataclasses import replace
 from pathlib import Path
 
@@ -167,6 +168,15 @@ def test_a_preset_where_nothing_beat_the_run_as_asked_adds_nothing_and_is_taken_
 def test_named_presets_and_other_arguments_pass_through():
     args = ["--preset", "h100", "--batch-size", "4"]
     assert tuned_presets.expand("pytorch-gpt", args) == args
+
+
+def test_a_study_that_could_not_be_written_is_refused_before_the_first_trial(fake_runs, tmp_path):
+    (tmp_path / "tune").write_text("a file where the studies go")
+    trials = Trials(speed_of)
+    said = f"the study, beside --results-dir (Make: RESULTS), {tmp_path / 'tune'}: nothing can be written there: "
+    with pytest.raises(UsageError, match=f"^{re.escape(said)}.* is not a folder$"):
+        fake_runs(trials)
+    assert trials.asked == []
 
 
 def test_a_budget_out_of_range_is_refused(tmp_path):
