@@ -7,7 +7,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from suite.analysis import site_check
-from suite.analysis.site_check import EXIT_NOTHING_CHECKED
 from suite.base import paths
 from suite.base.errors import UsageError
 from suite.commands import common_args
@@ -18,7 +17,7 @@ from suite.execution.site_runner import PATH_TIMEOUT_S, check_site
 NAME = "check"
 HELP = ("the acceptance test of a port: every path the profile (or this host) offers, each case at its tiny sizes "
         "through each runtime and launcher, in one table (ok, failed, not available here, and why); exit 1 when an "
-        f"available path failed, {EXIT_NOTHING_CHECKED} when none was available")
+        f"available path failed, {site_check.EXIT_NOTHING_CHECKED} when none was available")
 
 
 @dataclass(frozen=True)
