@@ -614,7 +614,7 @@ def main(argv: list[str] | None = None, sides_factory=Sides) -> int:
         return 2
     try:
         entries = selected(args.only, args.quick)
-        paths.refuse_unwritable(args.results_dir, "--results-dir", make=True)  # the results come at the end
+        paths.refuse_unwritable(args.results_dir, "--results-dir")  # the results come at the end
         kept = args.results_dir / f"{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}-gpu-check-runs"
         with tempfile.TemporaryDirectory(prefix="gpu-check-") as caches:
             sides = sides_factory(run_options, kept, "tiny" if args.tiny else "full", args.min_seconds,

@@ -484,7 +484,7 @@ def main(argv: list[str] | None = None) -> int:
     size = "tiny" if args.tiny else "medium" if args.medium else "full"
     rounds = args.rounds or (2 if size == "tiny" else 3)
     try:  # the results are written once every measurement ran, maybe an hour later
-        paths.refuse_unwritable(args.out, "--out", make=True)
+        paths.refuse_unwritable(args.out, "--out")
     except UsageError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -1,7 +1,6 @@
 """Where things are: the checkout's folders (cases, containers, hostfiles, results, runs), and the folders
 outside it that the environment may move (data, the user's cache, local stacks)."""
 
-import contextlib
 import os
 import tempfile
 from pathlib import Path
@@ -16,9 +15,12 @@ RESULTS = ROOT / "reports" / "results"
 RUNS = ROOT / "runs"
 
 
-def unwritable(folder: Path) -> str | None:
-    """Why nothing can be written in `folder` (it, or the nearest of its parents that is there, is not a folder or
-    may not be written), or None; it creates nothing."""
+def unwritable(folder: Path, try_a_file: bool = True) -> str | None:
+    """Why nothing can be written in `folder`, or None. Where it is not there yet, the nearest folder above it that
+    is stands for it (the folder is made there). Its permissions first; then, with try_a_file, a file made and
+    removed there (without a name where the kernel allows), for what permissions cannot tell: a read-only or pseudo
+    filesystem, root on a root-squashed share. It leaves nothing, and makes no folder another run could see
+    come and go."""
     folder = Path(folder).absolute()
     try:
         there = next(p for p in (folder, *folder.parents) if p.exists() or p.is_symlink())
@@ -28,32 +30,18 @@ def unwritable(folder: Path) -> str | None:
         return f"{there} is not a folder"
     if not os.access(there, os.W_OK | os.X_OK):
         return f"{there} may not be written by this user"
+    if try_a_file:
+        try:
+            with tempfile.TemporaryFile(dir=there):
+                pass
+        except OSError as exc:
+            return f"no file can be made in {there}: {exc.strerror or exc}"
     return None
 
 
-def unwritable_made(folder: Path) -> str | None:
-    """Why `folder` could not be made (with its parents) and a file written in it, or None: what unwritable cannot
-    tell from permissions (a read-only or pseudo filesystem, root on a root-squashed share). It leaves nothing:
-    the file goes at once, the folders it made after it."""
-    folder, made = Path(folder).absolute(), []
-    try:
-        made = [p for p in (folder, *folder.parents) if not p.exists()]  # the deepest first
-        folder.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryFile(dir=folder):
-            pass
-    except OSError as exc:
-        return f"{exc.strerror or exc} ({exc.filename or folder})"
-    finally:
-        for path in made:
-            with contextlib.suppress(OSError):  # not made after all, or filled meanwhile by another run
-                path.rmdir()
-    return None
-
-
-def refuse_unwritable(folder: Path, what: str, make: bool) -> None:
-    """UsageError (one line, exit 2) where nothing can be written in `folder`, which `what` names; make: by making
-    it and a file in it too (leaving nothing), else by its permissions alone (a dry run)."""
-    problem = unwritable(folder) or (unwritable_made(folder) if make else None)
+def refuse_unwritable(folder: Path, what: str, try_a_file: bool = True) -> None:
+    """UsageError (one line, exit 2) where nothing can be written in `folder`, which `what` names (unwritable)."""
+    problem = unwritable(folder, try_a_file)
     if problem:
         raise UsageError(f"{what} {folder}: nothing can be written there: {problem}")
 

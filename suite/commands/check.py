@@ -50,8 +50,8 @@ def make_request(args, case_args: list[str], argv: list[str]) -> CheckRequest:
         raise UsageError(f"--timeout must be a positive number of seconds, got {args.timeout:g}")
     # the table is written once every path ran, maybe an hour later: where it goes is checked first
     paths.refuse_unwritable(site_check.folder_of(args.results_dir), "the table, beside --results-dir (Make: "
-                            "RESULTS),", make=True)
-    paths.refuse_unwritable(args.runs_dir, "--runs-dir (Make: RUNS)", make=True)
+                            "RESULTS),")
+    paths.refuse_unwritable(args.runs_dir, "--runs-dir (Make: RUNS)")
     return request_of(CheckRequest, args)
 
 

@@ -150,13 +150,13 @@ def case_options(case: Case, case_args: list[str]) -> tuple[dict, batch_search.A
 
 def check_folders(req: RunRequest, sweep: bool) -> None:
     """Records, run folders and a sweep's table can be written where they go: found out before anything runs
-    (by making them and a file in them, which leaves nothing, where the permissions allow it; not in a dry run),
-    not when the record of the work done cannot be written."""
+    (a dry run by the permissions alone: it writes nothing), not when the record of the work done cannot be
+    written."""
     folders = [(req.results_dir, "--results-dir (Make: RESULTS)"), (req.runs_dir, "--runs-dir (Make: RUNS)")]
     if sweep:
         folders.append((sweeps_folder(req.results_dir), "the sweep's table, beside --results-dir (Make: RESULTS),"))
     for folder, what in folders:
-        paths.refuse_unwritable(folder, what, make=not req.dry_run)
+        paths.refuse_unwritable(folder, what, try_a_file=not req.dry_run)
 
 
 def site_options(req: RunRequest, runtime: str) -> None:

@@ -32,7 +32,7 @@ def tune(req: RunRequest, budget_s: float) -> int:
     if len(checked.worlds) != 1:
         raise UsageError("tune measures one point: give NODES and GPUS_PER_NODE one value each")
     # the study is written once the trials ran, up to the budget later: where it goes is checked first
-    paths.refuse_unwritable(tune_folder(req.results_dir), "the study, beside --results-dir (Make: RESULTS),", make=True)
+    paths.refuse_unwritable(tune_folder(req.results_dir), "the study, beside --results-dir (Make: RESULTS),")
     stack_env = runner.prepare(req, checked)
     runner.check_stack(req, checked, stack_env)
     study = {"tune_id": f"{utc_now().replace(':', '').replace('-', '')}-{checked.case.name}-tune",

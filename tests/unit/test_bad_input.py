@@ -172,10 +172,11 @@ def test_commands_refuse_dates_that_do_not_exist_and_files_for_folders(suite_cli
                                            f"{ROOT / 'README.md'} is not a folder"),
     (("--runs-dir", "README.md/runs"), True, f"--runs-dir (Make: RUNS) README.md/runs: nothing can be written "
                                              f"there: {ROOT / 'README.md'} is not a folder"),
-    # what permissions cannot tell: a pseudo filesystem (a read-only one, a root-squashed share), found by making
-    # the folder and a file in it (not in a dry run), which leaves nothing
+    # what permissions cannot tell: a pseudo filesystem (a read-only one, a root-squashed share), found by making a
+    # file where the folder would be made (not in a dry run), which leaves nothing
     (("--results-dir", "/proc/hpc-dl-bench/results"), False, "--results-dir (Make: RESULTS) /proc/hpc-dl-bench/"
-                                                            "results: nothing can be written there: "),
+                                                            "results: nothing can be written there: no file can be "
+                                                            "made in /proc: "),
 ])
 def test_a_run_whose_record_could_not_be_written_is_refused_before_launch(tmp_path, folders, dry_run, message):
     """Not found once the work is done, when its record cannot be written (a traceback and the record lost)."""
@@ -216,18 +217,18 @@ def test_a_folder_the_user_may_not_write_or_reach_is_named_before_anything_is_ma
     shut.mkdir(mode=0o555)
     closed.mkdir(mode=0o700)
     code = ("import sys; from suite.base import paths; "
-            "print(*(f'{paths.unwritable(p)}|{paths.unwritable_made(p)}' for p in sys.argv[1:]), sep='\\n')")
+            "print(*(f'{paths.unwritable(p, False)}|{paths.unwritable(p)}' for p in sys.argv[1:]), sep='\\n')")
     argv = [sys.executable, "-c", code, str(shut / "results"), str(closed / "results")]
     if os.geteuid() == 0:
         argv = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "/usr/bin/python3", *argv[1:]]
     found = subprocess.run(argv, env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True)
     assert found.returncode == 0, found.stderr
-    (named, made), (unreached, _) = (line.split("|") for line in found.stdout.splitlines())
-    assert named == f"{shut} may not be written by this user" and made.startswith("Permission denied")
+    (named, tried), (unreached, _) = (line.split("|") for line in found.stdout.splitlines())
+    assert named == tried == f"{shut} may not be written by this user"
     assert unreached == f"{closed / 'results'} cannot be reached by this user (a folder above it may not be entered)"
     assert not (shut / "results").exists() and not (closed / "results").exists()
-    assert paths.unwritable(open_folder / "a" / "b") is None and not (open_folder / "a").exists()
-    assert paths.unwritable_made(open_folder / "a" / "b") is None and not (open_folder / "a").exists()  # no trace
+    assert paths.unwritable(open_folder / "a" / "b") is None  # a file tried where "a" would be made, and gone
+    assert sorted(open_folder.iterdir()) == [closed, shut]
 
 
 def failing_nvidia_smi(folder):
