@@ -6,6 +6,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 
+from suite.base import paths
 from suite.base.errors import UsageError
 from suite.execution import plugins
 from suite.stacks import wheelhouse
@@ -96,6 +97,8 @@ def build(stack: str | None, flavour: str | None, tool: str, base: str = "pinned
     for fl in flavours:
         check_buildable(fl)
     chosen = builder(tool, base, flavours)
+    # the wheel folder, the images and their metadata go there, some only once a long build is done
+    paths.refuse_unwritable(build_dir(), "the images' folder (SUITE_IMAGE_DIR)")
     if base == "docker":  # a SIF made from the Docker image, which installed the packages: no wheel folder
         return built_in_turns(chosen, flavours, BuildInputs(base), jobs, log)
     if wheels is None:

@@ -282,6 +282,19 @@ def test_installed_local_stack_has_the_versions_of_its_lock(name):
     assert not wrong
 
 
+def test_an_images_folder_where_nothing_can_be_written_is_refused_before_any_build(monkeypatch):
+    """The images and their metadata are written once a build is done, minutes later: the folder is checked once
+    the tool is (a stand-in for the tool here: no engine is asked)."""
+    monkeypatch.setenv("SUITE_IMAGE_DIR", "README.md/images")
+    builds = []
+    monkeypatch.setattr(image_builds, "builder", lambda tool, base, flavours: SimpleNamespace(
+        build_image=lambda *args: builds.append(args)))
+    with pytest.raises(UsageError, match=r"^the images' folder \(SUITE_IMAGE_DIR\) README.md/images: nothing can be "
+                                         r"written there: .*README.md is not a folder$"):
+        image_builds.build("pytorch", "cpu", "docker", wheels=paths.ROOT / "wheels-never-read")
+    assert not builds
+
+
 @pytest.mark.parametrize("args, path, message", [
     (("--base", "debian", "--stack", "pytorch"), "/nonexistent",
      "error: BASE=debian needs mmdebstrap or debootstrap on PATH (Debian: apt-get install mmdebstrap)"),
