@@ -1,5 +1,6 @@
 """Where things are: the checkout's folders (cases, containers, hostfiles, results, runs), and the folders
-outside it that the environment may move (data, the user's cache, local stacks)."""
+outside it that the environment may move (data, the user's cache, local stacks); and whether a folder where
+results go can be written, asked before the work that fills it."""
 
 import os
 import tempfile
