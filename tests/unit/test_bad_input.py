@@ -1,6 +1,7 @@
 """Bad input of every kind is refused before launch in one line: case options and the relations between
 them, the format of a case's data files, module names, dates and folders of the commands that read records."""
 
+import json
 import os
 import pickle
 import re
@@ -203,27 +204,50 @@ def test_a_sweep_s_table_must_be_writable_beside_its_records_folder(tmp_path):
 
 @pytest.fixture
 def open_folder():
-    """A folder of /tmp that any user may enter (pytest's own are root's alone)."""
-    folder = Path(tempfile.mkdtemp(prefix="hpc-dl-bench-folders-"))
+    """A folder that any user may enter: under /tmp itself, since TMPDIR and pytest's folders may be private (the
+    interpreter matrix gives each run a TMPDIR of its own, mode 700)."""
+    folder = Path(tempfile.mkdtemp(prefix="hpc-dl-bench-folders-", dir="/tmp"))
     folder.chmod(0o755)
     yield folder
+    for inside in folder.iterdir():
+        inside.chmod(0o755)  # what a test closed, opened for its removal
     shutil.rmtree(folder, ignore_errors=True)
 
 
+def as_another_user(function, *args):
+    """function(*args) as a user without root (root's permission checks pass everywhere): where the tests run as
+    root, in a child process turned into `nobody`, which has every module it needs loaded already, so that it
+    reads neither the checkout nor the interpreter (either may be in a folder only root may enter)."""
+    if os.geteuid() != 0:
+        return function(*args)
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: nothing of pytest's runs here, it ends with os._exit
+        status = 1
+        try:
+            os.close(read)
+            os.setgroups([])
+            os.setgid(65534)
+            os.setuid(65534)
+            os.write(write, json.dumps(function(*args)).encode())
+            status = 0
+        finally:
+            os._exit(status)
+    os.close(write)
+    with os.fdopen(read) as said:
+        answer = said.read()
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0, answer
+    return json.loads(answer)
+
+
 def test_a_folder_the_user_may_not_write_or_reach_is_named_before_anything_is_made(open_folder):
-    """As a user without root (root's permission checks pass everywhere): `nobody` through setpriv where these
-    tests run as root, with Debian's own Python, which any user may run (the checkout is world-readable)."""
     shut, closed = open_folder / "shut", open_folder / "closed"
     shut.mkdir(mode=0o555)
-    closed.mkdir(mode=0o700)
-    code = ("import sys; from suite.base import paths; "
-            "print(*(f'{paths.unwritable(p, False)}|{paths.unwritable(p)}' for p in sys.argv[1:]), sep='\\n')")
-    argv = [sys.executable, "-c", code, str(shut / "results"), str(closed / "results")]
-    if os.geteuid() == 0:
-        argv = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "/usr/bin/python3", *argv[1:]]
-    found = subprocess.run(argv, env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True)
-    assert found.returncode == 0, found.stderr
-    (named, tried), (unreached, _) = (line.split("|") for line in found.stdout.splitlines())
+    closed.mkdir(mode=0o000)  # not even its owner enters it (where the tests do not run as root)
+    named, tried, unreached = as_another_user(lambda: [paths.unwritable(shut / "results", False),
+                                                       paths.unwritable(shut / "results"),
+                                                       paths.unwritable(closed / "results")])
     assert named == tried == f"{shut} may not be written by this user"
     assert unreached == f"{closed / 'results'} cannot be reached by this user (a folder above it may not be entered)"
     assert not (shut / "results").exists() and not (closed / "results").exists()
