@@ -33,6 +33,9 @@ STACK_KEYS = {"collective"}  # the stack's own, at the top of container.toml onl
 class Stack:
     name: str
     dir: Path
+    # the collective of the stack's framework that the interconnect check times (suite/instack/allreduce_sweep.py's
+    # --api), as the top of container.toml names it (load_stack reads it); None where it names none
+    collective: str | None = None
 
     @property
     def lock(self) -> Path:
@@ -62,17 +65,6 @@ class Stack:
     @property
     def recipe_sha256(self) -> str:
         return files_sha256(self.dir, self.recipe_files())
-
-    @property
-    def collective(self) -> str | None:
-        """The collective of the stack's framework that the interconnect check times (suite/instack/
-        allreduce_sweep.py's --api), as the top of container.toml names it; None where it names none."""
-        path = self.dir / DESCRIPTION
-        name = tomllib.loads(path.read_text()).get("collective") if path.exists() else None
-        if name is not None and name not in COLLECTIVES:
-            raise UsageError(f"{path}: collective {name!r} is not one the interconnect check knows "
-                             f"({', '.join(COLLECTIVES)})")
-        return name
 
 
 def files_sha256(root: Path, files: list[Path], extra: bytes = b"") -> str:
@@ -175,8 +167,16 @@ def load_stack(name: str) -> Stack:
     if not (stack_dir / "requirements.lock").exists():
         known = sorted(p.parent.name for p in paths.CONTAINERS.glob("*/requirements.lock"))
         raise UsageError(f"unknown stack '{name}' (known stacks: {', '.join(known)})")
-    stack = Stack(name, stack_dir)
     for lock in stack_dir.glob("**/*.lock"):
         lock_pins(lock)
-    _ = stack.collective  # a collective the interconnect check does not know is refused here, before anything runs
-    return stack
+    return Stack(name, stack_dir, described_collective(stack_dir / DESCRIPTION))
+
+
+def described_collective(path: Path) -> str | None:
+    """The `collective` at the top of a container.toml (None without one); a name the interconnect check does
+    not know is refused here, before anything runs."""
+    name = tomllib.loads(path.read_text()).get("collective") if path.exists() else None
+    if name is not None and name not in COLLECTIVES:
+        raise UsageError(f"{path}: collective {name!r} is not one the interconnect check knows "
+                         f"({', '.join(COLLECTIVES)})")
+    return name
