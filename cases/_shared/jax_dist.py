@@ -38,11 +38,13 @@ def first_slurm_node() -> str:
     return nodes[0]
 
 
-def start(where: dict, no_cuda: bool) -> str:
+def start(where: dict, no_cuda: bool, cpu_dispatch: str) -> str:
     """Sets JAX up for this process and joins the others; the platform its devices are ("gpu" or "cpu").
 
     On a CPU: this process bound to its share of the node's cores where --cpu-bind asks (the share's
-    size in where["threads"]), JAX's CPU platform alone, and Gloo for the collectives between processes.
+    size in where["threads"]), JAX's CPU platform alone, Gloo for the collectives between processes, and
+    each step run in the calling thread where cpu_dispatch is "inline" (JAX's asynchronous dispatch on a CPU
+    can take the next step's buffers before the last step's are freed: a step's memory twice, or not, by turns).
     On GPUs, where the stack has JAX's CUDA or ROCm plugin and the host lists a GPU
     (suite/instack/jax_platforms.py; the cpu flavour on a GPU host trains on the CPU, and the probe then
     refuses a run the runner asked on GPUs): one GPU per process, its local rank's."""
@@ -57,6 +59,8 @@ def start(where: dict, no_cuda: bool) -> str:
             jax.config.update("jax_cpu_collectives_implementation", "gloo")
         except (AttributeError, KeyError, ValueError):  # a jax whose CPU collectives are Gloo without asking
             pass
+        if cpu_dispatch == "inline":  # read when JAX makes its CPU backend: before jax.devices() below
+            jax.config.update("jax_cpu_enable_async_dispatch", False)
     if where["world"] > 1:
         jax.distributed.initialize(coordinator_address=where["coordinator"], num_processes=where["world"],
                                    process_id=where["rank"],

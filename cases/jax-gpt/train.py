@@ -37,7 +37,7 @@ def main() -> None:
     announce()
     args = parse_case_args(__file__)
     where = place()
-    platform = start(where, args.no_cuda)
+    platform = start(where, args.no_cuda, args.cpu_dispatch)
 
     import jax
     import numpy as np

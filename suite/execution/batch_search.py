@@ -22,13 +22,14 @@ MAX = "max"
 CEILING = 1 << 16  # a batch no device trains: the search's last resort where nothing else bounds it
 HOST_SHARE = 0.8  # of the memory a host has available, what the ranks on it may be predicted to take
 MEMORY_AVAILABLE = ("sh", "-c", "grep '^MemAvailable:' /proc/meminfo")
-# What frameworks say when an allocation fails: PyTorch (CUDA and CPU), XLA, Python, C++, MXNet, TensorFlow.
+# What frameworks say when an allocation fails: PyTorch (CUDA and CPU), XLA, Python, C++, MXNet, TensorFlow, and
+# jaxlib's CPU kernels (YNNPACK: "allocate of <8> failed.", before an INTERNAL error that does not say why).
 OUT_OF_MEMORY = re.compile(r"out of memory|OutOfMemoryError|RESOURCE_EXHAUSTED|can't allocate memory|"
                            r"Cannot allocate memory|\bMemoryError\b|std::bad_alloc|OOM when allocating|"
-                           r"failed to allocate", re.IGNORECASE)
+                           r"failed to allocate|allocate of <\d+> failed", re.IGNORECASE)
 LOG_LINES_READ = 400  # of each process's log, from its end
 MEASUREMENT_RETRIES = 3  # smaller batches measured where the one found runs out of memory with the run's steps
-# (jax-gpt on a CPU under an address-space limit has needed three: its measurement maps more than its trials)
+# (where memory differs from run to run, as JAX's on a CPU with its asynchronous dispatch: --cpu-dispatch)
 TRIAL_TIMEOUT_S = 600.0  # a trial's time limit (the case's, where shorter): a batch slower than this bounds the search
 
 

@@ -22,6 +22,8 @@ SAID_BY = {
                   "capacity of 79.10 GiB of which 1.2 GiB is free.",
     "torch cpu": TORCH_CPU,
     "xla": "jax.errors.JaxRuntimeError: RESOURCE_EXHAUSTED: Out of memory allocating 862749952 bytes.",
+    "jaxlib cpu kernels": "allocate of <8> failed.\n"
+                          "jax.errors.JaxRuntimeError: INTERNAL: YNNPACK operation failed: error",
     "python": "MemoryError",
     "c++": "terminate called after throwing an instance of 'std::bad_alloc'",
     "tensorflow": "ResourceExhaustedError: OOM when allocating tensor with shape[256,64,112,112]",
