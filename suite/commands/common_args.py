@@ -31,9 +31,11 @@ def run_case_args(case: str, tiny: bool, case_args: list[str]) -> list[str]:
     return [*sizes, *tuned_presets.expand(case, case_args)]
 
 
-def refuse_file_for_folder(path: Path, given: str) -> None:
-    """Refuses a path that is there but is not a folder (a folder not there yet is left to the command)."""
-    if path.exists() and not path.is_dir():
+def refuse_no_folder_to_read(path: Path, given: str) -> None:
+    """Refuses a folder to read from that is not there, or is a file (a mistyped one would read as empty)."""
+    if not path.exists():
+        raise UsageError(f"{given} {path}: no such folder")
+    if not path.is_dir():
         raise UsageError(f"{given} {path} is a file, not a folder")
 
 

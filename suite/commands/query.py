@@ -42,7 +42,7 @@ def add_arguments(parser) -> None:
 
 def make_request(args, case_args: list[str], argv: list[str]) -> QueryRequest:
     common_args.no_case_args(NAME, case_args)
-    common_args.refuse_file_for_folder(args.results_dir, "--results-dir")
+    common_args.refuse_no_folder_to_read(args.results_dir, "--results-dir")
     return request_of(QueryRequest, args)
 
 

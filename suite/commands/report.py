@@ -4,6 +4,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from suite.base import paths
 from suite.commands import common_args
 from suite.execution.request import request_of
 
@@ -27,8 +28,8 @@ def add_arguments(parser) -> None:
 def make_request(args, case_args: list[str], argv: list[str]) -> ReportRequest:
     common_args.no_case_args(NAME, case_args)
     args.out = args.out or args.results_dir.resolve().parent
-    common_args.refuse_file_for_folder(args.results_dir, "--results-dir")
-    common_args.refuse_file_for_folder(args.out, "--out")
+    common_args.refuse_no_folder_to_read(args.results_dir, "--results-dir")
+    paths.refuse_unwritable(args.out, "--out")  # before the records are read: a report of 10,000 takes a while
     return request_of(ReportRequest, args)
 
 

@@ -154,7 +154,12 @@ def test_a_token_file_beyond_the_scan_is_left_to_the_ranks(tmp_path, monkeypatch
     (("query", "--until", "2026-11-01T25:00"), "until '2026-11-01T25:00': a UTC date"),
     (("query", "--results-dir", "README.md"), "--results-dir README.md is a file, not a folder"),
     (("report", "--results-dir", "README.md"), "--results-dir README.md is a file, not a folder"),
-    (("report", "--out", "README.md"), "--out README.md is a file, not a folder"),
+    (("report", "--results-dir", "reports/resutls"), "--results-dir reports/resutls: no such folder"),
+    (("query", "--results-dir", "reports/resutls"), "--results-dir reports/resutls: no such folder"),
+    (("report", "--out", "README.md"), f"--out README.md: nothing can be written there: {ROOT / 'README.md'} is not "
+                                       "a folder"),
+    (("report", "--out", "/proc/hpc-dl-bench"), "--out /proc/hpc-dl-bench: nothing can be written there: no file "
+                                                "can be made in /proc: "),
     # check-site writes its table once every path ran, maybe an hour later
     (("check", "--runs-dir", "README.md"), "--runs-dir (Make: RUNS) README.md: nothing can be written there: "
                                            f"{ROOT / 'README.md'} is not a folder"),

@@ -177,6 +177,8 @@ def test_the_report_s_pages_go_beside_the_results_folder_unless_out_says_where(t
         return COMMANDS["report"].make_request(args, [], ["report", *argv])
 
     assert request().out == ROOT / "reports"
+    (tmp_path / "study" / "results").mkdir(parents=True)
+    (tmp_path / "r").mkdir()
     assert request("--results-dir", str(tmp_path / "study" / "results")).out == tmp_path / "study"
     assert request("--results-dir", str(tmp_path / "r"), "--out", str(tmp_path / "pages")).out == tmp_path / "pages"
 
