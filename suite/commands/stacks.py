@@ -17,7 +17,10 @@ class StacksRequest:
 
 
 def _days(text: str) -> float:
-    value = float(text)
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
     if not value > 0:
         raise argparse.ArgumentTypeError(f"must be a number of days above 0, got {text}")
     return value

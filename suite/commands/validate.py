@@ -5,6 +5,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from suite.base.errors import UsageError
 from suite.commands import common_args
 from suite.execution.request import request_of
 
@@ -23,6 +24,8 @@ def add_arguments(parser) -> None:
 
 def make_request(args, case_args: list[str], argv: list[str]) -> ValidateRequest:
     common_args.no_case_args(NAME, case_args)
+    if missing := [str(path) for path in args.records if not path.is_file()]:
+        raise UsageError(f"no such record file: {', '.join(missing)}")
     return request_of(ValidateRequest, args)
 
 

@@ -20,7 +20,7 @@ from suite.inputs.cases import load_case
 
 COMMANDS = cli.commands()
 # the least each command needs on its command line to parse
-MINIMAL = {"data": ["--case", "mxnet-imagenet"], "wheels": ["--dest", "w"], "validate": ["r.json"],
+MINIMAL = {"data": ["--case", "mxnet-imagenet"], "wheels": ["--dest", "w"], "validate": [str(ROOT / "pyproject.toml")],
            "predict": ["--case", "pytorch-ddp", "--devices", "8"], "compare": ["a", "b"], "rerun": ["r.json"],
            "resume": ["s"], "containers": ["check"]}
 

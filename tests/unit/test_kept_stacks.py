@@ -68,7 +68,8 @@ def test_only_old_recipes_unused_for_the_days_given_are_removed_and_a_held_one_i
     assert f"removed {old.name}" in out and f"kept {held.name}: an install holds its lock now" in out
 
 
-def test_a_bad_number_of_days_is_refused_with_exit_2(home, capsys):
+@pytest.mark.parametrize("days", ["0", "-3", "soon"])
+def test_a_bad_number_of_days_is_refused_with_exit_2(home, capsys, days):
     with pytest.raises(SystemExit) as stopped:
-        cli.main(["stacks", "--remove-unused-days", "0"])
-    assert stopped.value.code == 2 and "above 0" in capsys.readouterr().err
+        cli.main(["stacks", "--remove-unused-days", days])
+    assert stopped.value.code == 2 and f"must be a number of days above 0, got {days}" in capsys.readouterr().err
