@@ -29,6 +29,10 @@ TF_PREFIXES = ("TF_CPP_", "TF_ENABLE_", "TF_GPU_", "TF_CUDNN_")
 TF_NAMES = {"TF_CONFIG", "TF_FORCE_GPU_ALLOW_GROWTH", "TF_XLA_FLAGS", "TF_DETERMINISTIC_OPS", "TF_USE_LEGACY_KERAS",
             "TF_NUM_INTEROP_THREADS", "TF_NUM_INTRAOP_THREADS", "TF_INTER_OP_PARALLELISM_THREADS",
             "TF_INTRA_OP_PARALLELISM_THREADS"}
+# The names a cluster profile's [env] sets (suite/execution/clusters.py), comma-separated, in each process's
+# environment: forwarded with the policy's own, whatever their names (FI_*, MPICH_* ...), and read back by
+# the probe, which records what each rank saw of them.
+SITE_NAMES = "SUITE_SITE_ENV"
 SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSW|KEY|CREDENTIAL|AUTH|COOKIE|SESSION", re.I)
 MASK = "***"
 # Variables that describe the launch host, not another one.
@@ -54,9 +58,15 @@ def recorded_env(environ: Mapping) -> dict:
     return masked_env({k: v for k, v in environ.items() if steers_frameworks(k)})
 
 
+def site_names(environ: Mapping) -> set[str]:
+    """The names SITE_NAMES lists in `environ`."""
+    return {name for name in environ.get(SITE_NAMES, "").split(",") if name}
+
+
 def forwarded_env(environ: Mapping, remote: bool = False) -> dict:
     """What a process started elsewhere (another host, a container) gets from `environ`: the
-    variables that steer frameworks, never credential-like ones; for another host, not those that
-    describe this one."""
-    return {k: v for k, v in environ.items()
-            if steers_frameworks(k) and not SECRET_NAME.search(k) and not (remote and k.startswith(HOST_ONLY))}
+    variables that steer frameworks and those the cluster profile set (SITE_NAMES), never credential-like
+    ones; for another host, not those that describe this one."""
+    site = site_names(environ)
+    return {k: v for k, v in environ.items() if (steers_frameworks(k) or k in site) and not SECRET_NAME.search(k)
+            and not (remote and k.startswith(HOST_ONLY))}

@@ -33,7 +33,8 @@ class CheckRequest:
 
 
 def add_arguments(parser) -> None:
-    common_args.cluster(parser, "cluster profile hostfiles/NAME.toml (default: this machine) (Make: CLUSTER)")
+    common_args.cluster(parser, "cluster profile hostfiles/NAME.toml or a PATH.toml (default: this machine) "
+                                "(Make: CLUSTER)")
     parser.add_argument("--only", action="append", default=None, metavar="PATTERN",
                         help="only the paths whose case/runtime/launcher contains PATTERN, e.g. pytorch-ddp/local/ "
                              "or /docker/ (repeatable) (Make: ONLY)")

@@ -49,7 +49,7 @@ def runs_dir(parser, help="where run directories go (default: runs)") -> None:
     parser.add_argument("--runs-dir", type=Path, default=paths.RUNS, help=help + " (Make: RUNS)")
 
 
-def cluster(parser, help="cluster profile hostfiles/NAME.toml (Make: CLUSTER)") -> None:
+def cluster(parser, help="cluster profile hostfiles/NAME.toml or a PATH.toml (Make: CLUSTER)") -> None:
     parser.add_argument("--cluster", default=None, help=help)
 
 

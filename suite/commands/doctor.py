@@ -19,7 +19,7 @@ class DoctorRequest:
 
 
 def add_arguments(parser) -> None:
-    common_args.cluster(parser, "cluster profile hostfiles/NAME.toml (default: this machine)")
+    common_args.cluster(parser, "cluster profile hostfiles/NAME.toml or a PATH.toml (default: this machine)")
     parser.add_argument("--case", action="append", default=None,
                         help="check only this case's stack, image and data (repeatable; default: every case)")
     common_args.flavour(parser, "the stacks' cpu or cuda flavour (default: what this host fits) (Make: FLAVOUR)")

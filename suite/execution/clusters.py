@@ -8,10 +8,13 @@ try:
     import tomllib
 except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib
+import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from suite.base import paths
+from suite.base.env_policy import SECRET_NAME
 from suite.base.errors import UsageError
 from suite.execution import plugins
 from suite.instack.cpu_binding import POLICIES
@@ -37,7 +40,7 @@ class Cluster:
     data_dir: Path | None = None
     container_dir: Path | None = None
     interconnect: dict = field(default_factory=dict)
-    env: dict = field(default_factory=dict)
+    env: dict = field(default_factory=dict)  # set in every process of a run (applied_env); values as strings
     cpu_bind: str = "none"  # default --cpu-bind of runs on this cluster (suite/instack/cpu_binding.py)
     wheels: Path | None = None  # local stacks install from this wheel folder alone (compute nodes without internet)
     plugins: dict = field(default_factory=dict)  # the table of each scheduler/runtime, by its name
@@ -56,10 +59,23 @@ def known_clusters() -> list[str]:
     return sorted(p.stem for p in paths.HOSTFILES.glob("*.toml"))
 
 
+def names_a_file(cluster: str) -> bool:
+    """Whether CLUSTER is the path of a profile file rather than the name of one in hostfiles/."""
+    return cluster.endswith(".toml") or "/" in cluster
+
+
+def profile_path(name: str) -> Path:
+    """hostfiles/NAME.toml, or the file NAME names where it is a path (a site keeping its profile elsewhere)."""
+    return Path(name).expanduser().absolute() if names_a_file(name) else paths.HOSTFILES / f"{name}.toml"
+
+
 def load_cluster(name: str) -> Cluster:
-    path = paths.HOSTFILES / f"{name}.toml"
-    if not path.exists():
+    path = profile_path(name)
+    if not path.is_file():
+        if path.parent != paths.HOSTFILES:
+            raise UsageError(f"no cluster profile file {path}")
         raise UsageError(f"unknown cluster '{name}' (profiles in hostfiles/: {', '.join(known_clusters()) or 'none'})")
+    name = path.stem
     try:
         spec = tomllib.loads(path.read_text())
     except (OSError, tomllib.TOMLDecodeError) as exc:
@@ -69,8 +85,10 @@ def load_cluster(name: str) -> Cluster:
     if spec.get("cpu_bind", "none") not in POLICIES:
         raise UsageError(f"cluster profile {path}: cpu_bind must be one of {', '.join(POLICIES)}, "
                          f"got {spec['cpu_bind']!r}")
-    relative = {k: _resolve(spec[k], paths.HOSTFILES if k == "hostfile" else paths.ROOT)
+    relative = {k: _resolve(spec[k], path.parent if k == "hostfile" else paths.ROOT)
                 for k in ("hostfile", "data_dir", "container_dir", "wheels") if k in spec}
+    if "env" in spec:
+        spec["env"] = _checked_env(spec["env"], path)
     tables = {name: _with_defaults(spec.pop(name), settings, name, path)
               for name, settings in declared.items() if name in spec}
     return Cluster(name=name, path=path, **{**spec, **relative}, plugins=tables)
@@ -88,6 +106,37 @@ def _check_keys(spec: dict, path: Path, declared: dict) -> None:
                 where = f"[{section}] " if section else ""
                 raise UsageError(f"cluster profile {path}: unknown key {where}'{key}' "
                                  f"(allowed: {', '.join(sorted(allowed))})")
+
+
+# What the runner sets in each process for the run (SUITE_*) and its stack (PATH, PYTHONPATH). A launcher's own
+# variables (RANK, MASTER_ADDR, DMLC_ROLE ...) win over the profile's in the processes it plans.
+SET_BY_THE_RUNNER = re.compile(r"SUITE_\w*|PATH|PYTHONPATH")
+
+
+def _checked_env(table: dict, path: Path) -> dict[str, str]:
+    """[env]: variable names and values (strings or numbers), as the processes get them (strings)."""
+    if not isinstance(table, dict):
+        raise UsageError(f"cluster profile {path}: env must be a table ([env], NAME = \"value\" per line)")
+    env = {}
+    for name, value in table.items():
+        where = f"cluster profile {path}: [env] {name}"
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+            raise UsageError(f"{where}: not a variable name (letters, digits and _, not starting with a digit)")
+        if SET_BY_THE_RUNNER.fullmatch(name):
+            raise UsageError(f"{where}: the runner sets it for the run and its stack; leave it out")
+        if SECRET_NAME.search(name):
+            raise UsageError(f"{where}: looks like a credential; a profile is shared and named by records, so "
+                             "set it in the environment the run starts from")
+        if not _is_a(value, str) and not _is_a(value, float):
+            raise UsageError(f"{where} must be a string or a number, got {value!r}")
+        env[name] = str(value)
+    return env
+
+
+def applied_env(cluster: "Cluster | None", environ: Mapping[str, str]) -> dict[str, str]:
+    """The profile's [env] as a run applies it: each variable the run's own environment sets keeps its value
+    there (what is given with the run wins over the profile, as for every other setting)."""
+    return {name: environ.get(name, value) for name, value in (cluster.env if cluster else {}).items()}
 
 
 TYPE_WORDS = {list: "list of strings", str: "string", int: "integer", bool: "boolean (true or false)",
@@ -117,6 +166,6 @@ def _with_defaults(table: dict, settings: dict, name: str, path: Path) -> dict:
 
 
 def _resolve(value: str, base: Path) -> Path:
-    """A relative hostfile is one in hostfiles/; other relative folders are in the checkout."""
+    """A relative hostfile is one beside the profile (hostfiles/); other relative folders are in the checkout."""
     path = Path(value).expanduser()
     return path if path.is_absolute() else base / path

@@ -22,6 +22,9 @@ def doctor(cluster_name: str | None, case_names: list[str] | None = None, flavou
     cases = [load_case(name) for name in (case_names or known_cases())]
     print(f"cluster {cluster.name}: scheduler {cluster.scheduler}, runtime {cluster.runtime}"
           f"{' (an example profile: adapt it first)' if cluster.example else ''}")
+    if cluster.env:
+        print("environment of every process (the profile's [env]): "
+              + " ".join(f"{name}={value}" for name, value in sorted(cluster.env.items())))
     stacks = sorted({case.stack for case in cases})
     lines = [*plugin_lines("schedulers", cluster.scheduler, cluster), gpu_line(flavour),
              *plugin_lines("runtimes", cluster.runtime, cluster, stacks, flavour), *data_lines(cluster, cases)]

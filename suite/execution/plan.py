@@ -4,6 +4,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from suite.base.env_policy import SITE_NAMES
 from suite.inputs.host_network import is_local
 from suite.inputs.hostfiles import Host, World
 
@@ -78,15 +79,19 @@ class Launch:
     placement: str = "ssh"
     cpu_bind: str = "none"  # how each case process binds itself to cores (suite/instack/cpu_binding.py)
     device: str | None = None  # "cuda": GPUs were asked for and are there; a rank on another device stops
+    site_env: dict = field(default_factory=dict)  # the cluster profile's [env] as applied (clusters.applied_env)
 
     def env(self, host: Host | None = None, **extra: str) -> dict:
-        """Environment of a case process; SUITE_* tell the case where to write and what it runs on."""
-        env = {**self.stack_env.env, "SUITE_RUN_DIR": self.run_dir, "SUITE_DATA_DIR": self.data_dir,
+        """Environment of a case process: the profile's [env] under the stack's own variables; SUITE_* tell the
+        case where to write and what it runs on; `extra` (the launcher's) last."""
+        env = {**self.site_env, **self.stack_env.env, "SUITE_RUN_DIR": self.run_dir, "SUITE_DATA_DIR": self.data_dir,
                "SUITE_NODES": str(self.world.nodes), "SUITE_DEVICES": str(self.world.devices)}
         if self.cpu_bind != "none":
             env["SUITE_CPU_BIND"] = self.cpu_bind
         if self.device:
             env["SUITE_DEVICE"] = self.device
+        if self.site_env:
+            env[SITE_NAMES] = ",".join(sorted(self.site_env))
         if host is not None:
             env["SUITE_DEVICES_PER_NODE"] = str(host.slots)
             env.update(self.machine_slots(host))

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from suite.base import paths
 from suite.base.errors import UsageError
+from suite.execution.clusters import names_a_file, profile_path
 from suite.inputs.host_gpus import FLAVOURS
 from suite.instack.cpu_binding import POLICIES
 
@@ -79,8 +80,8 @@ def add_run_options(parser: argparse.ArgumentParser, runtimes: list[str], schedu
         help="use the first N hosts of the hostfile; a list such as 1,2,4 runs a sweep (Make: NODES)")
     add("--gpus-per-node", default=None, help="devices (processes) per node, overriding the hostfile's slots; a list "
         "such as 1,4 sweeps over it (Make: GPUS_PER_NODE)")
-    add("--cluster", default=None, help="cluster profile hostfiles/NAME.toml: hostfile, scheduler, devices per node, "
-        "data (Make: CLUSTER)")
+    add("--cluster", default=None, help="cluster profile hostfiles/NAME.toml or a PATH.toml: hostfile, scheduler, "
+        "devices per node, data, environment (Make: CLUSTER)")
     add("--hostfile", default=None, help="'host slots=N' or 'host:N' per line (default: the cluster's, else "
         "hostfiles/localhost) (Make: HOSTFILE)")
     add("--runtime", default=None, help=f"one of {runtimes} (default: the cluster's, else local) (Make: RUNTIME)")
@@ -149,7 +150,9 @@ def request_of(cls, args: argparse.Namespace, **given):
 def from_namespace(args: argparse.Namespace, case_args: list[str], argv: list[str] | None = None) -> RunRequest:
     """The request of parsed `run` options (fields of the same names), its case arguments and the
     command line as typed (None: the request's own)."""
-    return request_of(RunRequest, args, case_args=list(case_args), argv=[*SUITE, *argv] if argv else [])
+    cluster = args.cluster and (str(profile_path(args.cluster)) if names_a_file(args.cluster) else args.cluster)
+    return request_of(RunRequest, args, case_args=list(case_args), argv=[*SUITE, *argv] if argv else [],
+                      cluster=cluster)
 
 
 class _Parser(argparse.ArgumentParser):

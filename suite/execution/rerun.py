@@ -20,7 +20,7 @@ import jsonschema
 
 from suite.analysis.compare import Row, format_rows, judge
 from suite.base import paths
-from suite.base.env_policy import MASK, recorded_env
+from suite.base.env_policy import MASK, masked_env, recorded_env
 from suite.base.errors import UsageError
 from suite.execution.request import SUITE, RunRequest, from_record
 from suite.execution.run import Checked, check, prepare, run
@@ -304,7 +304,17 @@ def notes(record: dict, checked: Checked) -> list[str]:
                if was.get(k) != now.get(k) and MASK not in (was.get(k), now.get(k))]
     if changed:
         lines.append("environment not restored: " + "; ".join(changed)[:600])
-    return lines
+    return lines + site_env_drift(execution, checked)
+
+
+def site_env_drift(execution: dict, checked: Checked) -> list[str]:
+    """The cluster profile's [env] as applied now against the record's (older records do not say)."""
+    was, now = execution.get("cluster_env"), masked_env(checked.site_env)
+    if was is None or was == now:
+        return []
+    moved = [f"{k}={was.get(k, '(unset)')} in the record, {now.get(k, '(unset)')} now"
+             for k in sorted(set(was) | set(now)) if was.get(k) != now.get(k)]
+    return ["the cluster profile's [env] differs: " + "; ".join(moved)[:600]]
 
 
 # --- after the run ----------------------------------------------------------------------------------

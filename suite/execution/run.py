@@ -3,6 +3,7 @@ its stack installed, each repetition of each point launched and one record writt
 shows, a dry run's plans and each point's summary, is printed by suite/execution/console.py."""
 
 import math
+import os
 import re
 import signal
 import sys
@@ -29,7 +30,7 @@ from suite.base.env_policy import masked_env
 from suite.base.errors import INTERRUPTED, RunFailed, UsageError
 from suite.base.log import log
 from suite.execution import batch_search, plugins, strays
-from suite.execution.clusters import Cluster, load_cluster
+from suite.execution.clusters import Cluster, applied_env, load_cluster
 from suite.execution.console import DryRun, DryRunPoint, print_dry_run, print_summary
 from suite.execution.interconnect_check import run_check, wanted
 from suite.execution.plan import Launch, Plan, StackEnv, StackRequest, first_failure
@@ -76,6 +77,7 @@ class Checked:
     gpus: dict[str, int | None] = field(default_factory=dict)  # GPUs per host of the plan (None: not known)
     wheels: Path | None = None  # where a local stack installs from (None: the package index)
     search_asked: batch_search.Asked | None = None  # --batch-size max: searched per point before it is measured
+    site_env: dict = field(default_factory=dict)  # the profile's [env] as this run applies it
 
 
 def check(req: RunRequest) -> Checked:
@@ -127,7 +129,8 @@ def check(req: RunRequest) -> Checked:
                       load_stack(case.stack), load_baseline(req.baseline),
                       cluster.name if cluster else cluster_name or Path(hostfile).stem, data_dir,
                       cluster.container_dir if cluster else None, cluster, cpu_bind=cpu_bind, gpus=found,
-                      wheels=req.wheels or (cluster.wheels if cluster else None), search_asked=search)
+                      wheels=req.wheels or (cluster.wheels if cluster else None), search_asked=search,
+                      site_env=applied_env(cluster, os.environ))
     try:
         case.check_data(options, data_dir)
     except UsageError as exc:
@@ -181,7 +184,7 @@ def plan_point(req: RunRequest, checked: Checked, world: World, stack_env: Stack
     launch = Launch(script or str(checked.case.script), req.case_args if argv is None else argv, world, stack_env,
                     str(rep_dir), str(checked.data_dir), checked.options,
                     checked.scheduler.placement(checked.cluster_profile), checked.cpu_bind,
-                    device_asked(checked, world))
+                    device_asked(checked, world), checked.site_env)
     checked.launcher.check(launch)
     return named(checked.launcher.plan(launch))
 
@@ -349,6 +352,8 @@ def run_point(req: RunRequest, checked: Checked, world: World, stack_env, failur
         if published := comparison(record):
             record["metrics"]["published"] = published
     record["provenance"]["system_description"] = system_description(record)
+    if unseen := record["execution"]["cluster_env_not_seen"]:
+        log(f"warning: the cluster profile's [env] did not reach every rank: {'; '.join(unseen)}")
     path = write_record(record, req.results_dir)
     print_summary(record, path)
     return record, path
@@ -467,7 +472,8 @@ def run_context(req: RunRequest, checked: Checked, world: World, sweep_id: str |
     case = checked.case
     return RunContext(req.run_id or new_run_id(case.name, world.nodes, world.devices), case, checked.options, world,
                       checked.runtime.name, checked.scheduler.name, req.provenance_argv(), utc_now(), sweep_id,
-                      checked.cluster, req.rerun_of, checked.cpu_bind, recorded(req), device_asked(checked, world))
+                      checked.cluster, req.rerun_of, checked.cpu_bind, recorded(req), device_asked(checked, world),
+                      checked.site_env)
 
 
 def dry_run_plan(req: RunRequest, checked: Checked) -> DryRun:

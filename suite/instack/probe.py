@@ -48,7 +48,8 @@ class Probe:
     def start(self, config: dict, versions: dict) -> None:
         """The rank's start line: what it runs (config: device_type and device_name among it; where a
         process drives several GPUs, `device_indices` lists them, else it drives the one of its local
-        rank), versions, host facts, and the GPUs it trains on (index, UUID, bus id). Where the runner
+        rank), versions, host facts, the GPUs it trains on (index, UUID, bus id) and the values it sees of
+        the variables the cluster profile set (site_env_seen). Where the runner
         asked for GPUs (SUITE_DEVICE=cuda) and the rank found none, it stops here, saying so."""
         versions = {"python": platform.python_version(), **versions, "mlperf_logging": self._mllog.version}
         host = host_info() if self.local_rank == 0 else None
@@ -56,7 +57,8 @@ class Probe:
             if config.get("device_type") == "cuda" else []
         self._write("start", size=self.size, local_rank=self.local_rank, local_size=self.local_size,
                     host=socket.gethostname(), pid=os.getpid(), host_info=host, config=config, versions=versions,
-                    gpus=gpus, binding={"policy": os.environ.get("SUITE_CPU_BIND", "none"), "cpus": cpus_allowed()})
+                    gpus=gpus, binding={"policy": os.environ.get("SUITE_CPU_BIND", "none"), "cpus": cpus_allowed()},
+                    site_env=site_env_seen(os.environ))
         refuse_other_device(config.get("device_type"), config.get("device_name"))
         if config.get("global_batch"):
             self._mllog.log("event", "global_batch_size", config["global_batch"])
@@ -211,6 +213,13 @@ def _timed(sync):
     if sync:
         sync()
     result["seconds"] = time.perf_counter() - begin
+
+
+def site_env_seen(environ) -> dict[str, str | None]:
+    """The values this process sees of the variables the cluster profile set ({} where it set none): the
+    runner lists their names in SUITE_SITE_ENV (suite.base.env_policy.SITE_NAMES, which this layer may not
+    import), and the record compares what each rank saw with what was planned."""
+    return {name: environ.get(name) for name in environ.get("SUITE_SITE_ENV", "").split(",") if name}
 
 
 def refuse_other_device(device_type: str | None, device_name: str | None) -> None:

@@ -4,9 +4,10 @@ checked against the schema and written atomically."""
 
 import secrets
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
+from suite.base.env_policy import masked_env
 from suite.base.jsonfile import write_json_atomic
 from suite.records.measure import Repetition, throughput_metrics
 from suite.records.provenance import suite_provenance
@@ -46,6 +47,7 @@ class RunContext:
     cpu_bind: str = "none"  # the policy the ranks were asked to bind by (suite/instack/cpu_binding.py)
     request: dict | None = None  # the request as asked (suite.execution.request.recorded): what a rerun reads back
     device_asked: str | None = None  # "cuda": GPUs were there and asked for; ranks on another device fail the run
+    cluster_env: dict = field(default_factory=dict)  # the cluster profile's [env] as the run applied it
 
 
 def build_record(ctx: RunContext, reps: list[Repetition], stack_provenance: dict, plan_details: dict,
@@ -91,7 +93,8 @@ def build_record(ctx: RunContext, reps: list[Repetition], stack_provenance: dict
             "binding": binding(ctx.cpu_bind, reps),
         },
         "execution": {"runtime": ctx.runtime, "scheduler": ctx.scheduler, "stack": ctx.case.stack,
-                      **plan_details},
+                      "cluster_env": masked_env(ctx.cluster_env),
+                      "cluster_env_not_seen": env_not_seen(ctx.cluster_env, starts), **plan_details},
         "metrics": {
             "throughput": throughput_metrics(reps, ctx.world.devices, ctx.case.throughput_unit),
             "timed_images": sum(r.images for r in reps),
@@ -110,6 +113,17 @@ def build_record(ctx: RunContext, reps: list[Repetition], stack_provenance: dict
             "rerun_of": ctx.rerun_of,
         },
     }
+
+
+def env_not_seen(planned: dict, starts: list[dict]) -> list[str]:
+    """Each rank that saw a variable of the cluster profile's [env] otherwise than the run set it (a container
+    or a remote host that did not pass it on), in words; at most 20 lines."""
+    lines = []
+    for start in starts:
+        seen = start.get("site_env") or {}
+        lines += [f"rank {start.get('rank')} on {start.get('host')}: {name}={seen.get(name) or '(unset)'}, set to "
+                  f"{value!r}" for name, value in sorted(planned.items()) if seen.get(name) != value]
+    return list(dict.fromkeys(lines))[:20]
 
 
 def trained_elsewhere(asked: str | None, starts: list[dict]) -> str | None:

@@ -83,7 +83,8 @@ class Podman(ImageRuntime):
         if run.workdir not in binds and not any(Path(run.workdir).is_relative_to(b) for b in binds):
             binds.append(run.workdir)  # the runs folder: a real run makes it before this
         gpus = run.flavour == "cuda"  # the cuda image is run with the host's GPUs, the cpu image without
-        prefix = run_prefix(found or spec["command"], spec, run.image, binds, run.workdir, gpus, uuid.uuid4().hex[:16])
+        prefix = run_prefix(found or spec["command"], spec, run.image, binds, run.workdir, gpus, uuid.uuid4().hex[:16],
+                            profile_names(run.want.profile))
         return Command(prefix, meta=stored, tool=spec["command"])
 
 
@@ -108,15 +109,21 @@ def stored_image_id(tool: str, command: str, ref: str, meta: dict) -> str:
     return image_id
 
 
+def profile_names(profile) -> list[str]:
+    """The names the cluster profile's [env] sets: podman passes only the variables it is told of."""
+    return sorted(profile.env) if profile else []
+
+
 def run_prefix(tool: str, spec: dict, ref: str, binds: list[str], workdir: str, gpus: bool,
-               session: str) -> tuple[str, ...]:
+               session: str, site_names: list[str] = ()) -> tuple[str, ...]:
     hpc = spec["command"] == "podman-hpc"
     return (tool, "run", "--rm", "--init", "--network=host", "--ipc=host",
             # podman-hpc maps the user itself; root's podman refuses keep-id (root is root in the container)
             *([] if hpc or os.geteuid() == 0 else ["--userns=keep-id"]),
             f"--label={SESSION_LABEL}={session}", *(f"--volume={b}:{b}" for b in binds), f"--workdir={workdir}",
             # what launchers and cases set (suite.base.env_policy), not the host's whole environment
-            *(f"--env={pattern}" for pattern in forwarded_patterns()), f"--env=PATH={PATH_IN_IMAGE}", "--env=HOME=/tmp",
+            *(f"--env={pattern}" for pattern in [*forwarded_patterns(), *site_names]), f"--env=PATH={PATH_IN_IMAGE}",
+            "--env=HOME=/tmp",
             *((["--gpu"] if hpc else ["--device=nvidia.com/gpu=all"]) if gpus else []),
             *(["--mpi"] if hpc and spec["mpi"] else []), *spec["options"], ref)
 

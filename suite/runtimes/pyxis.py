@@ -109,7 +109,8 @@ class Pyxis(ImageRuntime):
             raise UsageError(f"image {image} is the {run.meta['flavour']} flavour of {stack}, not {run.flavour}")
         if run.want.install:
             require_pyxis(spec["edf"])
-        names = sorted({*run.env, *forwarded_env(os.environ, remote=True)})
+        profile_env = run.want.profile.env if run.want.profile else {}  # the cluster's [env], set on every host
+        names = sorted({*run.env, *forwarded_env(os.environ, remote=True), *profile_env})
         name = container_name(stack, run.flavour, run.meta.get("lock_sha256") or "") if spec["name"] else None
         if spec["edf"]:
             text = edf_text(image, mounts, run.workdir, run.env, spec, f"{stack}/{run.flavour}")

@@ -184,8 +184,11 @@ def run_ddp(folder: Path, env: dict, out: Path, rootless: bool) -> subprocess.Co
         site = next(str(p) for p in (ROOT / ".venv/lib").glob("python3*/site-packages"))
         env.update(PYTHONDONTWRITEBYTECODE="1", PYTHONPATH=f"{site}:{ROOT}")
         python = ["/usr/bin/python3"]
-    argv = [*as_user(rootless), *python, "-m", "suite", "run", *RANKS_ARGV, "--runs-dir", str(out / "runs"),
-            "--results-dir", str(out / "results"), "--", *DDP]
+    # A profile setting a variable the environment policy does not forward: podman passes only those it is named.
+    profile = out / "site.toml"
+    profile.write_text('[env]\nFI_PROVIDER = "tcp"\n')
+    argv = [*as_user(rootless), *python, "-m", "suite", "run", *RANKS_ARGV, "--cluster", str(profile),
+            "--runs-dir", str(out / "runs"), "--results-dir", str(out / "results"), "--", *DDP]
     return subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
 
 
@@ -219,6 +222,7 @@ def check_ddp(folder: Path, meta: dict, env: dict, out: Path, rootless: bool) ->
     assert prov["image_sha256"] == meta["image_sha256"]  # the Docker image's ID is the one Podman loaded
     assert prov["stack_lock_sha256"] == images.load_flavour(load_stack("pytorch"), "cpu").lock_sha256
     assert record["metrics"]["throughput"]["mean"] > 0
+    assert record["execution"]["cluster_env_not_seen"] == [] and record["execution"]["cluster_env"]  # in the image
     ranks = record["repetitions"][0]["processes"]
     assert len(ranks) == 2
     for rank in ranks:

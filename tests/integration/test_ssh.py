@@ -4,6 +4,7 @@ the ssh settings reaching launchers that ssh themselves, and 2-host runs of ever
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -31,7 +32,8 @@ PY = sys.executable
 FORCED = Cluster("forced", Path("forced.toml"), plugins={"ssh": {"force": True}})
 TORCH_TINY, MXNET_TINY = tiny("pytorch-synthetic"), tiny("mxnet-imagenet")
 TF_TINY = tiny_tf_cifar_in_memory()
-LOOPBACK_SSH = ("--cluster", "loopback-ssh", "--nodes", "2", "--timeout", "300")
+TWO_HOSTS = ("--nodes", "2", "--timeout", "300")
+LOOPBACK_SSH = ("--cluster", "loopback-ssh", *TWO_HOSTS)
 ECHO = "import json, os, sys; print(json.dumps([os.environ.get('V'), sys.argv[1:], os.getcwd()]), flush=True)"
 
 
@@ -194,15 +196,29 @@ def mxnet_data(tmp_path_factory) -> Path:
     return folder
 
 
+def with_site_env(folder: Path) -> Path:
+    """loopback-ssh's profile and hostfile copied into `folder` (a site's own profile, given by its path), the
+    profile setting FI_PROVIDER, a name the environment policy does not forward by itself."""
+    folder.mkdir(parents=True, exist_ok=True)
+    shutil.copy(paths.HOSTFILES / "loopback-ssh", folder)
+    profile = folder / "loopback-ssh.toml"
+    profile.write_text((paths.HOSTFILES / "loopback-ssh.toml").read_text() + '\n[env]\nFI_PROVIDER = "tcp"\n')
+    return profile
+
+
 def checked_run(suite_cli, sshd, *args, case_args) -> tuple[dict, dict]:
-    """Runs the case over loopback-ssh; its record (checked) and the ssh sessions it opened per host."""
+    """Runs the case over loopback-ssh, its profile given by its path with an [env]; its record (checked, every
+    rank having seen the profile's variable) and the ssh sessions it opened per host."""
     before = sshd.sessions()
-    result = suite_cli("run", *LOOPBACK_SSH, *args, case_args=case_args)
+    profile = with_site_env(suite_cli.results.parent / "profile")
+    result = suite_cli("run", "--cluster", str(profile), *TWO_HOSTS, *args, case_args=case_args)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     [record] = records_in(suite_cli.results)
     validate(record)
     assert record["status"] == "ok" and record["world"]["hosts"] == list(LOOPBACK_HOSTS)
     assert record["world"]["cluster"] == "loopback-ssh" and record["execution"]["scheduler"] == "ssh"
+    assert record["execution"]["cluster_env"] == {"FI_PROVIDER": "tcp"}
+    assert record["execution"]["cluster_env_not_seen"] == [], record["execution"]["cluster_env_not_seen"]
     if "--no-precheck" not in args:  # the interconnect check before it ran over ssh too
         check = record["metrics"]["interconnect"]
         assert (check["status"], check["nodes"]) == ("ok", 2), check

@@ -1,8 +1,10 @@
+from pathlib import Path
+
 import pytest
 
 from suite.base import paths
 from suite.base.errors import UsageError
-from suite.execution.clusters import known_clusters, load_cluster
+from suite.execution.clusters import Cluster, known_clusters, load_cluster
 
 
 @pytest.mark.parametrize("name", known_clusters())
@@ -57,3 +59,137 @@ def test_every_table_key_a_plugin_declares_is_in_the_profile_docs():
 def test_every_shipped_profile_is_named_in_the_docs():
     text = (paths.ROOT / "docs" / "clusters.md").read_text()
     assert not [name for name in known_clusters() if f"`{name}`" not in text]
+
+
+# --- [env]: variables a cluster profile sets in every process of a run ------------------------------
+
+ENV_PROFILE = '''scheduler = "local"
+hostfile = "two-hosts"
+[env]
+FI_PROVIDER = "cxi"
+NCCL_NET_GDR_LEVEL = "PHB"
+NCCL_IB_TIMEOUT = 22
+'''
+
+
+def profile_elsewhere(tmp_path, text: str = ENV_PROFILE):
+    """A profile file outside hostfiles/ (as a site keeps its own), its relative hostfile beside it."""
+    (tmp_path / "two-hosts").write_text("node1 slots=2\nnode2 slots=2\n")
+    (tmp_path / "site.toml").write_text(text)
+    return tmp_path / "site.toml"
+
+
+def test_a_profile_given_by_its_path_reads_its_hostfile_beside_it_and_its_env_as_strings(tmp_path):
+    cluster = load_cluster(str(profile_elsewhere(tmp_path)))
+    assert cluster.name == "site" and cluster.hostfile == tmp_path / "two-hosts"
+    assert cluster.env == {"FI_PROVIDER": "cxi", "NCCL_NET_GDR_LEVEL": "PHB", "NCCL_IB_TIMEOUT": "22"}
+    with pytest.raises(UsageError, match=r"^no cluster profile file .*/nope\.toml$"):
+        load_cluster(str(tmp_path / "nope.toml"))
+
+
+def test_what_the_run_is_given_wins_over_the_profiles_env(tmp_path):
+    from suite.execution.clusters import applied_env
+
+    cluster = load_cluster(str(profile_elsewhere(tmp_path)))
+    applied = applied_env(cluster, {"NCCL_IB_TIMEOUT": "18", "HOME": "/root"})
+    assert applied == {"FI_PROVIDER": "cxi", "NCCL_NET_GDR_LEVEL": "PHB", "NCCL_IB_TIMEOUT": "18"}
+    assert applied_env(None, {"FI_PROVIDER": "tcp"}) == {}
+
+
+@pytest.mark.parametrize("line, message", [
+    ('"1X" = "a"', r"\[env\] 1X: not a variable name"),
+    ('SUITE_RUN_DIR = "/x"', r"\[env\] SUITE_RUN_DIR: the runner sets it for the run and its stack"),
+    ('PATH = "/opt/bin"', r"\[env\] PATH: the runner sets it"),
+    ('HF_TOKEN = "hf_abc"', r"\[env\] HF_TOKEN: looks like a credential"),
+    ("NCCL_DEBUG = true", r"\[env\] NCCL_DEBUG must be a string or a number, got True"),
+    ("NCCL_DEBUG = [1]", r"\[env\] NCCL_DEBUG must be a string or a number, got \[1\]"),
+])
+def test_bad_env_entries_are_refused_naming_the_variable(tmp_path, line, message):
+    path = profile_elsewhere(tmp_path, f"[env]\n{line}\n")
+    with pytest.raises(UsageError, match=rf"^cluster profile {path}: {message}"):
+        load_cluster(str(path))
+    (tmp_path / "flat.toml").write_text('env = "NCCL_DEBUG=INFO"\n')
+    with pytest.raises(UsageError, match=r"env must be a table"):
+        load_cluster(str(tmp_path / "flat.toml"))
+
+
+def test_the_profiles_env_reaches_each_process_under_the_stacks_and_the_launchers_own():
+    from suite.base.env_policy import SITE_NAMES, forwarded_env
+    from suite.execution.plan import Launch, StackEnv
+    from suite.inputs.hostfiles import Host, World
+    from suite.instack.probe import site_env_seen
+
+    stack = StackEnv("local", "/stack/bin", env={"NCCL_NET_GDR_LEVEL": "SYS"})
+    site = {"FI_PROVIDER": "cxi", "NCCL_NET_GDR_LEVEL": "PHB", "RANK": "9"}
+    launch = Launch("train.py", [], World((Host("node1", 2),), "hf"), stack, "/run", "/data", site_env=site)
+    env = launch.env(Host("node1", 2), RANK="0")
+    assert (env["FI_PROVIDER"], env["NCCL_NET_GDR_LEVEL"], env["RANK"]) == ("cxi", "SYS", "0")
+    assert env[SITE_NAMES] == "FI_PROVIDER,NCCL_NET_GDR_LEVEL,RANK"
+    # FI_ is no name the policy forwards by itself: the profile's list carries it into containers and hosts
+    assert forwarded_env({**env, "HOME": "/root"}, remote=True)["FI_PROVIDER"] == "cxi"
+    assert "FI_PROVIDER" not in forwarded_env({"FI_PROVIDER": "cxi"})
+    assert site_env_seen({**env, "FI_PROVIDER": "tcp"}) == {"FI_PROVIDER": "tcp", "NCCL_NET_GDR_LEVEL": "SYS",
+                                                            "RANK": "0"}
+    assert site_env_seen({"FI_PROVIDER": "tcp"}) == {}
+    assert SITE_NAMES == "SUITE_SITE_ENV"  # the name suite/instack/probe.py reads (it may not import the policy)
+
+
+def test_podman_is_told_the_profiles_names():
+    """Podman passes only the variables it is named (`--env=NAME`): the policy's and the profile's."""
+    from suite.runtimes import podman
+
+    names = podman.profile_names(Cluster("c", Path("c.toml"), env={"FI_PROVIDER": "x"}))
+    prefix = podman.run_prefix("podman", {"command": "podman", "mpi": False, "options": []}, "img", [], "/runs",
+                               False, "s1", names)
+    assert "--env=FI_PROVIDER" in prefix and prefix.index("--env=FI_PROVIDER") < prefix.index("img")
+    assert podman.profile_names(None) == []
+
+
+def test_docker_passes_the_profiles_names_its_client_process_was_given():
+    from suite.runtimes.docker import container_env
+
+    given = {"SUITE_SITE_ENV": "FI_PROVIDER", "FI_PROVIDER": "cxi", "FI_OTHER": "x", "HOME": "/root"}
+    assert container_env(given) == {"SUITE_SITE_ENV": "FI_PROVIDER", "FI_PROVIDER": "cxi", "HOME": "/tmp"}
+
+
+def test_the_record_names_each_rank_that_did_not_see_the_profiles_env():
+    from suite.records.write import env_not_seen
+
+    planned = {"FI_PROVIDER": "cxi", "NCCL_IB_TIMEOUT": "22"}
+    starts = [{"rank": 0, "host": "n1", "site_env": dict(planned)},
+              {"rank": 1, "host": "n2", "site_env": {"FI_PROVIDER": None, "NCCL_IB_TIMEOUT": "22"}}]
+    assert env_not_seen(planned, starts) == ["rank 1 on n2: FI_PROVIDER=(unset), set to 'cxi'"]
+    assert env_not_seen({}, starts) == []
+
+
+def test_doctor_shows_the_profiles_env(tmp_path, capsys):
+    from suite.execution.doctor import doctor
+
+    doctor(str(profile_elsewhere(tmp_path)), ["pytorch-gpt"])
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("cluster site: scheduler local")
+    assert lines[1] == ("environment of every process (the profile's [env]): FI_PROVIDER=cxi NCCL_IB_TIMEOUT=22 "
+                        "NCCL_NET_GDR_LEVEL=PHB")
+
+
+def test_a_profiles_path_is_kept_whole_in_the_request_a_batch_job_reruns(tmp_path, monkeypatch):
+    from suite.execution.request import from_argv, to_argv
+
+    monkeypatch.chdir(tmp_path)
+    req = from_argv(["run", "--cluster", "site.toml"])
+    argv = to_argv(req)
+    assert req.cluster == str(tmp_path / "site.toml") and argv[argv.index("--cluster") + 1] == req.cluster
+    assert from_argv(["run", "--cluster", "loopback-ssh"]).cluster == "loopback-ssh"
+
+
+def test_rerun_says_where_the_profiles_env_now_differs_from_the_records():
+    from types import SimpleNamespace
+
+    from suite.execution.rerun import site_env_drift
+
+    now = SimpleNamespace(site_env={"FI_PROVIDER": "cxi", "NCCL_CROSS_NIC": "1"})
+    assert site_env_drift({"cluster_env": {"FI_PROVIDER": "cxi", "NCCL_CROSS_NIC": "1"}}, now) == []
+    assert site_env_drift({}, now) == []  # older records do not say
+    assert site_env_drift({"cluster_env": {"FI_PROVIDER": "tcp"}}, now) == [
+        "the cluster profile's [env] differs: FI_PROVIDER=tcp in the record, cxi now; "
+        "NCCL_CROSS_NIC=(unset) in the record, 1 now"]
