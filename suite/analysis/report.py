@@ -4,7 +4,8 @@ reports/index.html        one row per case x stack x cluster, links to the case 
 reports/case-<case>.html  throughput (log y, in the case's unit: img/s, tokens/s), MFU, speedup,
                           efficiency (and epoch time) vs devices, with the case's published figures as
                           dashed series; one series per cluster, stack and configuration (what_ran.py:
-                          model, size, batch, dtype, data, lock, parallel mode, compile, preset, ...)
+                          model, size, batch, dtype, data, lock, parallel mode, compile, preset, ...);
+                          each configuration's runs over time where it ran more than once
 reports/frameworks.html   the same work in every framework (a table of the --same-work records, rows whose
                           configuration differs flagged), then all cases side by side: per-device
                           throughput and efficiency
@@ -265,6 +266,48 @@ def case_figures(case: str, series: list[Series]) -> list[go.Figure]:
     return figures
 
 
+LOCK_SYMBOLS = ("circle", "square", "diamond", "triangle-up", "x", "star", "cross", "pentagon")
+
+
+def history_key(point: Point) -> tuple:
+    """What a configuration's runs share over time: its series' key but for the stack lock (an upgraded stack,
+    driver or checkout is what a history shows), and the device count."""
+    return (point.cluster, point.stack, point.config_key[:-1], what_ran.precision(point), what_ran.settings_of(point),
+            point.devices)
+
+
+def history_figure(case: str, points: list[Point], series: list[Series]) -> go.Figure | None:
+    """Throughput of each configuration and device count over the dates its records finished, every record
+    of it (the other plots hold the latest alone); a marker's shape changes where the stack lock does. None
+    where no configuration of the case has run twice."""
+    runs: dict[tuple, list[Point]] = defaultdict(list)
+    for point in sorted((p for p in points if p.case == case), key=lambda p: p.finished_at):
+        runs[history_key(point)].append(point)
+    label_of = {id(p): f"{s.name} ({s.config_label})" for s in series for p in s.points}  # not its lock: it changes
+    traces = []
+    for key, ran in sorted(runs.items(), key=lambda kv: (kv[0][:2], kv[0][-1])):
+        if len(ran) < 2:
+            continue
+        locks = list(dict.fromkeys(p.record["provenance"].get("stack_lock_sha256") for p in ran))
+        traces.append(go.Scatter(
+            x=[p.finished_at.replace("T", " ").removesuffix("Z") for p in ran], y=[p.throughput["mean"] for p in ran],
+            error_y={"type": "data", "array": [p.throughput.get("ci95") or 0 for p in ran], "visible": True},
+            mode="lines+markers", name=f"{label_of.get(id(ran[-1]), ran[-1].cluster)}, {key[-1]} device(s)",
+            marker={"symbol": [LOCK_SYMBOLS[locks.index(p.record["provenance"].get("stack_lock_sha256"))
+                                            % len(LOCK_SYMBOLS)] for p in ran], "size": 9},
+            hovertext=[_hover(p) for p in ran], hoverinfo="x+y+text"))
+    if not traces:
+        return None
+    fig = go.Figure(traces)
+    unit = what_ran.units_label(what_ran.unit_of(p) for p in points if p.case == case)
+    fig.update_layout(title=f"{case}: throughput over time, each run (a new marker shape: a new stack lock)",
+                      template="plotly_white", height=420, hovermode="closest", legend={"orientation": "h", "y": -0.3},
+                      margin={"t": 60, "b": 40})
+    fig.update_xaxes(title="finished (UTC)", type="date")
+    fig.update_yaxes(title=f"{unit}, all devices", rangemode="tozero")
+    return fig
+
+
 def mfu_figure(case: str, series: list[Series]) -> go.Figure:
     """Model FLOPs utilisation per device count: against the datasheet peak (solid) and the measured
     matmul peak (dotted) of each series (never a record whose utilisation is invalid: an MFU above 1),
@@ -487,7 +530,9 @@ def write_report(results_dir: Path, out_dir: Path, warn=print) -> list[Path]:
     for case in cases:
         case_series = [s for s in series if s.case == case]
         body = '<p><a href="index.html">all cases</a></p>'
+        history = history_figure(case, points, case_series)
         written.append(_write(out_dir / f"case-{case}.html", _page(f"{case}", body, case_parts(case, case_series)
+                                                                    + ([history] if history else [])
                                                                     + telemetry_figures(case_series))))
     sentence = one_count_sentence(series) if series else None
     written.append(_write(out_dir / "frameworks.html",

@@ -202,3 +202,29 @@ def test_throughput_y_axis_is_log_and_switches_to_linear(report_dir, chromium):
         after = tab.eval_on_selector(".js-plotly-plot", y_type)
         browser.close()
     assert before == "log" and after == "log"
+
+
+def test_a_configuration_run_again_has_its_history_drawn_over_dates(tmp_path, chromium):
+    """Three runs of one configuration on three days, the third on a new stack lock: a plot over dates, one
+    line of three markers whose shape changes with the lock, as Chromium draws it."""
+    from playwright.sync_api import sync_playwright
+
+    results, runs, out = tmp_path / "results", tmp_path / "runs", tmp_path / "site"
+    for day, rate, lock in [("01", 100.0, "ab" * 32), ("08", 98.0, "ab" * 32), ("15", 80.0, "cd" * 32)]:
+        make_record(results, runs, devices=2, per_device=(rate,), lock=lock, finished_at=f"2026-11-{day}T10:00:00Z")
+    subprocess.run([sys.executable, "-m", "suite", "report", "--results-dir", str(results), "--out", str(out)],
+                   cwd=ROOT, capture_output=True, text=True, check=True)
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=chromium, args=CHROMIUM_FLAGS)
+        tab = browser.new_page(viewport={"width": 1280, "height": 900})
+        tab.goto((out / "case-pytorch-synthetic.html").as_uri())
+        tab.wait_for_selector(".js-plotly-plot .main-svg", timeout=30_000)
+        drawn = tab.eval_on_selector_all(".js-plotly-plot", """els => els.map(e => ({
+            title: e.querySelector('.gtitle')?.textContent,
+            x: e.querySelector('.xtitle')?.textContent,
+            ticks: [...e.querySelectorAll('.xtick text')].map(t => t.textContent),
+            markers: [...e.querySelectorAll('.scatterlayer .trace .points path')].map(p => p.getAttribute('d'))}))""")
+        browser.close()
+    [history] = [d for d in drawn if "over time" in d["title"]]
+    assert history["x"] == "finished (UTC)" and any("Nov" in t for t in history["ticks"]), history["ticks"]
+    assert len(history["markers"]) == 3 and len(set(history["markers"])) == 2  # circle, circle, square

@@ -18,7 +18,7 @@ from suite.records.write import RunContext, build_record, new_run_id, utc_now, w
 def make_record(results: Path, runs: Path, *, case="pytorch-synthetic", cluster="cluster-a", stack=None,
                 devices=1, per_device=(10.0,), repetitions=1, batch=32, epochs=None, nodes=1,
                 extra_metrics=None, work=None, device=("cpu", "float32"), data=None, options=(),
-                reported=None) -> dict:
+                reported=None, lock="ab" * 32, finished_at=None) -> dict:
     """One record whose throughput per repetition is devices x per_device[i] img/s (approximately:
     each rank reports 3 iterations of 100 images at the matching rate). `devices` are spread evenly
     over `nodes` hosts; extra_metrics(world, run_dir) -> what goes into `metrics` beside throughput;
@@ -26,7 +26,8 @@ def make_record(results: Path, runs: Path, *, case="pytorch-synthetic", cluster=
     record's utilisation made of them as a run makes it; device: (name, dtype) the case reports.
     A case measured in tokens (its case.toml's unit, e.g. pytorch-gpt) is made from its own case.toml
     and counts tokens/s; options: its command-line options beyond --batch-size; reported: what its
-    ranks report in their start line beside the device (make_token_record)."""
+    ranks report in their start line beside the device (make_token_record); lock: the stack lock's sha256;
+    finished_at: when the record says it finished (default: now)."""
     base = load_case(case if case in known_cases() and "unit" in load_case(case).spec else "pytorch-synthetic")
     spec = {**base.spec, "name": case, "stack": stack or base.stack}
     world = World(tuple(Host(f"node{n + 1}", devices // nodes) for n in range(nodes)), f"hostfiles/{cluster}")
@@ -58,7 +59,9 @@ def make_record(results: Path, runs: Path, *, case="pytorch-synthetic", cluster=
         rep = Repetition(index, str(rep_dir))
         measure(rep, devices)
         reps.append(rep)
-    record = build_record(ctx, reps, {"stack_lock_sha256": "ab" * 32}, {"launcher": "horovod"}, None)
+    record = build_record(ctx, reps, {"stack_lock_sha256": lock}, {"launcher": "horovod"}, None)
+    if finished_at:
+        record["finished_at"] = finished_at
     if extra_metrics:
         record["metrics"].update(extra_metrics(world, runs / ctx.run_id))
     if work:

@@ -195,3 +195,23 @@ def test_published_scaling_keeps_its_plots_beside_the_sentence(dirs):
     at = next(i for i, p in enumerate(parts) if isinstance(p, str))
     assert "speedup" in parts[at + 1].layout.title.text
     assert not any("cluster-a" in t.name for t in parts[at + 1].data)
+
+
+def test_each_configuration_that_ran_more_than_once_has_its_history_over_time(dirs):
+    """Every record of a configuration and device count, in the order they finished, the stack lock's
+    change a new marker shape; a configuration that ran once, or another device count, not in it."""
+    results, runs = dirs
+    for day, rate, lock in [("01", 100.0, "ab" * 32), ("08", 98.0, "ab" * 32), ("15", 80.0, "cd" * 32)]:
+        make_record(results, runs, devices=2, per_device=(rate,), lock=lock, finished_at=f"2026-11-{day}T10:00:00Z")
+    make_record(results, runs, devices=4, per_device=(90.0,), finished_at="2026-11-02T10:00:00Z")
+    make_record(results, runs, case="tf-cifar", stack="tensorflow", devices=1, epochs=[60.0, 40.0])
+    points = load_points(results)
+    series = report.build_series(points)
+    history = report.history_figure("pytorch-synthetic", points, series)
+    [trace] = history.data
+    assert list(trace.x) == ["2026-11-01 10:00:00", "2026-11-08 10:00:00", "2026-11-15 10:00:00"]
+    assert [round(y) for y in trace.y] == [200, 196, 160]  # all devices
+    assert list(trace.marker.symbol) == ["circle", "circle", "square"]
+    assert trace.name == "cluster-a / pytorch-horovod (resnet50-v1.5, 224 px, batch 32/device, float32), 2 device(s)"
+    assert history.layout.xaxis.type == "date" and history.layout.yaxis.title.text == "img/s, all devices"
+    assert report.history_figure("tf-cifar", points, series) is None
