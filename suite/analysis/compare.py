@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import parse_qsl
 
+from suite.analysis.what_ran import unit_of
 from suite.base.errors import UsageError
 from suite.base.stats import fmt_number
 from suite.records.index import Selection, devices_list
@@ -127,15 +128,16 @@ def _differences(a: Point, b: Point) -> str:
 
 
 def format_rows(rows: list[Row]) -> str:
-    lines = [f"{'case':<20} {'cluster':<12} {'stack':<16} {'dev':>4} {'A img/s':>10} {'B img/s':>10} {'diff':>8} "
+    lines = [f"{'case':<20} {'cluster':<12} {'stack':<16} {'dev':>4} {'A':>10} {'B':>10} {'unit':<8} {'diff':>8} "
              f"{'p':>6}  verdict"]
     for r in rows:
         case, cluster, stack, devices = r.key
         a = f"{r.a.throughput['mean']:.2f}" if r.a else "-"
         b = f"{r.b.throughput['mean']:.2f}" if r.b else "-"
+        unit = unit_of(r.b or r.a)
         diff = f"{fmt_number(r.diff_pct, 1, sign=True)}%" if r.diff_pct is not None else "-"
         p = f"{r.p_value:.3f}" if r.p_value is not None else "-"
         note = f" ({r.note})" if r.note else ""
-        lines.append(f"{case:<20} {cluster:<12} {stack:<16} {devices:>4} {a:>10} {b:>10} {diff:>8} {p:>6}  "
+        lines.append(f"{case:<20} {cluster:<12} {stack:<16} {devices:>4} {a:>10} {b:>10} {unit:<8} {diff:>8} {p:>6}  "
                      f"{r.verdict}{note}")
     return "\n".join(lines)

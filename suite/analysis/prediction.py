@@ -52,20 +52,20 @@ def predict(case_name: str, devices: list[int], results_dir: Path, cluster: str 
         model = fit(used, exchange, data.batch_per_device, network.get("bandwidth_gbit_s"), network.get("latency_us"))
     except ValueError as exc:
         raise UsageError(str(exc)) from None
-    return format_prediction(model, data, devices, network)
+    return format_prediction(model, data, devices, network, case.throughput_unit)
 
 
-def format_prediction(model, data: Measurements, devices: list[int], network: dict) -> str:
+def format_prediction(model, data: Measurements, devices: list[int], network: dict, unit: str = "img/s") -> str:
     lines = [f"measurements: {data.source}",
              "network: " + (network["source"] if network else "fitted from the measurements"),
              f"model: {model.describe()}",
-             f"{'devices':>8} {'predicted img/s':>16} {'efficiency':>10} {'measured':>10} {'error':>8}"]
+             f"{'devices':>8} {'predicted ' + unit:>19} {'efficiency':>10} {'measured':>10} {'error':>8}"]
     for n in sorted(set(devices) | set(data.points)):
         measured = data.points.get(n)
         error = f"{fmt_number(100 * (model.throughput(n) - measured) / measured, 1, sign=True)}%" if measured else "-"
         fitted = "*" if n in model.fitted_on else " "
         eff = f"{fmt_number(100 * model.efficiency(n))}%"
         shown = f"{fmt_number(measured, 0)}{fitted}" if measured else "-"
-        lines.append(f"{n:>8} {fmt_number(model.throughput(n)):>16} {eff:>10} {shown:>10} {error:>8}")
+        lines.append(f"{n:>8} {fmt_number(model.throughput(n)):>19} {eff:>10} {shown:>10} {error:>8}")
     lines.append("* = used in the fit; efficiency = throughput / (devices x predicted one-device throughput)")
     return "\n".join(lines)

@@ -15,7 +15,7 @@ from pathlib import Path
 from suite.base.errors import UsageError
 from suite.base.jsonfile import write_json_atomic
 from suite.base.stats import speedup_efficiency
-from suite.records.read import Point, load_point
+from suite.records.read import Point, case_unit, load_point
 
 
 def new_sweep_id(case: str) -> str:
@@ -50,6 +50,7 @@ def summarize_sweep(sweep_id: str, written: list[tuple[dict, Path]], baseline: P
         rows.append(row)
     first = written[0][0]
     return {"sweep_id": sweep_id, "case": first["case"], "cluster": first["world"].get("cluster"),
+            "unit": first["metrics"]["throughput"].get("unit") or case_unit(first["case"]),
             "scaling_rule": first["config"].get("lr_rule"),
             "baseline": {"run_id": baseline.record["run_id"], "devices": baseline.devices,
                          "throughput": baseline.throughput["mean"]} if baseline else None,
@@ -135,11 +136,11 @@ def sweep_records(results_dir: Path, sweep_id: str) -> list[tuple[dict, Path]]:
 
 
 def print_sweep(summary: dict, path: Path) -> None:
-    base = summary["baseline"]
+    base, unit = summary["baseline"], summary.get("unit") or case_unit(summary["case"])
     print(f"\n== sweep {summary['sweep_id']}: speedup against "
-          + (f"{base['devices']} device(s), {base['throughput']:.2f} img/s ({base['run_id']})"
+          + (f"{base['devices']} device(s), {base['throughput']:.2f} {unit} ({base['run_id']})"
              if base else "nothing (no point succeeded)"))
-    print(f"   {'nodes':>5} {'devices':>7} {'img/s':>10} {'± 95% CI':>9} {'per device':>10} {'speedup':>8} "
+    print(f"   {'nodes':>5} {'devices':>7} {unit:>10} {'± 95% CI':>9} {'per device':>10} {'speedup':>8} "
           f"{'efficiency':>10}  status")
     for r in summary["rows"]:
         def fmt(value, spec):

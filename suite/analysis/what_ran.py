@@ -7,20 +7,12 @@ of one configuration stay one series."""
 import json
 from dataclasses import dataclass
 
-from suite.records.read import Point, case_spec
-
-DEFAULT_UNIT = "img/s"  # records and cases that do not say: the image cases
+from suite.records.read import DEFAULT_UNIT, Point, case_spec, case_unit
 
 
 def unit_of(point: Point) -> str:
     """What the point's throughput counts per second: the record's own unit, else its case's."""
     return point.throughput.get("unit") or case_unit(point.case)
-
-
-def case_unit(case: str) -> str:
-    """The unit a case's case.toml names (unit = "tokens": tokens/s), img/s where it names none."""
-    unit = case_spec(case).get("unit")
-    return f"{unit}/s" if unit else DEFAULT_UNIT
 
 
 def sample_word(unit: str) -> str:

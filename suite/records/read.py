@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from suite.base import paths
+from suite.inputs.cases import Case
 from suite.records import index
 from suite.records.schema import problem
 
@@ -141,6 +142,15 @@ def case_spec(case: str) -> dict:
             return tomllib.load(f)
     except OSError:
         return {}
+
+
+DEFAULT_UNIT = "img/s"  # records and cases that do not say: the image cases (Case.throughput_unit)
+
+
+def case_unit(case: str) -> str:
+    """The unit a case's case.toml names (unit = "tokens": tokens/s), img/s where it names none or the
+    checkout has no such case (records from elsewhere)."""
+    return Case(case, paths.CASES / case, case_spec(case)).throughput_unit
 
 
 def case_references(case: str) -> list[dict]:

@@ -231,7 +231,7 @@ def test_query_writes_a_table_or_csv(varied, template):
     assert done.returncode == 0, done.stderr
     table = list(csv.reader(io.StringIO(done.stdout)))
     assert table[0] == ["finished_at", "started_at", "case", "cluster", "stack", "nodes", "devices", "status",
-                        "throughput", "fingerprint", "run_id", "record"]
+                        "throughput", "unit", "fingerprint", "run_id", "record"]
     got = [dict(zip(table[0], row)) for row in table[1:]]
     assert [r["run_id"] for r in got] == [record(template, n)["run_id"] for n in (1, 3)]  # oldest first
     assert [r["fingerprint"] for r in got] == ["aa" * 32, "cd" * 32] and [r["devices"] for r in got] == ["2", "8"]
@@ -242,6 +242,13 @@ def test_query_writes_a_table_or_csv(varied, template):
     lines = done.stdout.splitlines()
     assert done.returncode == 0 and lines[0].startswith("finished (UTC)") and lines[-1] == "1 record(s)"
     assert "case-b" in lines[1] and "failed" in lines[1] and "aaaaaaaaaaaa " in lines[1] and "aa" * 7 not in lines[1]
+
+    write(varied, record(template, 9, case="pytorch-gpt"))  # a case counted in tokens
+    done = query("--format", "csv")
+    assert {r[2]: r[9] for r in csv.reader(io.StringIO(done.stdout))} == {
+        "case": "unit", "case-a": "img/s", "case-b": "img/s", "pytorch-gpt": "tokens/s"}
+    [gpt] = [line for line in query().stdout.splitlines() if "pytorch-gpt" in line]
+    assert " tokens/s " in gpt and "img/s" not in query().stdout.splitlines()[0]
 
     bad = query("--since", "last week")
     assert bad.returncode == 2 and bad.stderr.startswith("error: since 'last week'")

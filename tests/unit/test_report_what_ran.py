@@ -215,3 +215,25 @@ def test_each_configuration_that_ran_more_than_once_has_its_history_over_time(di
     assert trace.name == "cluster-a / pytorch-horovod (resnet50-v1.5, 224 px, batch 32/device, float32), 2 device(s)"
     assert history.layout.xaxis.type == "date" and history.layout.yaxis.title.text == "img/s, all devices"
     assert report.history_figure("tf-cifar", points, series) is None
+
+
+def test_the_terminal_tables_count_a_token_case_in_tokens(dirs, capsys):
+    """A sweep's table, compare's and predict's say tokens/s for a case measured in tokens, img/s for the others."""
+    from suite.analysis.compare import compare, format_rows
+    from suite.analysis.prediction import predict
+    from suite.analysis.sweeps import print_sweep, summarize_sweep
+
+    results, runs = dirs
+    made = [(make_token_record(results, runs, case="jax-gpt", parallel="dp", devices=d,
+                                 per_device=(1000.0 - d,)), f"{d}.json")
+            for d in (1, 2, 4)]
+    print_sweep(summarize_sweep("s", made, None), results / "s.json")
+    table = capsys.readouterr().out
+    assert "tokens/s" in table.splitlines()[2] and "img/s" not in table
+    rows = compare(load_points(results), load_points(results), tolerance=0.05)
+    assert all(line.split()[6] == "tokens/s" for line in format_rows(rows).splitlines()[1:])
+    assert "predicted tokens/s" in predict("jax-gpt", [8], results)
+    images = results.parent / "images"
+    for d in (1, 2):
+        make_record(images, runs, devices=d, per_device=(50.0,))
+    assert "predicted img/s" in predict("pytorch-synthetic", [8], images)
