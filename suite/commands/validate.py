@@ -1,4 +1,4 @@
-"""`suite validate`: result records checked against the record schema."""
+"""`suite validate`: result records checked against the record schema (files, or every *.json of a folder)."""
 
 import json
 import sys
@@ -19,14 +19,17 @@ class ValidateRequest:
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("records", nargs="+", type=Path)
+    parser.add_argument("records", nargs="+", type=Path, help="record files, or folders of them (their *.json)")
 
 
 def make_request(args, case_args: list[str], argv: list[str]) -> ValidateRequest:
     common_args.no_case_args(NAME, case_args)
-    if missing := [str(path) for path in args.records if not path.is_file()]:
-        raise UsageError(f"no such record file: {', '.join(missing)}")
-    return request_of(ValidateRequest, args)
+    if missing := [str(path) for path in args.records if not path.exists()]:
+        raise UsageError(f"no such record file or folder: {', '.join(missing)}")
+    if empty := [str(path) for path in args.records if path.is_dir() and not any(path.glob("*.json"))]:
+        raise UsageError(f"no record files (*.json) in {', '.join(empty)}")
+    files = [f for path in args.records for f in (sorted(path.glob("*.json")) if path.is_dir() else [path])]
+    return request_of(ValidateRequest, args, records=files)
 
 
 def run(req: ValidateRequest) -> int:

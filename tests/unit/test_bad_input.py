@@ -156,7 +156,8 @@ def test_a_token_file_beyond_the_scan_is_left_to_the_ranks(tmp_path, monkeypatch
     (("report", "--results-dir", "README.md"), "--results-dir README.md is a file, not a folder"),
     (("report", "--results-dir", "reports/resutls"), "--results-dir reports/resutls: no such folder"),
     (("query", "--results-dir", "reports/resutls"), "--results-dir reports/resutls: no such folder"),
-    (("validate", "README.md", "no-such.json"), "no such record file: no-such.json"),
+    (("validate", "README.md", "no-such.json"), "no such record file or folder: no-such.json"),
+    (("validate", "containers"), "no record files (*.json) in containers"),
     (("report", "--out", "README.md"), f"--out README.md: nothing can be written there: {ROOT / 'README.md'} is not "
                                        "a folder"),
     (("report", "--out", "/proc/hpc-dl-bench"), "--out /proc/hpc-dl-bench: nothing can be written there: no file "

@@ -354,3 +354,21 @@ def test_an_epoch_cases_first_epoch_is_its_warmup_in_the_timeline():
                    ("epoch", 11.0, {"seconds": 3.0}), ("end", 11.5, {}))
     took = timeline(events, 0.0, 12.0)
     assert (took["warmup_s"], took["window_s"], took["to_warmup_s"]) == (3.0, 5.5, 1.0)
+
+
+def test_validate_takes_a_folder_of_records_and_names_each_file(tmp_path):
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+    from support.fixture_records import make_record
+
+    folder = tmp_path / "results"
+    made = make_record(folder, tmp_path / "runs")
+    (folder / "broken.json").write_text(json.dumps({**made, "status": "fine"}))
+    (folder / "notes.txt").write_text("not a record")
+    done = subprocess.run([sys.executable, "-m", "suite", "validate", str(folder)], cwd=ROOT, capture_output=True,
+                          text=True)
+    assert done.returncode == 1
+    assert done.stdout.splitlines() == [f"ok: {folder / (made['run_id'] + '.json')}"]
+    assert done.stderr.startswith(f"invalid: {folder / 'broken.json'}: ") and "notes.txt" not in done.stderr
