@@ -24,6 +24,9 @@ PREFIXES += ("JAX_", "XLA_")
 # torch.compile's own: TorchInductor's (TORCHINDUCTOR_MAX_AUTOTUNE, TORCHINDUCTOR_CACHE_DIR ...) and Triton's
 # (TRITON_CACHE_DIR ...); TORCH_ above does not cover them, and they move a compiled run's figures.
 PREFIXES += ("TORCHINDUCTOR_", "TRITON_")
+# The fabric and its MPI: libfabric's FI_* (FI_PROVIDER, FI_CXI_*: Slingshot, under NCCL's aws-ofi plugin and
+# Cray MPICH) and Cray MPICH's MPICH_*; AMD GPUs' runtime (HIP_*, ROCR_*, HSA_*) and MIOpen's (RCCL reads NCCL_*).
+PREFIXES += ("FI_", "MPICH_", "HIP_", "ROCR_", "HSA_", "MIOPEN_")
 # TensorFlow reads these TF_ names; a bare TF_ prefix would also catch other tools' (TF_CLI_CONFIG_FILE).
 TF_PREFIXES = ("TF_CPP_", "TF_ENABLE_", "TF_GPU_", "TF_CUDNN_")
 TF_NAMES = {"TF_CONFIG", "TF_FORCE_GPU_ALLOW_GROWTH", "TF_XLA_FLAGS", "TF_DETERMINISTIC_OPS", "TF_USE_LEGACY_KERAS",
@@ -36,7 +39,7 @@ SITE_NAMES = "SUITE_SITE_ENV"
 SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSW|KEY|CREDENTIAL|AUTH|COOKIE|SESSION", re.I)
 MASK = "***"
 # Variables that describe the launch host, not another one.
-HOST_ONLY = ("SLURM_", "CUDA_VISIBLE_DEVICES")
+HOST_ONLY = ("SLURM_", "CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES")
 
 
 def steers_frameworks(name: str) -> bool:

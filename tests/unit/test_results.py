@@ -216,6 +216,17 @@ def test_jax_xla_and_tensorflows_own_settings_go_with_the_processes_and_other_to
                                            "TF_CPP_MIN_LOG_LEVEL"}
 
 
+def test_the_fabrics_and_amd_gpus_settings_go_with_the_processes_but_not_which_devices_a_host_shows():
+    from suite.base.env_policy import forwarded_env, recorded_env
+
+    environ = {"FI_PROVIDER": "cxi", "FI_CXI_DISABLE_HOST_REGISTER": "1", "MPICH_GPU_SUPPORT_ENABLED": "1",
+               "MIOPEN_USER_DB_PATH": "/tmp/miopen", "HSA_FORCE_FINE_GRAIN_PCIE": "1", "HIP_VISIBLE_DEVICES": "0,1",
+               "ROCR_VISIBLE_DEVICES": "0", "FIX": "1", "HOME": "/root"}
+    assert set(recorded_env(environ)) == set(environ) - {"FIX", "HOME"}
+    assert set(forwarded_env(environ, remote=True)) == set(environ) - {"FIX", "HOME", "HIP_VISIBLE_DEVICES",
+                                                                       "ROCR_VISIBLE_DEVICES"}
+
+
 # Runs one write with every step the writer takes to the disk (each write call, fsync, replace, link)
 # patched to stop at the Nth of them: it prints the step's name and sleeps until the test kills it.
 # "naive" writes the destination in place, as a non-atomic writer would (the negative control).
