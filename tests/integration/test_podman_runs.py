@@ -186,7 +186,7 @@ def run_ddp(folder: Path, env: dict, out: Path, rootless: bool) -> subprocess.Co
         python = ["/usr/bin/python3"]
     # A profile setting a variable the environment policy does not forward: podman passes only those it is named.
     profile = out / "site.toml"
-    profile.write_text('[env]\nFI_PROVIDER = "tcp"\n')
+    profile.write_text('[env]\nRDMAV_FORK_SAFE = "1"\n')
     argv = [*as_user(rootless), *python, "-m", "suite", "run", *RANKS_ARGV, "--cluster", str(profile),
             "--runs-dir", str(out / "runs"), "--results-dir", str(out / "results"), "--", *DDP]
     return subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)

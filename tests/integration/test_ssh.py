@@ -198,11 +198,11 @@ def mxnet_data(tmp_path_factory) -> Path:
 
 def with_site_env(folder: Path) -> Path:
     """loopback-ssh's profile and hostfile copied into `folder` (a site's own profile, given by its path), the
-    profile setting FI_PROVIDER, a name the environment policy does not forward by itself."""
+    profile setting RDMAV_FORK_SAFE (libibverbs), a name the environment policy does not forward by itself."""
     folder.mkdir(parents=True, exist_ok=True)
     shutil.copy(paths.HOSTFILES / "loopback-ssh", folder)
     profile = folder / "loopback-ssh.toml"
-    profile.write_text((paths.HOSTFILES / "loopback-ssh.toml").read_text() + '\n[env]\nFI_PROVIDER = "tcp"\n')
+    profile.write_text((paths.HOSTFILES / "loopback-ssh.toml").read_text() + '\n[env]\nRDMAV_FORK_SAFE = "1"\n')
     return profile
 
 
@@ -217,7 +217,7 @@ def checked_run(suite_cli, sshd, *args, case_args) -> tuple[dict, dict]:
     validate(record)
     assert record["status"] == "ok" and record["world"]["hosts"] == list(LOOPBACK_HOSTS)
     assert record["world"]["cluster"] == "loopback-ssh" and record["execution"]["scheduler"] == "ssh"
-    assert record["execution"]["cluster_env"] == {"FI_PROVIDER": "tcp"}
+    assert record["execution"]["cluster_env"] == {"RDMAV_FORK_SAFE": "1"}
     assert record["execution"]["cluster_env_not_seen"] == [], record["execution"]["cluster_env_not_seen"]
     if "--no-precheck" not in args:  # the interconnect check before it ran over ssh too
         check = record["metrics"]["interconnect"]

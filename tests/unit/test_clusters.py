@@ -120,17 +120,17 @@ def test_the_profiles_env_reaches_each_process_under_the_stacks_and_the_launcher
     from suite.instack.probe import site_env_seen
 
     stack = StackEnv("local", "/stack/bin", env={"NCCL_NET_GDR_LEVEL": "SYS"})
-    site = {"FI_PROVIDER": "cxi", "NCCL_NET_GDR_LEVEL": "PHB", "RANK": "9"}
+    site = {"RDMAV_FORK_SAFE": "1", "NCCL_NET_GDR_LEVEL": "PHB", "RANK": "9"}
     launch = Launch("train.py", [], World((Host("node1", 2),), "hf"), stack, "/run", "/data", site_env=site)
     env = launch.env(Host("node1", 2), RANK="0")
-    assert (env["FI_PROVIDER"], env["NCCL_NET_GDR_LEVEL"], env["RANK"]) == ("cxi", "SYS", "0")
-    assert env[SITE_NAMES] == "FI_PROVIDER,NCCL_NET_GDR_LEVEL,RANK"
-    # FI_ is no name the policy forwards by itself: the profile's list carries it into containers and hosts
-    assert forwarded_env({**env, "HOME": "/root"}, remote=True)["FI_PROVIDER"] == "cxi"
-    assert "FI_PROVIDER" not in forwarded_env({"FI_PROVIDER": "cxi"})
-    assert site_env_seen({**env, "FI_PROVIDER": "tcp"}) == {"FI_PROVIDER": "tcp", "NCCL_NET_GDR_LEVEL": "SYS",
-                                                            "RANK": "0"}
-    assert site_env_seen({"FI_PROVIDER": "tcp"}) == {}
+    assert (env["RDMAV_FORK_SAFE"], env["NCCL_NET_GDR_LEVEL"], env["RANK"]) == ("1", "SYS", "0")
+    assert env[SITE_NAMES] == "NCCL_NET_GDR_LEVEL,RANK,RDMAV_FORK_SAFE"
+    # RDMAV_ (libibverbs) is no name the policy forwards by itself: the profile's list carries it along
+    assert forwarded_env({**env, "HOME": "/root"}, remote=True)["RDMAV_FORK_SAFE"] == "1"
+    assert "RDMAV_FORK_SAFE" not in forwarded_env({"RDMAV_FORK_SAFE": "1"})
+    assert site_env_seen({**env, "RDMAV_FORK_SAFE": "0"}) == {"RDMAV_FORK_SAFE": "0", "NCCL_NET_GDR_LEVEL": "SYS",
+                                                                "RANK": "0"}
+    assert site_env_seen({"RDMAV_FORK_SAFE": "0"}) == {}
     assert SITE_NAMES == "SUITE_SITE_ENV"  # the name suite/instack/probe.py reads (it may not import the policy)
 
 
@@ -138,18 +138,18 @@ def test_podman_is_told_the_profiles_names():
     """Podman passes only the variables it is named (`--env=NAME`): the policy's and the profile's."""
     from suite.runtimes import podman
 
-    names = podman.profile_names(Cluster("c", Path("c.toml"), env={"FI_PROVIDER": "x"}))
+    names = podman.profile_names(Cluster("c", Path("c.toml"), env={"RDMAV_FORK_SAFE": "x"}))
     prefix = podman.run_prefix("podman", {"command": "podman", "mpi": False, "options": []}, "img", [], "/runs",
                                False, "s1", names)
-    assert "--env=FI_PROVIDER" in prefix and prefix.index("--env=FI_PROVIDER") < prefix.index("img")
+    assert "--env=RDMAV_FORK_SAFE" in prefix and prefix.index("--env=RDMAV_FORK_SAFE") < prefix.index("img")
     assert podman.profile_names(None) == []
 
 
 def test_docker_passes_the_profiles_names_its_client_process_was_given():
     from suite.runtimes.docker import container_env
 
-    given = {"SUITE_SITE_ENV": "FI_PROVIDER", "FI_PROVIDER": "cxi", "FI_OTHER": "x", "HOME": "/root"}
-    assert container_env(given) == {"SUITE_SITE_ENV": "FI_PROVIDER", "FI_PROVIDER": "cxi", "HOME": "/tmp"}
+    given = {"SUITE_SITE_ENV": "RDMAV_FORK_SAFE", "RDMAV_FORK_SAFE": "1", "RDMAV_OTHER": "x", "HOME": "/root"}
+    assert container_env(given) == {"SUITE_SITE_ENV": "RDMAV_FORK_SAFE", "RDMAV_FORK_SAFE": "1", "HOME": "/tmp"}
 
 
 def test_the_record_names_each_rank_that_did_not_see_the_profiles_env():
