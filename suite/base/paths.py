@@ -2,6 +2,7 @@
 outside it that the environment may move (data, the user's cache, local stacks); and whether a folder where
 results go can be written, asked before the work that fills it."""
 
+import argparse
 import os
 import tempfile
 from pathlib import Path
@@ -14,6 +15,14 @@ CONTAINERS = ROOT / "containers"
 HOSTFILES = ROOT / "hostfiles"
 RESULTS = ROOT / "reports" / "results"
 RUNS = ROOT / "runs"
+
+
+def given(text: str) -> Path:
+    """A path option's value (argparse's type): an empty one is refused, for it would mean the current folder
+    (a results folder there puts its pages in the folder above)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("an empty path (leave the option out for its default)")
+    return Path(text)
 
 
 def unwritable(folder: Path, try_a_file: bool = True) -> str | None:

@@ -41,12 +41,12 @@ def refuse_no_folder_to_read(path: Path, given: str) -> None:
 
 def results_dir(parser, help="where the records are (default: reports/results)", make: bool = True) -> None:
     """--results-dir; `make`: a Makefile target passes it as RESULTS."""
-    parser.add_argument("--results-dir", type=Path, default=paths.RESULTS,
+    parser.add_argument("--results-dir", type=paths.given, default=paths.RESULTS,
                         help=help + (" (Make: RESULTS)" if make else ""))
 
 
 def runs_dir(parser, help="where run directories go (default: runs)") -> None:
-    parser.add_argument("--runs-dir", type=Path, default=paths.RUNS, help=help + " (Make: RUNS)")
+    parser.add_argument("--runs-dir", type=paths.given, default=paths.RUNS, help=help + " (Make: RUNS)")
 
 
 def cluster(parser, help="cluster profile hostfiles/NAME.toml or a PATH.toml (Make: CLUSTER)") -> None:

@@ -36,7 +36,7 @@ def add_arguments(parser) -> None:
         "image of the same lock (Make: BASE)")
     add("--refresh-base", action="store_true",
         help="make the Debian base again rather than reuse the one made before (Make: BASE_REFRESH=1)")
-    add("--wheels", type=Path, default=None,
+    add("--wheels", type=paths.given, default=None,
         help="build from this wheel folder (make wheels) instead of filling one now (Make: WHEELS)")
     add("--jobs", type=int, default=1,
         help="images built at once after the first (which makes the base where one is made); default 1 (Make: JOBS)")

@@ -3,6 +3,7 @@
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from suite.base import paths
 from suite.commands import common_args
 from suite.execution.datasets import prepare_dataset
 from suite.execution.request import request_of
@@ -23,7 +24,7 @@ class DataRequest:
 
 def add_arguments(parser) -> None:
     parser.add_argument("--case", required=True, help="case folder under cases/ (Make: CASE)")
-    parser.add_argument("--data-dir", type=Path, default=None,
+    parser.add_argument("--data-dir", type=paths.given, default=None,
                         help="default: the cluster profile's data_dir, else $DATA_DIR, else data/ in the checkout")
     common_args.cluster(parser, "cluster profile whose data_dir to use (Make: CLUSTER)")
     parser.add_argument("--synthetic", action="store_true",

@@ -4,6 +4,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from suite.base import paths
 from suite.base.errors import UsageError
 from suite.commands import common_args
 from suite.execution.request import request_of
@@ -23,7 +24,7 @@ class InstallRequest:
 def add_arguments(parser) -> None:
     common_args.stack_choice(parser, "install")
     common_args.flavour(parser)
-    parser.add_argument("--wheels", type=Path, default=None,
+    parser.add_argument("--wheels", type=paths.given, default=None,
                         help="install from this wheel folder alone, with no network (Make: WHEELS)")
 
 

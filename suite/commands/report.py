@@ -20,7 +20,7 @@ class ReportRequest:
 
 def add_arguments(parser) -> None:
     common_args.results_dir(parser)
-    parser.add_argument("--out", type=Path, default=None,
+    parser.add_argument("--out", type=paths.given, default=None,
                         help="folder for the pages (default: the one that holds the results folder, reports/ for "
                              "reports/results, where its sweeps, tuning studies and site checks are too)")
 

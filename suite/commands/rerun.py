@@ -38,7 +38,7 @@ def add_arguments(parser) -> None:
     hosts.add_argument("--hostfile", default=None, help="hostfile for the hosts (Make: HOSTFILE)")
     add("--allow-drift", action="store_true", help="run even where stack lock, image, suite checkout, case option "
         "defaults or devices differ from the record (Make: ALLOW_DRIFT=1)")
-    add("--data-dir", type=Path, default=None, help="where datasets live (Make: DATA_DIR)")
+    add("--data-dir", type=paths.given, default=None, help="where datasets live (Make: DATA_DIR)")
     common_args.results_dir(parser, "where the new record goes")
     common_args.runs_dir(parser)
     common_args.tolerance(parser, "difference the comparison tolerates (0.05 = 5%%)")

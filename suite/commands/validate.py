@@ -5,6 +5,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from suite.base import paths
 from suite.base.errors import UsageError
 from suite.commands import common_args
 from suite.execution.request import request_of
@@ -19,7 +20,7 @@ class ValidateRequest:
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("records", nargs="+", type=Path, help="record files, or folders of them (their *.json)")
+    parser.add_argument("records", nargs="+", type=paths.given, help="record files, or folders of them (their *.json)")
 
 
 def make_request(args, case_args: list[str], argv: list[str]) -> ValidateRequest:

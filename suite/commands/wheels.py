@@ -5,6 +5,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from suite.base import paths
 from suite.commands import common_args
 from suite.execution.request import request_of
 from suite.inputs.host_gpus import FLAVOURS
@@ -25,7 +26,7 @@ class WheelsRequest:
 def add_arguments(parser) -> None:
     common_args.stack_choice(parser, "the files of")
     common_args.flavour(parser, "cpu or cuda, repeatable (default: both) (Make: FLAVOUR)", action="append")
-    parser.add_argument("--dest", type=Path, required=True, help="the wheel folder (Make: WHEELS)")
+    parser.add_argument("--dest", type=paths.given, required=True, help="the wheel folder (Make: WHEELS)")
 
 
 def make_request(args, case_args: list[str], argv: list[str]) -> WheelsRequest:

@@ -92,11 +92,11 @@ def add_run_options(parser: argparse.ArgumentParser, runtimes: list[str], schedu
         "(default: the case's, 30 min) (Make: STALL)")
     add("--baseline", default=None, help="record to compute a sweep's speedup against (default: the sweep's "
         "smallest device count)")
-    add("--results-dir", type=Path, default=paths.RESULTS, help="where records go (default: reports/results; a "
+    add("--results-dir", type=paths.given, default=paths.RESULTS, help="where records go (default: reports/results; a "
         "sweep's table goes beside it, in ../sweeps) (Make: RESULTS)")
-    add("--runs-dir", type=Path, default=paths.RUNS, help="where run directories (logs, probe files) go (default: "
-        "runs) (Make: RUNS)")
-    add("--data-dir", type=Path, default=None, help="where datasets live (default: $DATA_DIR or data/ in the "
+    add("--runs-dir", type=paths.given, default=paths.RUNS, help="where run directories (logs, probe files) go "
+        "(default: runs) (Make: RUNS)")
+    add("--data-dir", type=paths.given, default=None, help="where datasets live (default: $DATA_DIR or data/ in the "
         "checkout) (Make: DATA_DIR)")
     add("--dry-run", action="store_true", help="print every process with its host, argv and environment (for SLURM "
         "the job script) and start nothing (Make: DRY_RUN=1)")
@@ -113,8 +113,8 @@ def add_run_options(parser: argparse.ArgumentParser, runtimes: list[str], schedu
         "(Make: CPU_BIND)")
     add("--flavour", default=None, choices=FLAVOURS, help="the stack's cpu or cuda build (default: cuda where the "
         "hosts have NVIDIA GPUs, else cpu) (Make: FLAVOUR)")
-    add("--wheels", type=Path, default=None, help="install the stack from this wheel folder alone, with no network "
-        "(filled by `make wheels`; default: the cluster's, else the package index) (Make: WHEELS)")
+    add("--wheels", type=paths.given, default=None, help="install the stack from this wheel folder alone, with no "
+        "network (filled by `make wheels`; default: the cluster's, else the package index) (Make: WHEELS)")
     add_site_env_options(add, "runtime modules")
 
 

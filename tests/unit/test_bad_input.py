@@ -367,3 +367,15 @@ def test_make_test_aarch64_names_every_piece_it_cannot_install_at_once(tmp_path)
         "aarch64-check: cannot set up the packages mmdebstrap arch-test qemu-user-static (no apt-get); the aarch64 "
         f"binfmt handler (it needs {tmp_path / 'no-qemu'}, from qemu-user-static)\n")
     assert subprocess.run(["bash", "-n", "tools/aarch64-check.sh"], cwd=ROOT).returncode == 0
+
+
+@pytest.mark.parametrize("args", [("report", "--results-dir", ""), ("run", "--runs-dir", " ", "--dry-run"),
+                                  ("query", "--results-dir", ""), ("wheels", "--dest", "", "--case", "pytorch-ddp"),
+                                  ("validate", "")])
+def test_an_empty_path_is_refused_not_read_as_the_current_folder(args, capsys):
+    """An empty --results-dir read as the current folder, and the report's pages went to the folder above it."""
+    from suite import cli
+
+    with pytest.raises(SystemExit) as stopped:
+        cli.main(list(args))
+    assert stopped.value.code == 2 and "an empty path (leave the option out for its default)" in capsys.readouterr().err
