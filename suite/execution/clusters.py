@@ -19,11 +19,15 @@ from suite.base.errors import UsageError
 from suite.execution import plugins
 from suite.instack.cpu_binding import POLICIES
 
-KEYS = {
-    "": {"description", "example", "hostfile", "scheduler", "runtime", "devices_per_node", "device_model",
-         "data_dir", "container_dir", "interconnect", "env", "cpu_bind", "wheels"},
-    "interconnect": {"bandwidth_gbit_s", "latency_us", "description"},
+# The type of each key, by table ("": the top level; tables of plugins are typed by their PROFILE).
+TYPES = {
+    "": {"description": str, "example": bool, "hostfile": str, "scheduler": str, "runtime": str,
+         "devices_per_node": int, "device_model": str, "data_dir": str, "container_dir": str, "interconnect": dict,
+         "env": dict, "cpu_bind": str, "wheels": str},
+    "interconnect": {"bandwidth_gbit_s": float, "latency_us": float, "description": str},
 }
+KEYS = {table: set(types) for table, types in TYPES.items()}
+POSITIVE = {("", "devices_per_node"), ("interconnect", "bandwidth_gbit_s")}  # above 0; other numbers at least 0
 
 
 @dataclass(frozen=True)
@@ -82,6 +86,7 @@ def load_cluster(name: str) -> Cluster:
         raise UsageError(f"cluster profile {path}: {exc}") from None
     declared = plugin_settings()
     _check_keys(spec, path, declared)
+    _check_types(spec, path)
     if spec.get("cpu_bind", "none") not in POLICIES:
         raise UsageError(f"cluster profile {path}: cpu_bind must be one of {', '.join(POLICIES)}, "
                          f"got {spec['cpu_bind']!r}")
@@ -108,6 +113,21 @@ def _check_keys(spec: dict, path: Path, declared: dict) -> None:
                                  f"(allowed: {', '.join(sorted(allowed))})")
 
 
+def _check_types(spec: dict, path: Path) -> None:
+    """Each value of the top level and of [interconnect] of its key's type (numbers in range)."""
+    for table, types in TYPES.items():
+        values = spec.get(table, {}) if table else spec
+        for key, value in values.items() if isinstance(values, dict) else ():
+            wanted, where = types.get(key), f"cluster profile {path}: {f'[{table}] ' if table else ''}{key}"
+            if wanted is dict and not isinstance(value, dict):
+                raise UsageError(f"{where} must be a table ([{key}] with its keys below it), got {value!r}")
+            if wanted not in (None, dict) and not _is_a(value, wanted):
+                raise UsageError(f"{where} must be {TYPE_WORDS[wanted]}, got {value!r}")
+            if wanted in (int, float) and (value <= 0 if (table, key) in POSITIVE else value < 0):
+                raise UsageError(f"{where} must be {'above' if (table, key) in POSITIVE else 'at least'} 0, "
+                                 f"got {value!r}")
+
+
 # What the runner sets in each process for the run (SUITE_*) and its stack (PATH, PYTHONPATH). A launcher's own
 # variables (RANK, MASTER_ADDR, DMLC_ROLE ...) win over the profile's in the processes it plans.
 SET_BY_THE_RUNNER = re.compile(r"SUITE_\w*|PATH|PYTHONPATH")
@@ -115,8 +135,6 @@ SET_BY_THE_RUNNER = re.compile(r"SUITE_\w*|PATH|PYTHONPATH")
 
 def _checked_env(table: dict, path: Path) -> dict[str, str]:
     """[env]: variable names and values (strings or numbers), as the processes get them (strings)."""
-    if not isinstance(table, dict):
-        raise UsageError(f"cluster profile {path}: env must be a table ([env], NAME = \"value\" per line)")
     env = {}
     for name, value in table.items():
         where = f"cluster profile {path}: [env] {name}"
@@ -139,8 +157,8 @@ def applied_env(cluster: "Cluster | None", environ: Mapping[str, str]) -> dict[s
     return {name: environ.get(name, value) for name, value in (cluster.env if cluster else {}).items()}
 
 
-TYPE_WORDS = {list: "list of strings", str: "string", int: "integer", bool: "boolean (true or false)",
-              float: "number"}
+TYPE_WORDS = {list: "a list of strings", str: "a string", int: "an integer", bool: "a boolean (true or false)",
+              float: "a number"}
 
 
 def _is_a(value, wanted: type) -> bool:
@@ -157,7 +175,7 @@ def _with_defaults(table: dict, settings: dict, name: str, path: Path) -> dict:
     for key, value in table.items():
         setting = settings[key]
         if not _is_a(value, setting.type):
-            raise UsageError(f"cluster profile {path}: [{name}] {key} must be a {TYPE_WORDS[setting.type]} "
+            raise UsageError(f"cluster profile {path}: [{name}] {key} must be {TYPE_WORDS[setting.type]} "
                              f"({setting.help}), got {value!r}")
         for template in (value if isinstance(value, list) else [value]) if setting.fields else ():
             if problem := plugins.template_problem(template, setting.fields):

@@ -193,3 +193,20 @@ def test_rerun_says_where_the_profiles_env_now_differs_from_the_records():
     assert site_env_drift({"cluster_env": {"FI_PROVIDER": "tcp"}}, now) == [
         "the cluster profile's [env] differs: FI_PROVIDER=tcp in the record, cxi now; "
         "NCCL_CROSS_NIC=(unset) in the record, 1 now"]
+
+
+@pytest.mark.parametrize("text, message", [
+    ('devices_per_node = "4"', "devices_per_node must be an integer, got '4'"),
+    ("devices_per_node = 0", "devices_per_node must be above 0, got 0"),
+    ("hostfile = 3", "hostfile must be a string, got 3"),
+    ('wheels = ["/w"]', r"wheels must be a string, got \['/w'\]"),
+    ('example = "yes"', r"example must be a boolean \(true or false\), got 'yes'"),
+    ('[interconnect]\nbandwidth_gbit_s = "fast"', r"\[interconnect\] bandwidth_gbit_s must be a number, got 'fast'"),
+    ("[interconnect]\nlatency_us = -1", r"\[interconnect\] latency_us must be at least 0, got -1"),
+    ('[slurm]\ncpus_per_task = "8"', r"\[slurm\] cpus_per_task must be an integer \(CPUs per task\), got '8'"),
+])
+def test_a_value_of_the_wrong_type_is_refused_naming_its_key(tmp_path, text, message):
+    """A profile's values, before any is used: a string for a count once ended in a TypeError's traceback."""
+    (tmp_path / "p.toml").write_text(text + "\n")
+    with pytest.raises(UsageError, match=rf"^cluster profile {tmp_path / 'p.toml'}: {message}$"):
+        load_cluster(str(tmp_path / "p.toml"))
