@@ -22,6 +22,7 @@ from suite.analysis.compare import Row, format_rows, judge
 from suite.base import paths
 from suite.base.env_policy import MASK, masked_env, recorded_env
 from suite.base.errors import UsageError
+from suite.execution.clusters import names_a_file
 from suite.execution.request import SUITE, RunRequest, from_record
 from suite.execution.run import Checked, check, prepare, run
 from suite.instack.probe import host_info
@@ -99,7 +100,7 @@ def request(record: dict, asked) -> RunRequest:
     original = possible(Path(asked.record), lambda: from_record(record))
     world = record["world"]
     per_node = devices_per_node(world)
-    cluster, hostfile = host_source(world, asked)
+    cluster, hostfile = host_source(world, asked, original.cluster)
     return replace(original, case=record["case"], nodes=str(world["nodes"]),
                    gpus_per_node=str(per_node) if original.gpus_per_node else None,
                    cluster=cluster, hostfile=hostfile, runtime=record["execution"]["runtime"],
@@ -111,11 +112,14 @@ def request(record: dict, asked) -> RunRequest:
                    flavour=recorded_flavour(record))
 
 
-def host_source(world: dict, asked) -> tuple[str | None, str | None]:
-    """(cluster, hostfile): as given; else the record's cluster profile or hostfile where this checkout
-    has it; else neither (hostfiles/localhost). Host names rarely survive, so only the hosts are new."""
+def host_source(world: dict, asked, requested: str | None = None) -> tuple[str | None, str | None]:
+    """(cluster, hostfile): as given; else the record's cluster profile (a profile file given by its path, where
+    that file is still there, or hostfiles/NAME.toml) or hostfile where this checkout has it; else neither
+    (hostfiles/localhost). Host names rarely survive, so only the hosts are new."""
     if asked.cluster or asked.hostfile:
         return asked.cluster, asked.hostfile
+    if requested and names_a_file(requested) and Path(requested).is_file():
+        return requested, None
     name = world.get("cluster") or Path(world["hostfile"]).stem
     if (paths.HOSTFILES / f"{name}.toml").is_file():
         return name, None

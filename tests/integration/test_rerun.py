@@ -176,6 +176,11 @@ def test_hosts_come_from_the_record_profile_or_hostfile_where_this_checkout_has_
     assert rerun.host_source({"cluster": "gone", "hostfile": "/elsewhere/hosts"}, args) == (None, None)
     given = cli.build_cli().parse_args(["rerun", "x.json", "--hostfile", "h"])
     assert rerun.host_source(world, given) == (None, "h")
+    site = tmp_path / "site.toml"  # a profile the run was given by its path, still there
+    site.write_text('scheduler = "local"\n')
+    assert rerun.host_source({"cluster": "site", "hostfile": "/elsewhere/hosts"}, args, str(site)) == (str(site), None)
+    site.unlink()
+    assert rerun.host_source({"cluster": "site", "hostfile": "/elsewhere/hosts"}, args, str(site)) == (None, None)
 
 
 # --- real reruns ------------------------------------------------------------------------------------
