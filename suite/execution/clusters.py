@@ -49,6 +49,12 @@ class Cluster:
     wheels: Path | None = None  # local stacks install from this wheel folder alone (compute nodes without internet)
     plugins: dict = field(default_factory=dict)  # the table of each scheduler/runtime, by its name
 
+    @property
+    def given_as(self) -> str:
+        """How CLUSTER names this profile again (a run started by another command): its name where it is one of
+        hostfiles/, else its file's path."""
+        return self.name if self.path.parent == paths.HOSTFILES else str(self.path)
+
     def section(self, plugin: str) -> dict:
         """The profile's table of a scheduler or runtime, e.g. section("slurm") is [slurm]."""
         return self.plugins.get(plugin, {})

@@ -46,7 +46,7 @@ def runner_argv(path: SitePath, cluster: Cluster | None, results: Path, runs: Pa
     return [sys.executable, "-m", "suite", "run", "--case", path.case.name, "--nodes", str(path.nodes),
             "--gpus-per-node", str(path.per_node), "--runtime", path.runtime,
             *(site.options() if path.runtime == "modules" else []),
-            *(["--cluster", cluster.name] if cluster else []), "--timeout", str(LAUNCH_TIMEOUT_S),
+            *(["--cluster", cluster.given_as] if cluster else []), "--timeout", str(LAUNCH_TIMEOUT_S),
             "--stall", str(LAUNCH_STALL_S), "--results-dir", str(results), "--runs-dir", str(runs),
             "--", *path.tiny_args()]
 

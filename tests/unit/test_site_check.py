@@ -142,6 +142,17 @@ def test_the_runner_gets_the_case_at_its_tiny_sizes_with_the_launcher_chosen(tmp
     assert argv[argv.index("--") + 1:] == [*load_case("pytorch-ddp").tiny_args(), "--launcher", "ranks"]
 
 
+def test_the_runner_is_given_the_profile_as_the_check_was(tmp_path):
+    """A shipped profile by its name; one given by its path (a site's own) by that path, which the runner reads."""
+    from suite.execution.clusters import load_cluster
+
+    [path] = site_paths.narrowed(site_paths.site_paths(None, [load_case("pytorch-ddp")], ["local"], [1], 0), ["ranks"])
+    (tmp_path / "site.toml").write_text('scheduler = "local"\n')
+    for given, passed in [("localhost", "localhost"), (str(tmp_path / "site.toml"), str(tmp_path / "site.toml"))]:
+        argv = site_runner.runner_argv(path, load_cluster(given), tmp_path / "r", tmp_path / "w")
+        assert argv[argv.index("--cluster") + 1] == passed
+
+
 # --- why a path is not available ----------------------------------------------------------------------
 
 def test_a_container_runtime_without_its_tool_is_not_available_and_says_why(monkeypatch, tmp_path):
