@@ -42,8 +42,10 @@ def make_request(args, case_args: list[str], argv: list[str]) -> PredictRequest:
 
 def run(req: PredictRequest) -> int:
     from suite.analysis.prediction import predict
-    from suite.execution.clusters import load_cluster
+    from suite.execution.clusters import load_cluster, names_a_file
 
-    print(predict(req.case, req.devices, req.results_dir, req.cluster, req.published, req.fit_up_to, req.fit_network,
-                  profile_interconnect=lambda cluster: load_cluster(cluster).interconnect))
+    # A profile given by its path: the records name its cluster by the file's name.
+    named = load_cluster(req.cluster).name if req.cluster and names_a_file(req.cluster) else req.cluster
+    print(predict(req.case, req.devices, req.results_dir, named, req.published, req.fit_up_to, req.fit_network,
+                  profile_interconnect=lambda cluster: load_cluster(req.cluster).interconnect))
     return 0

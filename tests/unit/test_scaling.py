@@ -9,6 +9,7 @@ from support.fixture_records import allreduce_sweep, make_record
 from suite.analysis.prediction import recorded_network
 from suite.analysis.scaling import Exchange, Measurements, Model, exchange_for, fit
 from suite.analysis.scaling_validation import validate_on_published
+from suite.base import paths
 from suite.inputs.cases import load_case
 
 sys.path.insert(0, str(ROOT / "tools"))
@@ -185,3 +186,7 @@ def test_predict_from_records_and_profile(tmp_path):
     assert "network: from the cluster profile (InfiniBand EDR" in profiled.stdout
     network = re.search(r"effective bandwidth ([0-9.]+) Gbit/s, latency ([0-9.]+) us", profiled.stdout)
     assert network and float(network[1]) == pytest.approx(100) and float(network[2]) == pytest.approx(2)
+    copy = tmp_path / "cte-power.toml"  # the same profile kept outside the checkout, given by its path
+    copy.write_text((paths.HOSTFILES / "cte-power.toml").read_text())
+    by_path = subprocess.run(args + ["--cluster", str(copy)], cwd=ROOT, capture_output=True, text=True)
+    assert by_path.returncode == 0 and by_path.stdout == profiled.stdout, by_path.stderr
