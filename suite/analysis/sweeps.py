@@ -12,10 +12,11 @@ import secrets
 import time
 from pathlib import Path
 
+from suite.analysis.what_ran import unit_of
 from suite.base.errors import UsageError
 from suite.base.jsonfile import write_json_atomic
 from suite.base.stats import speedup_efficiency
-from suite.records.read import Point, case_unit, load_point
+from suite.records.read import Point, load_point
 
 
 def new_sweep_id(case: str) -> str:
@@ -50,7 +51,7 @@ def summarize_sweep(sweep_id: str, written: list[tuple[dict, Path]], baseline: P
         rows.append(row)
     first = written[0][0]
     return {"sweep_id": sweep_id, "case": first["case"], "cluster": first["world"].get("cluster"),
-            "unit": first["metrics"]["throughput"].get("unit") or case_unit(first["case"]),
+            "unit": unit_of(Point(*written[0])),
             "scaling_rule": first["config"].get("lr_rule"),
             "baseline": {"run_id": baseline.record["run_id"], "devices": baseline.devices,
                          "throughput": baseline.throughput["mean"]} if baseline else None,
@@ -136,7 +137,7 @@ def sweep_records(results_dir: Path, sweep_id: str) -> list[tuple[dict, Path]]:
 
 
 def print_sweep(summary: dict, path: Path) -> None:
-    base, unit = summary["baseline"], summary.get("unit") or case_unit(summary["case"])
+    base, unit = summary["baseline"], summary["unit"]
     print(f"\n== sweep {summary['sweep_id']}: speedup against "
           + (f"{base['devices']} device(s), {base['throughput']:.2f} {unit} ({base['run_id']})"
              if base else "nothing (no point succeeded)"))

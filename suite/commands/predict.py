@@ -45,7 +45,8 @@ def run(req: PredictRequest) -> int:
     from suite.execution.clusters import load_cluster, names_a_file
 
     # A profile given by its path: the records name its cluster by the file's name.
-    named = load_cluster(req.cluster).name if req.cluster and names_a_file(req.cluster) else req.cluster
-    print(predict(req.case, req.devices, req.results_dir, named, req.published, req.fit_up_to, req.fit_network,
-                  profile_interconnect=lambda cluster: load_cluster(req.cluster).interconnect))
+    by_path = load_cluster(req.cluster) if req.cluster and names_a_file(req.cluster) else None
+    print(predict(req.case, req.devices, req.results_dir, by_path.name if by_path else req.cluster, req.published,
+                  req.fit_up_to, req.fit_network,
+                  profile_interconnect=lambda cluster: (by_path or load_cluster(cluster)).interconnect))
     return 0
