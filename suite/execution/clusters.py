@@ -17,6 +17,7 @@ from suite.base import paths
 from suite.base.env_policy import SECRET_NAME
 from suite.base.errors import UsageError
 from suite.execution import plugins
+from suite.inputs.host_network import INTERFACE_VARIABLES
 from suite.instack.cpu_binding import POLICIES
 
 # The type of each key, by table ("": the top level; tables of plugins are typed by their PROFILE).
@@ -161,6 +162,21 @@ def applied_env(cluster: "Cluster | None", environ: Mapping[str, str]) -> dict[s
     """The profile's [env] as a run applies it: each variable the run's own environment sets keeps its value
     there (what is given with the run wins over the profile, as for every other setting)."""
     return {name: environ.get(name, value) for name, value in (cluster.env if cluster else {}).items()}
+
+
+def interface_settings(cluster: "Cluster | None", environ: Mapping[str, str]) -> dict[str, tuple[str, str]]:
+    """The variables naming the processes' network interfaces that this run sets, each with its value and
+    where it comes from (the run's environment wins over the profile's [env], as applied_env)."""
+    profile = cluster.env if cluster else {}
+    settings = {}
+    for name in INTERFACE_VARIABLES:
+        if name in environ:
+            value, whence = environ[name], "the run's environment"
+        else:
+            value, whence = str(profile.get(name, "")), f"[env] of cluster profile {cluster and cluster.given_as}"
+        if value.strip():
+            settings[name] = (value, whence)
+    return settings
 
 
 TYPE_WORDS = {list: "a list of strings", str: "a string", int: "an integer", bool: "a boolean (true or false)",

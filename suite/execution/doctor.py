@@ -1,17 +1,20 @@
 """What a cluster profile needs on this machine and whether it is there, one line each (`ok:`, `missing:`, or
 `optional:` for data that only an option reads): the scheduler's commands, the GPUs, the runtime (container
-tool and images, or local stacks), the cases' data, and that the hosts can be reached (`suite doctor`).
+tool and images, or local stacks), the cases' data, that the hosts can be reached, and that this machine has the
+network interfaces the environment names where the hosts are this machine (`suite doctor`).
 Nothing is installed or started."""
 
+import os
 import re
 from pathlib import Path
 
 from suite.base import paths
 from suite.base.errors import UsageError
 from suite.execution import plugins
-from suite.execution.clusters import Cluster, load_cluster
+from suite.execution.clusters import Cluster, interface_settings, load_cluster
 from suite.inputs.cases import known_cases, load_case
 from suite.inputs.host_gpus import GpuProbeError, host_gpus, pick_flavour
+from suite.inputs.host_network import INTERFACES_SCRIPT, interfaces_from_probe, interfaces_missing
 from suite.instack.case_options import evaluate
 
 
@@ -26,7 +29,7 @@ def doctor(cluster_name: str | None, case_names: list[str] | None = None, flavou
         print("environment of every process (the profile's [env]): "
               + " ".join(f"{name}={value}" for name, value in sorted(cluster.env.items())))
     stacks = sorted({case.stack for case in cases})
-    lines = [*plugin_lines("schedulers", cluster.scheduler, cluster), gpu_line(flavour),
+    lines = [*plugin_lines("schedulers", cluster.scheduler, cluster), gpu_line(flavour), *interface_lines(cluster),
              *plugin_lines("runtimes", cluster.runtime, cluster, stacks, flavour), *data_lines(cluster, cases)]
     for line in lines:
         print(line)
@@ -41,6 +44,23 @@ def gpu_line(flavour: str | None) -> str:
     chosen = pick_flavour(flavour, gpus)
     how = "as asked (FLAVOUR)" if flavour else "for this host"
     return f"ok: {gpus} NVIDIA GPU(s) here (nvidia-smi -L); stacks in their {chosen} flavour {how}"
+
+
+def interface_lines(cluster: Cluster) -> list[str]:
+    """Where the hosts are this machine (scheduler local): a line per variable naming the processes' network
+    interfaces, against this machine's interfaces. Other schedulers' hosts are checked by the run itself, by
+    the probe on each host before launch."""
+    settings = interface_settings(cluster, os.environ)
+    if cluster.scheduler != "local" or not settings:
+        return []
+    interfaces = interfaces_from_probe(plugins.output_here(("sh", "-c", INTERFACES_SCRIPT)) or "") or []
+    lines = []
+    for variable, (value, whence) in settings.items():
+        missing = interfaces_missing(variable, value, interfaces)
+        lines.append(f"missing: {variable}={value} ({whence}): this machine {missing} (its interfaces: "
+                     f"{', '.join(sorted(interfaces))})" if missing else
+                     f"ok: {variable}={value} ({whence}) names interfaces of this machine")
+    return lines
 
 
 def plugin_lines(kind: str, name: str, *args) -> list[str]:

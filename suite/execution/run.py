@@ -30,7 +30,7 @@ from suite.base.env_policy import masked_env
 from suite.base.errors import INTERRUPTED, RunFailed, UsageError
 from suite.base.log import log
 from suite.execution import batch_search, plugins, strays
-from suite.execution.clusters import Cluster, applied_env, load_cluster
+from suite.execution.clusters import Cluster, applied_env, interface_settings, load_cluster
 from suite.execution.console import DryRun, DryRunPoint, print_dry_run, print_summary
 from suite.execution.interconnect_check import run_check, wanted
 from suite.execution.plan import Launch, Plan, StackEnv, StackRequest, first_failure
@@ -39,7 +39,8 @@ from suite.execution.request import SUITE, RunRequest, recorded, to_argv
 from suite.execution.samplers import with_samplers
 from suite.inputs.cases import Case, load_case
 from suite.inputs.counts import positive_int, positive_ints
-from suite.inputs.host_gpus import PROBE, check_devices, count_from_probe
+from suite.inputs.host_gpus import PROBE_SCRIPT, check_devices, count_from_probe
+from suite.inputs.host_network import INTERFACES_SCRIPT, refuse_missing_interfaces
 from suite.inputs.hostfiles import Host, World, read_hostfile, select_world
 from suite.instack import matmul_peak
 from suite.instack.cpu_binding import POLICIES
@@ -51,6 +52,9 @@ from suite.records.system_description import system_description
 from suite.records.telemetry_window import summarize as summarize_telemetry
 from suite.records.write import RunContext, build_record, new_run_id, utc_now, write_record
 from suite.stacks.recipes import Stack, load_stack
+
+# Each host's GPUs and network interfaces, read by one step there before launch.
+HOST_PROBE = ("sh", "-c", f"{PROBE_SCRIPT}; {INTERFACES_SCRIPT}")
 
 
 @dataclass
@@ -103,7 +107,9 @@ def check(req: RunRequest) -> Checked:
     hostfile = str(req.hostfile or (cluster and cluster.hostfile) or paths.HOSTFILES / "localhost")
     allocated = scheduler.hosts(max(nodes))
     hosts, hostfile, cluster_name = allocated or (read_hostfile(hostfile), hostfile, None)
-    found = gpus_of(scheduler, [h.name for h in hosts[:max(nodes)]], cluster, req.dry_run)
+    facts = host_facts(scheduler, [h.name for h in hosts[:max(nodes)]], cluster, req.dry_run)
+    refuse_missing_interfaces(interface_settings(cluster, os.environ), facts)
+    found = {host: None if out is None else count_from_probe(out, host) for host, out in facts.items()}
     if gpus == [None] and nodes == [1] and not (allocated or req.hostfile or (cluster and cluster.hostfile)) \
             and found.get(hosts[0].name):
         gpus = [found[hosts[0].name]]  # a GPU host's own count, where no hostfile or profile says otherwise
@@ -171,11 +177,11 @@ def site_options(req: RunRequest, runtime: str) -> None:
                          "them out)")
 
 
-def gpus_of(scheduler, hosts: list[str], cluster, dry_run: bool) -> dict[str, int | None]:
-    """GPUs per host, by one short probe through the scheduler (a dry run reads this machine only)."""
+def host_facts(scheduler, hosts: list[str], cluster, dry_run: bool) -> dict[str, str | None]:
+    """Each host's GPUs and network interfaces as one short probe through the scheduler prints them (None
+    where it cannot run now; a dry run reads this machine only)."""
     run_on_hosts = plugins.SchedulerDefaults().run_on_hosts if dry_run else scheduler.run_on_hosts
-    outputs = run_on_hosts(list(dict.fromkeys(hosts)), PROBE, cluster)
-    return {host: None if out is None else count_from_probe(out, host) for host, out in outputs.items()}
+    return run_on_hosts(list(dict.fromkeys(hosts)), HOST_PROBE, cluster)
 
 
 def plan_point(req: RunRequest, checked: Checked, world: World, stack_env: StackEnv, rep_dir: Path,

@@ -1,5 +1,5 @@
-"""Network facts about this machine that launchers and schedulers share: which host names are this
-machine, and a free TCP port."""
+"""Network facts that launchers and schedulers share: which host names are this machine, a free TCP port,
+and whether each host has the network interfaces that variables such as NCCL_SOCKET_IFNAME name."""
 
 import random
 import socket
@@ -7,6 +7,8 @@ from collections.abc import Collection
 from functools import cache
 from itertools import chain
 from pathlib import Path
+
+from suite.base.errors import UsageError
 
 
 @cache
@@ -70,3 +72,63 @@ def _kernel_port() -> int:
         sock.bind(("", 0))
         return sock.getsockname()[1]
 
+
+
+# The network interfaces of a host, as the probe before launch prints them: /proc/net/dev lists every interface
+# of the network namespace of whoever reads it (/sys/class/net shows the namespace sysfs was mounted in).
+INTERFACES_SCRIPT = ("echo \"net interfaces=$(tail -n +3 /proc/net/dev 2>/dev/null | cut -d: -f1 | tr -d ' ' "
+                     "| tr '\\n' ,)\"")
+INTERFACES_LINE = "net interfaces="
+
+# Variables naming the interfaces the processes' own sockets use, and how each reads its value: NCCL's (and
+# RCCL's) a list of prefixes, `=` for exact names, `^` for all but those; Gloo's (PyTorch) a list of names, each
+# of which must exist; Horovod's Gloo and ps-lite (MXNet) one name.
+INTERFACE_VARIABLES = {"NCCL_SOCKET_IFNAME": "prefixes", "GLOO_SOCKET_IFNAME": "names", "HOROVOD_GLOO_IFACE": "name",
+                       "DMLC_INTERFACE": "name"}
+
+
+def interfaces_from_probe(text: str) -> list[str] | None:
+    """The interface names of the probe's `net interfaces=` line; None where it printed none."""
+    line = next((line for line in text.splitlines() if line.startswith(INTERFACES_LINE)), None)
+    if line is None:
+        return None
+    names = [name for name in line[len(INTERFACES_LINE):].split(",") if name]
+    return names or None
+
+
+def interfaces_missing(variable: str, value: str, interfaces: list[str]) -> str | None:
+    """What of `value` the interfaces lack, in words (the whole filter, or the names not there); None where
+    the processes would find what the variable asks for."""
+    kind = INTERFACE_VARIABLES[variable]
+    if kind == "prefixes":
+        return None if nccl_matches(value, interfaces) else "has no interface it matches"
+    names = [value.strip()] if kind == "name" else [name.strip() for name in value.split(",") if name.strip()]
+    absent = [name for name in names if name not in interfaces]
+    return f"has no interface {', '.join(absent)}" if absent else None
+
+
+def refuse_missing_interfaces(settings: dict[str, tuple[str, str]], outputs: dict[str, str | None]) -> None:
+    """UsageError where a host lacks what an interface variable names. settings: variable -> (value, where it
+    was set); outputs: each host's probe output (None: not probed, nothing to say of it)."""
+    for host, text in outputs.items():
+        interfaces = interfaces_from_probe(text or "")
+        for variable, (value, whence) in settings.items():
+            if interfaces and (what := interfaces_missing(variable, value, interfaces)):
+                raise UsageError(f"{variable}={value} ({whence}): host {host} {what} (its interfaces: "
+                                 f"{', '.join(sorted(interfaces))}), so its processes would find no socket to use: "
+                                 "name one of these, or leave it unset")
+
+
+def nccl_matches(value: str, interfaces: list[str]) -> list[str]:
+    """The interfaces NCCL_SOCKET_IFNAME lets NCCL use: prefixes (`ib,eth`), exact names after `=`, all but
+    the listed after `^` (`^docker,lo`, `^=eth0`); each entry may carry a `:port`."""
+    exclude = value.startswith("^")
+    value = value[1:] if exclude else value
+    exact = value.startswith("=")
+    value = value[1:] if exact else value
+    wanted = [entry.split(":")[0].strip() for entry in value.split(",") if entry.split(":")[0].strip()]
+
+    def listed(name: str) -> bool:
+        return any(name == w if exact else name.startswith(w) for w in wanted)
+
+    return [name for name in interfaces if listed(name) != exclude]

@@ -143,9 +143,11 @@ def test_horovod_on_loopback_hosts_runs_local_ranks_without_ssh(pytorch_stack, n
     assert not no_ssh.exists()
 
 
-def test_gpus_of_each_node_are_read_by_a_step_there_and_checked_before_launch(slurm_two_nodes, tmp_path, monkeypatch):
+def test_gpus_and_interfaces_of_each_node_are_read_by_a_step_there_and_checked_before_launch(slurm_two_nodes, tmp_path,
+                                                                                             monkeypatch):
     """A fake nvidia-smi on PATH (srun passes PATH on) that names the node it runs on: the probe is a
-    step on each node, and asking for more devices than they have is refused before anything starts."""
+    step on each node, and asking for more devices than they have is refused before anything starts; so is
+    an NCCL_SOCKET_IFNAME that one node's interfaces (its network namespace's) do not match."""
     fake = tmp_path / "fake-gpus"
     fake.mkdir()
     (fake / "nvidia-smi").write_text('#!/bin/sh\nfor i in 0 1 2; do echo "GPU $i: Fake GPU on $(hostname)"; done\n')
@@ -160,10 +162,17 @@ def test_gpus_of_each_node_are_read_by_a_step_there_and_checked_before_launch(sl
     assert done.returncode == 0, done.stdout + done.stderr
     found = eval(done.stdout.strip().splitlines()[-1])  # the script's own repr
     assert found == {node: (3, f"GPU 0: Fake GPU on {node}") for node in NODE_NAMES}
-    refused = subprocess.run(["salloc", "--nodes=2", "--ntasks-per-node=1", "--time=5", PY, "-m", "suite", "run",
-                              "--case", "pytorch-ddp", "--nodes", "2", "--gpus-per-node", "4", "--scheduler", "slurm",
-                              "--results-dir", str(tmp_path / "results"), "--runs-dir", str(tmp_path / "runs")],
-                             cwd=ROOT, capture_output=True, text=True, timeout=300)
+    run = ["salloc", "--nodes=2", "--ntasks-per-node=1", "--time=5", PY, "-m", "suite", "run", "--case", "pytorch-ddp",
+           "--nodes", "2", "--gpus-per-node", "4", "--scheduler", "slurm",
+           "--results-dir", str(tmp_path / "results"), "--runs-dir", str(tmp_path / "runs")]
+    inside = f"hpcdl{slurm_two_nodes.net.token}p"  # each node's own end of its link: p1 on the first, p2 on the second
+    monkeypatch.setenv("NCCL_SOCKET_IFNAME", inside)  # a prefix both nodes match, this machine does not
+    refused = subprocess.run(run, cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert refused.returncode == 2, refused.stdout + refused.stderr
     assert f"error: GPUS_PER_NODE=4 but host {NODE_NAMES[0]} has 3 GPU(s)" in refused.stderr
+    monkeypatch.setenv("NCCL_SOCKET_IFNAME", f"={inside}1")  # the first node's interface alone
+    refused = subprocess.run(run, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+    assert f"\nerror: NCCL_SOCKET_IFNAME=={inside}1 (the run's environment): host {NODE_NAMES[1]} has no interface " \
+           f"it matches (its interfaces: {inside}2, lo)" in refused.stderr, refused.stderr
     assert not (tmp_path / "results").exists()

@@ -6,6 +6,7 @@ import os
 import pickle
 import re
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -379,3 +380,24 @@ def test_an_empty_path_is_refused_not_read_as_the_current_folder(args, capsys):
     with pytest.raises(SystemExit) as stopped:
         cli.main(list(args))
     assert stopped.value.code == 2 and "an empty path (leave the option out for its default)" in capsys.readouterr().err
+
+
+def test_an_interface_no_host_has_is_refused_before_launch_and_the_environment_wins_over_the_profile(tmp_path):
+    """The profile's [env] names an interface this machine lacks: refused, naming where the value came from;
+    the same variable set in the run's environment to one of this machine's interfaces is what runs."""
+    profile = tmp_path / "site.toml"
+    shutil.copy(paths.HOSTFILES / "localhost", tmp_path / "localhost")
+    profile.write_text('hostfile = "localhost"\n[env]\nGLOO_SOCKET_IFNAME = "hpcdl-absent0"\n')
+    here = sorted(name for _, name in socket.if_nameindex())
+    argv = [sys.executable, "-m", "suite", "run", "--case", "pytorch-ddp", "--tiny", "--cluster", str(profile),
+            "--results-dir", str(tmp_path / "results"), "--runs-dir", str(tmp_path / "runs")]
+    environ = {k: v for k, v in os.environ.items() if k not in ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME")}
+    refused = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=300, env=environ)
+    assert refused.returncode == 2 and refused.stderr.count("\n") == 1, refused.stderr
+    assert refused.stderr.startswith(f"error: GLOO_SOCKET_IFNAME=hpcdl-absent0 ([env] of cluster profile {profile}): "
+                                     f"host localhost has no interface hpcdl-absent0 (its interfaces: "
+                                     f"{', '.join(here)}), so"), refused.stderr
+    assert not any((tmp_path / name).exists() for name in ("results", "runs"))
+    passed = subprocess.run([*argv, "--dry-run"], cwd=ROOT, capture_output=True, text=True, timeout=300,
+                            env={**environ, "GLOO_SOCKET_IFNAME": here[0], "NCCL_SOCKET_IFNAME": f"^{here[0]}"})
+    assert passed.returncode == 0 and f"GLOO_SOCKET_IFNAME={here[0]}" in passed.stdout, passed.stdout + passed.stderr

@@ -1,3 +1,4 @@
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -210,3 +211,34 @@ def test_a_value_of_the_wrong_type_is_refused_naming_its_key(tmp_path, text, mes
     (tmp_path / "p.toml").write_text(text + "\n")
     with pytest.raises(UsageError, match=rf"^cluster profile {tmp_path / 'p.toml'}: {message}$"):
         load_cluster(str(tmp_path / "p.toml"))
+
+
+def test_the_interface_variables_a_run_sets_and_where_each_comes_from(tmp_path):
+    from suite.execution.clusters import interface_settings
+
+    cluster = load_cluster(str(profile_elsewhere(tmp_path, '[env]\nNCCL_SOCKET_IFNAME = "hsn"\n'
+                                                          'DMLC_INTERFACE = "hsn0"\nGLOO_SOCKET_IFNAME = " "\n')))
+    mine = f"[env] of cluster profile {tmp_path / 'site.toml'}"
+    assert interface_settings(cluster, {"DMLC_INTERFACE": "eth0", "FI_PROVIDER": "tcp"}) == {
+        "NCCL_SOCKET_IFNAME": ("hsn", mine), "DMLC_INTERFACE": ("eth0", "the run's environment")}
+    assert interface_settings(cluster, {"NCCL_SOCKET_IFNAME": "", "DMLC_INTERFACE": ""}) == {}  # empty: unset
+    assert interface_settings(None, {"HOROVOD_GLOO_IFACE": "ib0"}) == {
+        "HOROVOD_GLOO_IFACE": ("ib0", "the run's environment")}
+
+
+def test_doctor_checks_the_interfaces_named_against_this_machine_where_the_hosts_are_this_machine(tmp_path, capsys,
+                                                                                                  monkeypatch):
+    import socket
+
+    from suite.execution.doctor import interface_lines
+
+    here = sorted(name for _, name in socket.if_nameindex())
+    monkeypatch.delenv("NCCL_SOCKET_IFNAME", raising=False)
+    monkeypatch.setenv("GLOO_SOCKET_IFNAME", here[0])
+    cluster = load_cluster(str(profile_elsewhere(tmp_path, '[env]\nNCCL_SOCKET_IFNAME = "=hpcdl-absent"\n')))
+    assert interface_lines(cluster) == [
+        f"missing: NCCL_SOCKET_IFNAME==hpcdl-absent ([env] of cluster profile {tmp_path / 'site.toml'}): this machine "
+        f"has no interface it matches (its interfaces: {', '.join(here)})",
+        f"ok: GLOO_SOCKET_IFNAME={here[0]} (the run's environment) names interfaces of this machine"]
+    # the nodes are not this machine: the run checks each before launch
+    assert interface_lines(dataclasses.replace(cluster, scheduler="slurm")) == []

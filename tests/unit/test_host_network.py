@@ -1,10 +1,13 @@
 """Server ports of a run: free here, below the kernel's ephemeral range (where no outgoing connection,
-and no client dialling the port itself, can take them before the server binds)."""
+and no client dialling the port itself, can take them before the server binds); the interfaces each host
+has against the variables that name them."""
 
 import socket
+import subprocess
 
 import pytest
 
+from suite.base.errors import UsageError
 from suite.inputs import host_network
 from suite.inputs.host_network import EPHEMERAL_RANGE, free_port, server_port_range
 
@@ -49,3 +52,50 @@ def test_a_port_in_use_or_taken_is_passed_over(monkeypatch):
 def test_without_room_below_the_ephemeral_range_the_kernel_picks(monkeypatch):
     monkeypatch.setattr(host_network, "server_port_range", lambda: range(0))
     assert free_port() >= 1024
+
+
+IFACES = ["eno1", "hsn0", "hsn1", "ib0", "lo"]
+
+
+@pytest.mark.parametrize("value, matched", [
+    ("hsn", ["hsn0", "hsn1"]), ("ib,eno", ["eno1", "ib0"]), ("=hsn", []), ("=hsn0,=lo", ["hsn0"]),
+    ("=hsn0,lo", ["hsn0", "lo"]), ("^hsn,lo", ["eno1", "ib0"]), ("^=hsn", IFACES),
+    ("^=hsn0", ["eno1", "hsn1", "ib0", "lo"]),
+    ("hsn0:5000", ["hsn0"]), ("eth", []), ("^e,h,i,l", []),
+])
+def test_nccl_socket_ifname_is_read_as_nccl_reads_it(value, matched):
+    """Prefixes; `=` exact names (the whole list); `^` all but those; a `:port` after a name."""
+    assert sorted(host_network.nccl_matches(value, IFACES)) == matched
+
+
+@pytest.mark.parametrize("variable, value, missing", [
+    ("NCCL_SOCKET_IFNAME", "hsn", None), ("NCCL_SOCKET_IFNAME", "ib0,ib1", None),
+    ("NCCL_SOCKET_IFNAME", "eth", "has no interface it matches"),
+    ("GLOO_SOCKET_IFNAME", "hsn0,hsn1", None), ("GLOO_SOCKET_IFNAME", "hsn0, eth0", "has no interface eth0"),
+    ("GLOO_SOCKET_IFNAME", "hsn", "has no interface hsn"),  # Gloo takes names, not prefixes
+    ("HOROVOD_GLOO_IFACE", "ib0", None), ("HOROVOD_GLOO_IFACE", "ib1", "has no interface ib1"),
+    ("DMLC_INTERFACE", "eno1", None), ("DMLC_INTERFACE", "eno", "has no interface eno"),
+])
+def test_each_variable_names_interfaces_its_own_way(variable, value, missing):
+    assert host_network.interfaces_missing(variable, value, IFACES) == missing
+
+
+def probe_output(interfaces: list[str]) -> str:
+    return f"GPU 0: x\nnvidia-smi exit=0\n{host_network.INTERFACES_LINE}{','.join(interfaces)},\n"
+
+
+def test_a_host_without_the_named_interface_is_refused_naming_it_and_what_it_has():
+    settings = {"NCCL_SOCKET_IFNAME": ("hsn", "[env] of cluster profile alps")}
+    outputs = {"nid001": probe_output(IFACES), "nid002": probe_output(["eno1", "lo"]), "nid003": None}
+    with pytest.raises(UsageError) as refused:
+        host_network.refuse_missing_interfaces(settings, outputs)
+    assert str(refused.value) == ("NCCL_SOCKET_IFNAME=hsn ([env] of cluster profile alps): host nid002 has no "
+                                  "interface it matches (its interfaces: eno1, lo), so its processes would find no "
+                                  "socket to use: name one of these, or leave it unset")
+    host_network.refuse_missing_interfaces(settings, {"nid001": probe_output(IFACES), "nid003": None,
+                                                      "old": "nvidia-smi exit=0\n"})  # not probed: nothing to say
+
+
+def test_the_probe_lists_this_hosts_interfaces():
+    done = subprocess.run(["sh", "-c", host_network.INTERFACES_SCRIPT], capture_output=True, text=True, timeout=30)
+    assert sorted(host_network.interfaces_from_probe(done.stdout)) == sorted(n for _, n in socket.if_nameindex())
