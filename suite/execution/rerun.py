@@ -52,9 +52,10 @@ def rerun(asked) -> int:
         print(f"drift (allowed): {line}")
     if world_drift(record["world"], checked):
         req.gpus_per_node = str(devices_per_node(record["world"]))  # the record's world shape, as asked
+        checked = None  # checked again for that shape
     req.rerun_of = {"run_id": record["run_id"], "record": str(path.resolve()), "argv": [*SUITE, *asked.argv],
                     "drift": drift}
-    status = run(req)
+    status = run(req, checked=checked)
     if not req.dry_run:
         print(comparison(path, req.results_dir / f"{req.run_id}.json", asked.tolerance))
     return status

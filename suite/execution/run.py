@@ -220,11 +220,11 @@ class Sweep:
     kept: list[tuple[dict, Path]] = field(default_factory=list)
 
 
-def run(req: RunRequest, sweep: Sweep | None = None) -> int:
+def run(req: RunRequest, sweep: Sweep | None = None, checked: Checked | None = None) -> int:
     """One launch per repetition of every NODES x GPUS_PER_NODE combination, smallest first; one
     record per combination; with several combinations (or a sweep resumed), a sweep: its plan written before
-    the first point, its summary with speedup at the end."""
-    checked = check(req)
+    the first point, its summary with speedup at the end. `checked`: check(req), where the caller has it."""
+    checked = checked or check(req)
     if sweep and sweep.points is not None:
         checked.worlds = [w for w in checked.worlds if (w.nodes, w.devices) in sweep.points]
     if req.dry_run:
