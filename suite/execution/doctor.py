@@ -1,7 +1,8 @@
 """What a cluster profile needs on this machine and whether it is there, one line each (`ok:`, `missing:`, or
 `optional:` for data that only an option reads): the scheduler's commands, the GPUs, the runtime (container
 tool and images, or local stacks), the cases' data, that the hosts can be reached, and that this machine has the
-network interfaces the environment names where the hosts are this machine (`suite doctor`).
+network interfaces and InfiniBand devices the environment names where the hosts are this machine
+(`suite doctor`).
 Nothing is installed or started."""
 
 import os
@@ -14,7 +15,13 @@ from suite.execution import plugins
 from suite.execution.clusters import Cluster, interface_settings, load_cluster
 from suite.inputs.cases import known_cases, load_case
 from suite.inputs.host_gpus import GpuProbeError, host_gpus, pick_flavour
-from suite.inputs.host_network import INTERFACES_SCRIPT, interfaces_from_probe, interfaces_missing
+from suite.inputs.host_network import (
+    INTERFACE_VARIABLES,
+    INTERFACES_SCRIPT,
+    devices_from_probe,
+    interfaces_missing,
+    listing,
+)
 from suite.instack.case_options import evaluate
 
 
@@ -48,18 +55,19 @@ def gpu_line(flavour: str | None) -> str:
 
 def interface_lines(cluster: Cluster) -> list[str]:
     """Where the hosts are this machine (scheduler local): a line per variable naming the processes' network
-    interfaces, against this machine's interfaces. Other schedulers' hosts are checked by the run itself, by
-    the probe on each host before launch."""
+    interfaces or InfiniBand devices, against this machine's. Other schedulers' hosts are checked by the run
+    itself, by the probe on each host before launch."""
     settings = interface_settings(cluster, os.environ)
     if cluster.scheduler != "local" or not settings:
         return []
-    interfaces = interfaces_from_probe(plugins.output_here(("sh", "-c", INTERFACES_SCRIPT)) or "") or []
+    probe = plugins.output_here(("sh", "-c", INTERFACES_SCRIPT)) or ""
     lines = []
     for variable, (value, whence) in settings.items():
-        missing = interfaces_missing(variable, value, interfaces)
-        lines.append(f"missing: {variable}={value} ({whence}): this machine {missing} (its interfaces: "
-                     f"{', '.join(sorted(interfaces))})" if missing else
-                     f"ok: {variable}={value} ({whence}) names interfaces of this machine")
+        naming = INTERFACE_VARIABLES[variable]
+        devices = devices_from_probe(probe, naming.devices) or []
+        missing = interfaces_missing(variable, value, devices)
+        lines.append(f"missing: {variable}={value} ({whence}): this machine {missing} ({listing(naming, devices)})"
+                     if missing else f"ok: {variable}={value} ({whence}) names {naming.noun}s of this machine")
     return lines
 
 

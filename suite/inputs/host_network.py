@@ -4,6 +4,7 @@ and whether each host has the network interfaces that variables such as NCCL_SOC
 import random
 import socket
 from collections.abc import Collection
+from dataclasses import dataclass
 from functools import cache
 from itertools import chain
 from pathlib import Path
@@ -74,49 +75,77 @@ def _kernel_port() -> int:
 
 
 
-# The network interfaces of a host, as the probe before launch prints them: /proc/net/dev lists every interface
-# of the network namespace of whoever reads it (/sys/class/net shows the namespace sysfs was mounted in).
+# A host's network interfaces and InfiniBand devices, as the probe before launch prints them: /proc/net/dev lists
+# every interface of the network namespace of whoever reads it (/sys/class/net shows the namespace sysfs was
+# mounted in); /sys/class/infiniband the RDMA devices (InfiniBand, RoCE), absent where there are none.
 INTERFACES_SCRIPT = ("echo \"net interfaces=$(tail -n +3 /proc/net/dev 2>/dev/null | cut -d: -f1 | tr -d ' ' "
-                     "| tr '\\n' ,)\"")
-INTERFACES_LINE = "net interfaces="
-
-# Variables naming the interfaces the processes' own sockets use, and how each reads its value: NCCL's (and
-# RCCL's) a list of prefixes, `=` for exact names, `^` for all but those; Gloo's (PyTorch) a list of names, each
-# of which must exist; Horovod's Gloo and ps-lite (MXNet) one name.
-INTERFACE_VARIABLES = {"NCCL_SOCKET_IFNAME": "prefixes", "GLOO_SOCKET_IFNAME": "names", "HOROVOD_GLOO_IFACE": "name",
-                       "DMLC_INTERFACE": "name"}
+                     "| tr '\\n' ,)\"; echo \"ib devices=$(ls /sys/class/infiniband 2>/dev/null | tr '\\n' ,)\"")
+PROBE_LINES = {"net": "net interfaces=", "ib": "ib devices="}
 
 
-def interfaces_from_probe(text: str) -> list[str] | None:
-    """The interface names of the probe's `net interfaces=` line; None where it printed none."""
-    line = next((line for line in text.splitlines() if line.startswith(INTERFACES_LINE)), None)
+@dataclass(frozen=True)
+class Naming:
+    """How a variable names a host's devices: `prefixes` (NCCL's: `=` for exact names, `^` for all but those),
+    `names` (a list, each of which must exist) or `name` (one); which of the probe's lists it names (net, ib);
+    and what the processes do where nothing it names is there."""
+
+    kind: str
+    devices: str
+    without: str
+
+    @property
+    def noun(self) -> str:
+        return "interface" if self.devices == "net" else "InfiniBand device"
+
+
+NO_SOCKET = "its processes would find no socket to use"
+# Gloo's (PyTorch) list is of names; Horovod's Gloo and ps-lite (MXNet) take one name; NCCL (and RCCL) falls back
+# from InfiniBand to its sockets where NCCL_IB_HCA leaves it no device: a run that measures the wrong network.
+INTERFACE_VARIABLES = {
+    "NCCL_SOCKET_IFNAME": Naming("prefixes", "net", NO_SOCKET),
+    "GLOO_SOCKET_IFNAME": Naming("names", "net", NO_SOCKET),
+    "HOROVOD_GLOO_IFACE": Naming("name", "net", NO_SOCKET),
+    "DMLC_INTERFACE": Naming("name", "net", NO_SOCKET),
+    "NCCL_IB_HCA": Naming("prefixes", "ib", "NCCL would leave InfiniBand for its sockets and the run measure those"),
+}
+
+
+def devices_from_probe(text: str, devices: str = "net") -> list[str] | None:
+    """The names of the probe's line of `devices` (net: interfaces, ib: InfiniBand devices); None where it
+    printed no such line (or, for interfaces, an empty one: /proc/net/dev unread; a host has at least lo)."""
+    line = next((line for line in text.splitlines() if line.startswith(PROBE_LINES[devices])), None)
     if line is None:
         return None
-    names = [name for name in line[len(INTERFACES_LINE):].split(",") if name]
-    return names or None
+    names = [name for name in line[len(PROBE_LINES[devices]):].split(",") if name]
+    return (names or None) if devices == "net" else names
 
 
-def interfaces_missing(variable: str, value: str, interfaces: list[str]) -> str | None:
-    """What of `value` the interfaces lack, in words (the whole filter, or the names not there); None where
-    the processes would find what the variable asks for."""
-    kind = INTERFACE_VARIABLES[variable]
-    if kind == "prefixes":
-        return None if nccl_matches(value, interfaces) else "has no interface it matches"
-    names = [value.strip()] if kind == "name" else [name.strip() for name in value.split(",") if name.strip()]
-    absent = [name for name in names if name not in interfaces]
-    return f"has no interface {', '.join(absent)}" if absent else None
+def interfaces_missing(variable: str, value: str, devices: list[str]) -> str | None:
+    """What of `value` the host's devices lack, in words (the whole filter, or the names not there); None
+    where the processes would find what the variable asks for."""
+    naming = INTERFACE_VARIABLES[variable]
+    if naming.kind == "prefixes":
+        return None if nccl_matches(value, devices) else f"has no {naming.noun} it matches"
+    names = [value.strip()] if naming.kind == "name" else [name.strip() for name in value.split(",") if name.strip()]
+    absent = [name for name in names if name not in devices]
+    return f"has no {naming.noun} {', '.join(absent)}" if absent else None
 
 
 def refuse_missing_interfaces(settings: dict[str, tuple[str, str]], outputs: dict[str, str | None]) -> None:
     """UsageError where a host lacks what an interface variable names. settings: variable -> (value, where it
     was set); outputs: each host's probe output (None: not probed, nothing to say of it)."""
     for host, text in outputs.items():
-        interfaces = interfaces_from_probe(text or "")
         for variable, (value, whence) in settings.items():
-            if interfaces and (what := interfaces_missing(variable, value, interfaces)):
-                raise UsageError(f"{variable}={value} ({whence}): host {host} {what} (its interfaces: "
-                                 f"{', '.join(sorted(interfaces))}), so its processes would find no socket to use: "
-                                 "name one of these, or leave it unset")
+            naming = INTERFACE_VARIABLES[variable]
+            devices = devices_from_probe(text or "", naming.devices)
+            if devices is not None and (what := interfaces_missing(variable, value, devices)):
+                fix = "name one of these, or leave it unset" if devices else "leave it unset there"
+                raise UsageError(f"{variable}={value} ({whence}): host {host} {what} ({listing(naming, devices)}), "
+                                 f"so {naming.without}: {fix}")
+
+
+def listing(naming: Naming, devices: list[str]) -> str:
+    return f"its {naming.noun}s: {', '.join(sorted(devices))}" if devices else f"it has no {naming.noun} at all"
 
 
 def nccl_matches(value: str, interfaces: list[str]) -> list[str]:

@@ -325,13 +325,13 @@ def test_the_gpus_of_each_host_are_read_over_ssh(loopback_sshd):
     not refused."""
     from suite.execution.run import HOST_PROBE
     from suite.inputs.host_gpus import count_from_probe, host_gpus
-    from suite.inputs.host_network import interfaces_from_probe
+    from suite.inputs.host_network import devices_from_probe
 
     out = ssh.run_on_hosts([*LOOPBACK_HOSTS, "127.0.0.9"], HOST_PROBE, FORCED)
     assert all(out[host] is not None and "CUDA_VISIBLE_DEVICES=" in out[host] for host in LOOPBACK_HOSTS), out
     assert {count_from_probe(out[host]) for host in LOOPBACK_HOSTS} == {host_gpus()}
     here = sorted(name for _, name in socket.if_nameindex())
-    assert all(sorted(interfaces_from_probe(out[host])) == here for host in LOOPBACK_HOSTS), out
+    assert all(sorted(devices_from_probe(out[host])) == here for host in LOOPBACK_HOSTS), out
     # Processes the tests start over ssh see no GPU, as the local ones do (unless SUITE_TEST_ON_GPUS=1).
     hidden = os.environ.get("SUITE_TEST_ON_GPUS") != "1"
     assert all(("CUDA_VISIBLE_DEVICES=" in out[host].splitlines()) == hidden for host in LOOPBACK_HOSTS), out

@@ -4,6 +4,7 @@ has against the variables that name them."""
 
 import socket
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -81,7 +82,7 @@ def test_each_variable_names_interfaces_its_own_way(variable, value, missing):
 
 
 def probe_output(interfaces: list[str]) -> str:
-    return f"GPU 0: x\nnvidia-smi exit=0\n{host_network.INTERFACES_LINE}{','.join(interfaces)},\n"
+    return f"GPU 0: x\nnvidia-smi exit=0\nnet interfaces={','.join(interfaces)},\nib devices=\n"
 
 
 def test_a_host_without_the_named_interface_is_refused_naming_it_and_what_it_has():
@@ -98,4 +99,26 @@ def test_a_host_without_the_named_interface_is_refused_naming_it_and_what_it_has
 
 def test_the_probe_lists_this_hosts_interfaces():
     done = subprocess.run(["sh", "-c", host_network.INTERFACES_SCRIPT], capture_output=True, text=True, timeout=30)
-    assert sorted(host_network.interfaces_from_probe(done.stdout)) == sorted(n for _, n in socket.if_nameindex())
+    assert sorted(host_network.devices_from_probe(done.stdout)) == sorted(n for _, n in socket.if_nameindex())
+
+
+def test_an_ib_hca_no_device_of_a_host_matches_is_refused_as_a_run_that_would_measure_sockets():
+    settings = {"NCCL_IB_HCA": ("mlx5_0:1,mlx5_1:1", "the run's environment")}
+    with_ib = "net interfaces=eth0,ib0,lo,\nib devices=mlx5_0,mlx5_1,\n"
+    host_network.refuse_missing_interfaces(settings, {"gpu01": with_ib, "old": "net interfaces=eth0,lo,\n"})
+    for devices, listed, fix in (
+            ("mlx5_2,mlx5_3,", "its InfiniBand devices: mlx5_2, mlx5_3", "name one of these, or leave it unset"),
+            ("", "it has no InfiniBand device at all", "leave it unset there")):
+        without = f"net interfaces=eth0,lo,\nib devices={devices}\n"
+        with pytest.raises(UsageError) as refused:
+            host_network.refuse_missing_interfaces(settings, {"gpu01": with_ib, "gpu02": without})
+        assert str(refused.value) == (f"NCCL_IB_HCA=mlx5_0:1,mlx5_1:1 (the run's environment): host gpu02 has no "
+                                      f"InfiniBand device it matches ({listed}), so NCCL would leave InfiniBand for "
+                                      f"its sockets and the run measure those: {fix}")
+
+
+def test_the_probe_lists_this_hosts_infiniband_devices():
+    done = subprocess.run(["sh", "-c", host_network.INTERFACES_SCRIPT], capture_output=True, text=True, timeout=30)
+    ib = Path("/sys/class/infiniband")
+    assert host_network.devices_from_probe(done.stdout, "ib") == (sorted(p.name for p in ib.iterdir())
+                                                                  if ib.is_dir() else [])
