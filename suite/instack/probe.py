@@ -300,7 +300,7 @@ def announced(run_dir: str) -> dict[str, list[str]]:
 
 
 def host_info() -> dict:
-    """What the machine is, for the record: CPU, memory, GPUs and driver where nvidia-smi exists."""
+    """What the machine is, for the record: CPU, memory, GPUs and driver where nvidia-smi exists, network links."""
     info = {
         "hostname": socket.gethostname(),
         "platform": platform.platform(),
@@ -309,6 +309,7 @@ def host_info() -> dict:
         "usable_cpus": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
         "memory_gib": _memory_gib(),
         "gpus": _gpus(),
+        "network": network_links(),
     }
     return info
 
@@ -341,6 +342,59 @@ def _memory_gib() -> float | None:
         return round(kib / 2**20, 1)
     except (OSError, ValueError, IndexError):
         return None
+
+
+NET_TYPES = {"1": "Ethernet", "32": "IPoIB"}  # /sys/class/net/<if>/type: ARPHRD_ETHER, ARPHRD_INFINIBAND
+
+
+def network_links(sys_class: str = "/sys/class") -> list[dict]:
+    """The host's links, for the record: each port of each InfiniBand or RoCE device (its rate, link layer and
+    state) and each interface of a device (not lo, bridges, veths, tunnels: those have no `device`), with
+    its speed where the driver says it (a VM's often does not), MTU and state."""
+    links = []
+    ib = os.path.join(sys_class, "infiniband")
+    for device in _listed(ib):
+        for port in _listed(os.path.join(ib, device, "ports")):
+            folder = os.path.join(ib, device, "ports", port)
+            rate = _sys_text(os.path.join(folder, "rate"))  # "200 Gb/sec (4X HDR)"
+            state = _sys_text(os.path.join(folder, "state"))  # "4: ACTIVE"
+            links.append({"name": f"{device}/{port}", "type": _sys_text(os.path.join(folder, "link_layer")),
+                          "rate_gbit_s": _number(rate.split()[0]) if rate else None,
+                          "state": state.split(":")[-1].strip() if state else None})
+    net = os.path.join(sys_class, "net")
+    for name in _listed(net):
+        if not os.path.exists(os.path.join(net, name, "device")):
+            continue
+        speed = _number(_sys_text(os.path.join(net, name, "speed")))  # Mbit/s; -1 or unreadable: not known
+        kind = _sys_text(os.path.join(net, name, "type"))
+        links.append({"name": name, "type": NET_TYPES.get(kind or "", f"type {kind}"),
+                      "rate_gbit_s": speed / 1000 if speed and speed > 0 else None,
+                      "mtu": _number(_sys_text(os.path.join(net, name, "mtu"))),
+                      "state": _sys_text(os.path.join(net, name, "operstate"))})
+    return links
+
+
+def _listed(folder: str) -> list[str]:
+    try:
+        return sorted(os.listdir(folder))
+    except OSError:
+        return []
+
+
+def _sys_text(path: str) -> str | None:
+    try:
+        with open(path) as f:
+            return f.read().strip() or None
+    except OSError:  # sysfs answers EINVAL for a speed it does not know
+        return None
+
+
+def _number(text: str | None) -> float | int | None:
+    try:
+        value = float(text)
+    except (TypeError, ValueError):
+        return None
+    return int(value) if value.is_integer() else value
 
 
 def _gpus() -> list[dict]:

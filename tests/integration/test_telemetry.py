@@ -18,7 +18,9 @@ from suite.execution import interconnect_check
 from suite.execution.plan import Plan, Process
 from suite.inputs.hostfiles import Host, World
 from suite.instack import telemetry_sampler
+from suite.instack.probe import network_links
 from suite.records.schema import validate
+from suite.records.system_description import networking
 from suite.records.telemetry_window import Cut, host_summary, summarize
 from suite.schedulers.local import HERE, run_plan
 
@@ -279,6 +281,9 @@ def test_a_run_records_telemetry_per_host_and_its_samplers_end_with_it(tmp_path,
     described = record["provenance"]["system_description"]  # MLPerf's system-description field names
     assert described["number_of_nodes"] == 1 and described["accelerators_per_node"] == listed_gpus()
     assert described["host_processor_vcpu_count"] >= 1 and "torch" in described["framework"]
+    [host_info] = record["provenance"]["host_info"].values()  # this machine's links, as rank 0 read them
+    assert host_info["network"] == network_links()
+    assert ("host_network_card_count" in described) == bool(networking(network_links()))
     check_mllog_lines(Path(record["repetitions"][0]["run_dir"]) / "ranks" / "rank-00000.mllog", record)
     check_report_draws_telemetry(tmp_path, record)
 

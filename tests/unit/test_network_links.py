@@ -1,0 +1,62 @@
+"""A host's network links in the record (the probe's host_info) and as MLPerf's system description names them."""
+
+import os
+from pathlib import Path
+
+from suite.instack.probe import network_links
+from suite.records.system_description import networking, system_description
+
+
+def sysfs(root: Path, files: dict[str, str]) -> Path:
+    for rel, text in files.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text + "\n")
+    return root
+
+
+HDR_NODE = {
+    "infiniband/mlx5_0/ports/1/rate": "200 Gb/sec (4X HDR)", "infiniband/mlx5_0/ports/1/state": "4: ACTIVE",
+    "infiniband/mlx5_0/ports/1/link_layer": "InfiniBand",
+    "infiniband/mlx5_1/ports/1/rate": "200 Gb/sec (4X HDR)", "infiniband/mlx5_1/ports/1/state": "4: ACTIVE",
+    "infiniband/mlx5_1/ports/1/link_layer": "InfiniBand",
+    "infiniband/mlx5_2/ports/1/rate": "100 Gb/sec (4X EDR)", "infiniband/mlx5_2/ports/1/state": "1: DOWN",
+    "infiniband/mlx5_2/ports/1/link_layer": "Ethernet",
+    "net/ib0/device/vendor": "0x15b3", "net/ib0/type": "32", "net/ib0/speed": "200000", "net/ib0/mtu": "4092",
+    "net/ib0/operstate": "up",
+    "net/eno1/device/vendor": "0x8086", "net/eno1/type": "1", "net/eno1/speed": "25000", "net/eno1/mtu": "9000",
+    "net/eno1/operstate": "up",
+    "net/eno2/device/vendor": "0x8086", "net/eno2/type": "1", "net/eno2/speed": "-1", "net/eno2/mtu": "1500",
+    "net/eno2/operstate": "down",
+    "net/lo/type": "772", "net/lo/mtu": "65536", "net/lo/operstate": "unknown",  # no device: not a link
+    "net/docker0/type": "1", "net/docker0/operstate": "down",
+}
+
+
+def test_links_are_read_from_sysfs_ports_and_interfaces_of_devices(tmp_path):
+    links = network_links(str(sysfs(tmp_path, HDR_NODE)))
+    assert links == [
+        {"name": "mlx5_0/1", "type": "InfiniBand", "rate_gbit_s": 200, "state": "ACTIVE"},
+        {"name": "mlx5_1/1", "type": "InfiniBand", "rate_gbit_s": 200, "state": "ACTIVE"},
+        {"name": "mlx5_2/1", "type": "Ethernet", "rate_gbit_s": 100, "state": "DOWN"},
+        {"name": "eno1", "type": "Ethernet", "rate_gbit_s": 25, "mtu": 9000, "state": "up"},
+        {"name": "eno2", "type": "Ethernet", "rate_gbit_s": None, "mtu": 1500, "state": "down"},  # speed -1
+        {"name": "ib0", "type": "IPoIB", "rate_gbit_s": 200, "mtu": 4092, "state": "up"}]
+    assert networking(links) == {"host_networking": "InfiniBand, Ethernet",
+                                 "host_network_card_count": "2x 200 Gb/s InfiniBand, 1x 25 Gb/s Ethernet"}
+    assert network_links(str(tmp_path / "absent")) == [] and networking([]) == {}
+
+
+def test_a_link_whose_rate_the_driver_keeps_is_counted_without_one(tmp_path):
+    links = network_links(str(sysfs(tmp_path, {"net/eth0/device/vendor": "0x1af4", "net/eth0/type": "1",
+                                               "net/eth0/operstate": "up", "net/eth0/mtu": "1400"})))
+    assert links == [{"name": "eth0", "type": "Ethernet", "rate_gbit_s": None, "mtu": 1400, "state": "up"}]
+    record = {"world": {"nodes": 2, "cluster": "site"}, "provenance": {"host_info": {"n1": {"network": links}}}}
+    assert system_description(record)["host_network_card_count"] == "1x Ethernet"
+
+
+def test_this_hosts_links_are_its_interfaces_of_devices_and_its_infiniband_ports():
+    net, ib = Path("/sys/class/net"), Path("/sys/class/infiniband")
+    ports = [f"{d.name}/{p.name}" for d in sorted(ib.iterdir()) for p in sorted((d / "ports").iterdir())] \
+        if ib.is_dir() else []
+    interfaces = sorted(n for n in os.listdir(net) if (net / n / "device").exists())
+    assert [link["name"] for link in network_links()] == ports + interfaces
