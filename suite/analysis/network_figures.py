@@ -37,3 +37,18 @@ def measured_network(records: list[dict]) -> tuple[dict, str] | None:
     check = best["metrics"]["interconnect"]
     return check["network"], (f"measured by the interconnect check of run {best['run_id']} ({check['implementation']}, "
                               f"{check['ranks']} ranks on {check['nodes']} node(s))")
+
+
+def summary_line(check: dict, links: str | None = None) -> str:
+    """The interconnect check in one line for a run's summary: its largest message's bus bandwidth, the
+    fitted figures per hop, and beside them the links each node has (`links`: the system description's
+    host_network_card_count), for the reader to set one against the other: which of them the collective
+    used is the framework's choice, not something the record knows."""
+    if check.get("status") != "ok":
+        return f"interconnect check: {check.get('status')}: {check.get('reason')}"
+    largest, network = check["sizes"][-1], check["network"]
+    beside = f"; each node's links: {links}" if links else ""
+    return (f"interconnect: {check['implementation']} ({check['exchange']}) over {check['nodes']} node(s), "
+            f"{check['ranks']} participants: bus bandwidth {largest['busbw_gb_s']:.3g} GB/s at "
+            f"{largest['bytes'] / 1e6:.1f} MB; {network['bandwidth_gbit_s']:.3g} Gbit/s and "
+            f"{network['latency_us']:.3g} us per hop{beside}")

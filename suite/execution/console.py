@@ -1,6 +1,7 @@
 """What a run prints on the console: a dry run's plans, as the run engine (suite/execution/run.py) gathers
 them without starting anything, and each point's summary once its record is written (what trained and where,
-the throughput with its 95% interval, the diagnosis, utilisation, peak memory and published comparison)."""
+the throughput with its 95% interval, the diagnosis, the interconnect check, utilisation, peak memory and published
+comparison)."""
 
 import shlex
 import sys
@@ -8,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from suite.analysis.diagnosis import summary_line
+from suite.analysis.network_figures import summary_line as interconnect_line
 from suite.analysis.references import summary_line as published_line
 from suite.analysis.utilisation import summary_line as utilisation_line
 from suite.analysis.what_ran import all_settings, settings_of
@@ -149,6 +151,9 @@ def print_summary(record: dict, path: Path) -> None:
         print(f"   note: {note}")
     if diagnosis := record["metrics"].get("diagnosis"):
         print(f"   {summary_line(diagnosis)}")
+    if check := record["metrics"].get("interconnect"):
+        links = (record["provenance"].get("system_description") or {}).get("host_network_card_count")
+        print(f"   {interconnect_line(check, links)}")
     if used := record["metrics"].get("utilisation"):
         print(f"   {utilisation_line(used)}")
     if memory := peak_memory_line(record):

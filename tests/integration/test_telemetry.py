@@ -346,6 +346,11 @@ def test_two_node_loopback_run_checks_the_interconnect_and_predict_uses_it(suite
     assert [s["bytes"] for s in check["sizes"]] == interconnect_check.message_sizes(25_557_032 * 4)
     assert all(s["busbw_gb_s"] > 0 and s["latency_us"] > 0 for s in check["sizes"])
     assert check["seconds"] > 0 and check["network"]["bandwidth_gbit_s"] > 0
+    said = next(line.strip() for line in result.stdout.splitlines() if "interconnect:" in line)
+    links = record["provenance"]["system_description"].get("host_network_card_count")
+    assert said.startswith("interconnect: torch.distributed gloo (ring) over 2 node(s), 2 participants: bus "
+                           f"bandwidth {check['sizes'][-1]['busbw_gb_s']:.3g} GB/s at 102.2 MB; "), said
+    assert said.endswith(f"us per hop; each node's links: {links}" if links else " us per hop"), said
     assert set(record["metrics"]["telemetry"]["hosts"]) == {"127.0.0.1", "127.0.0.2"}
     assert record["metrics"]["timed_seconds"] < sum(r["timed_seconds"] for r in record["repetitions"]) + 1
     predicted = suite_cli("predict", "--case", "pytorch-ddp", "--devices", "2,4", "--cluster", "loopback",

@@ -60,3 +60,16 @@ def test_this_hosts_links_are_its_interfaces_of_devices_and_its_infiniband_ports
         if ib.is_dir() else []
     interfaces = sorted(n for n in os.listdir(net) if (net / n / "device").exists())
     assert [link["name"] for link in network_links()] == ports + interfaces
+
+
+def test_the_summary_sets_the_interconnect_check_beside_the_nodes_links():
+    from suite.analysis.network_figures import summary_line
+
+    check = {"status": "ok", "implementation": "torch.distributed nccl", "exchange": "ring", "nodes": 2, "ranks": 8,
+             "sizes": [{"bytes": 2**20, "busbw_gb_s": 3.1}, {"bytes": 102_228_128, "busbw_gb_s": 88.4}],
+             "network": {"bandwidth_gbit_s": 741.25, "latency_us": 8.42}}
+    assert summary_line(check, "4x 200 Gb/s InfiniBand") == (
+        "interconnect: torch.distributed nccl (ring) over 2 node(s), 8 participants: bus bandwidth 88.4 GB/s at "
+        "102.2 MB; 741 Gbit/s and 8.42 us per hop; each node's links: 4x 200 Gb/s InfiniBand")
+    assert summary_line({"status": "not available", "reason": "one rank: nothing to all-reduce with"}) == \
+        "interconnect check: not available: one rank: nothing to all-reduce with"
