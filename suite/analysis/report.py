@@ -9,6 +9,8 @@ reports/case-<case>.html  throughput (log y, in the case's unit: img/s, tokens/s
 reports/frameworks.html   the same work in every framework (a table of the --same-work records, rows whose
                           configuration differs flagged), then all cases side by side: per-device
                           throughput and efficiency
+reports/systems.html      what each cluster is (its nodes under MLPerf's system-description names, its network
+                          as measured), a row per cluster
 reports/site-check.html   the latest `suite check` of each cluster: which paths work, and why not
 reports/summary.csv       the figures behind the plots
 """
@@ -22,7 +24,7 @@ from pathlib import Path
 import plotly.graph_objects as go
 from plotly.offline import get_plotlyjs
 
-from suite.analysis import site_check, tuning, what_ran
+from suite.analysis import site_check, systems, tuning, what_ran
 from suite.analysis.same_work import parallel_table_html
 from suite.analysis.scaling import exchange_for, fit, from_points
 from suite.analysis.utilisation import is_valid, mfu_cell, reference_mfu
@@ -484,7 +486,8 @@ def _index_body(series: list[Series], points: list[Point], skipped: int) -> str:
             f"{published_cell(top)}"
             f"<td>{html.escape(top.finished_at)}</td></tr>")
     return (f"<p>{len(points)} records used ({span}); {skipped} file(s) skipped. "
-            f"<a href=\"frameworks.html\">All cases side by side</a> · <a href=\"site-check.html\">Site checks</a> · "
+            f"<a href=\"frameworks.html\">All cases side by side</a> · <a href=\"systems.html\">Systems</a> · "
+            f"<a href=\"site-check.html\">Site checks</a> · "
             f"<a href=\"tuning.html\">Tuning</a> · "
             f"<a href=\"summary.csv\">CSV</a></p>"
             "<table><tr><th>case</th><th>stack</th><th>cluster</th><th>configuration</th><th>devices measured</th>"
@@ -545,6 +548,8 @@ def write_report(results_dir: Path, out_dir: Path, warn=print) -> list[Path]:
                                                              + site_check.report_body(results_dir, warn), [])))
     written.append(_write(out_dir / "tuning.html", _page("Tuning studies", '<p><a href="index.html">index</a></p>'
                                                          + tuning.report_body(results_dir, warn), [])))
+    written.append(_write(out_dir / "systems.html", _page("Systems", '<p><a href="index.html">index</a></p>'
+                                                          + systems.report_body(points), [])))
     written.append(_write(out_dir / "index.html",
                           _page("Benchmark results", _index_body(series, points, len(warnings)), [])))
     csv_path = out_dir / "summary.csv"

@@ -2,6 +2,7 @@
 test_same_work.py's, beside the compare-frameworks runs it reads)."""
 
 import json
+import os
 import struct
 import subprocess
 import sys
@@ -228,3 +229,56 @@ def test_a_configuration_run_again_has_its_history_drawn_over_dates(tmp_path, ch
     [history] = [d for d in drawn if "over time" in d["title"]]
     assert history["x"] == "finished (UTC)" and any("Nov" in t for t in history["ticks"]), history["ticks"]
     assert len(history["markers"]) == 3 and len(set(history["markers"])) == 2  # circle, circle, square
+
+
+GPU_NODE = {"hostname": "gpu01", "platform": "Linux-6.8-x86_64", "cpu_model": "AMD EPYC 7763", "logical_cpus": 128,
+            "usable_cpus": 128, "memory_gib": 503.5,
+            "gpus": [{"name": "NVIDIA H100 80GB HBM3", "driver": "580.159", "memory": "81559 MiB"}] * 4,
+            "network": [{"name": f"mlx5_{i}/1", "type": "InfiniBand", "rate_gbit_s": 200, "state": "ACTIVE"}
+                        for i in range(4)] + [{"name": "eno1", "type": "Ethernet", "rate_gbit_s": 25, "mtu": 1500,
+                                               "state": "up"}]}
+
+
+def interconnect(world, run_dir) -> dict:
+    return {"interconnect": {"status": "ok", "reason": None, "implementation": "torch.distributed nccl",
+                             "device": "cuda", "exchange": "ring", "ranks": 8, "nodes": 2, "iterations": 3,
+                             "sizes": [{"bytes": 2**20, "latency_us": 60.0, "algbw_gb_s": 17.5, "busbw_gb_s": 30.6}],
+                             "network": {"bandwidth_gbit_s": 741.0, "latency_us": 8.4, "largest_busbw_gb_s": 30.6},
+                             "seconds": 4.0, "run_dir": str(run_dir)}}
+
+
+def test_the_systems_page_says_what_each_cluster_is_beside_its_measured_network(tmp_path, chromium):
+    """A GPU cluster whose records keep only their host facts (older records: the page describes them) and
+    an interconnect check, beside a cluster of this machine: a row each, as Chromium shows the table."""
+    from playwright.sync_api import sync_playwright
+
+    results, runs, out = tmp_path / "results", tmp_path / "runs", tmp_path / "site"
+    for nodes in (1, 2):
+        made = make_record(results, runs, cluster="gpu-site", devices=4 * nodes, nodes=nodes, device=("H100", "bf16"),
+                           extra_metrics=interconnect if nodes == 2 else None,
+                           finished_at=f"2026-11-0{nodes}T10:00:00Z")
+        path = results / f"{made['run_id']}.json"
+        record = json.loads(path.read_text())
+        record["provenance"]["host_info"] = {"gpu01": GPU_NODE}
+        path.write_text(json.dumps(record))
+    make_record(results, runs, cluster="laptop", devices=1)
+    subprocess.run([sys.executable, "-m", "suite", "report", "--results-dir", str(results), "--out", str(out)],
+                   cwd=ROOT, capture_output=True, text=True, check=True)
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=chromium, args=CHROMIUM_FLAGS)
+        tab = browser.new_page()
+        tab.goto((out / "index.html").as_uri())
+        tab.click("text=Systems")
+        rows = tab.eval_on_selector_all("tr", "rows => rows.map(r => [...r.cells].map(c => c.innerText))")
+        browser.close()
+    heads, gpu, laptop = rows
+    gpu, laptop = dict(zip(heads, gpu)), dict(zip(heads, laptop))
+    assert (gpu["cluster"], gpu["records"], gpu["most nodes"]) == ("gpu-site", "2", "2")
+    assert gpu["processor"] == "AMD EPYC 7763, 128 vCPUs" and gpu["memory"] == "503.5 GiB"
+    assert gpu["accelerators per node"] == "4x NVIDIA H100 80GB HBM3, 81559 MiB each"
+    assert gpu["host networking"] == "4x 200 Gb/s InfiniBand, 1x 25 Gb/s Ethernet"
+    assert gpu["network measured"].startswith("741 Gbit/s, 8.4 us per hop (measured by the interconnect check of run ")
+    assert gpu["frameworks"] == "PyTorch 2.13.0" and gpu["latest"] == "2026-11-02T10:00:00Z"
+    assert (laptop["cluster"], laptop["most nodes"], laptop["network measured"]) == ("laptop", "1",
+                                                                                   "no interconnect check")
+    assert laptop["accelerators per node"] == "none" and laptop["processor"].endswith(f"{os.cpu_count()} vCPUs")
