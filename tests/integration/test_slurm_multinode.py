@@ -176,3 +176,21 @@ def test_gpus_and_interfaces_of_each_node_are_read_by_a_step_there_and_checked_b
     assert f"\nerror: NCCL_SOCKET_IFNAME=={inside}1 (the run's environment): host {NODE_NAMES[1]} has no interface " \
            f"it matches (its interfaces: {inside}2, lo)" in refused.stderr, refused.stderr
     assert not (tmp_path / "results").exists()
+
+
+def test_a_batch_job_checks_its_nodes_interfaces_when_it_starts_and_its_record_says_why(slurm_two_nodes, pytorch_stack,
+                                                                                      tmp_path, monkeypatch):
+    """Submitted from outside an allocation (its nodes not known yet), the job's own run probes them and stops
+    before launch; the run that submitted it writes a failed record with the job's line."""
+    inside = f"hpcdl{slurm_two_nodes.net.token}p"
+    monkeypatch.setenv("NCCL_SOCKET_IFNAME", f"={inside}1")
+    done = subprocess.run([PY, "-m", "suite", "run", "--case", "pytorch-ddp", "--nodes", "2", "--scheduler", "slurm",
+                           "--results-dir", str(tmp_path / "results"), "--runs-dir", str(tmp_path / "runs"), "--",
+                           *tiny("pytorch-ddp")], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-3000:]
+    [record] = records_in(tmp_path / "results")
+    validate(record)
+    assert record["status"] == "failed" and "without a record" in record["reason"], record["reason"]
+    assert f"error: NCCL_SOCKET_IFNAME=={inside}1 (the run's environment): host {NODE_NAMES[1]} has no interface " \
+           "it matches" in record["reason"], record["reason"]
+    assert record["repetitions"] == [] and record["execution"]["slurm"]["exit_code"] == "2:0"  # refused: nothing ran
