@@ -23,6 +23,7 @@ from suite.inputs.host_network import (
     listing,
 )
 from suite.instack.case_options import evaluate
+from suite.instack.probe import network_links
 
 
 def doctor(cluster_name: str | None, case_names: list[str] | None = None, flavour: str | None = None) -> int:
@@ -35,6 +36,7 @@ def doctor(cluster_name: str | None, case_names: list[str] | None = None, flavou
     if cluster.env:
         print("environment of every process (the profile's [env]): "
               + " ".join(f"{name}={value}" for name, value in sorted(cluster.env.items())))
+    print(f"network links of this machine: {links_text(network_links())}")
     stacks = sorted({case.stack for case in cases})
     lines = [*plugin_lines("schedulers", cluster.scheduler, cluster), gpu_line(flavour), *interface_lines(cluster),
              *plugin_lines("runtimes", cluster.runtime, cluster, stacks, flavour), *data_lines(cluster, cases)]
@@ -51,6 +53,14 @@ def gpu_line(flavour: str | None) -> str:
     chosen = pick_flavour(flavour, gpus)
     how = "as asked (FLAVOUR)" if flavour else "for this host"
     return f"ok: {gpus} NVIDIA GPU(s) here (nvidia-smi -L); stacks in their {chosen} flavour {how}"
+
+
+def links_text(links: list[dict]) -> str:
+    """The links in a line, for choosing what NCCL_SOCKET_IFNAME, NCCL_IB_HCA ... name: e.g. `mlx5_0/1 InfiniBand
+    200 Gb/s ACTIVE, eno1 Ethernet 25 Gb/s up`."""
+    words = [" ".join(str(w) for w in (link["name"], link.get("type"), link.get("rate_gbit_s") and
+                                       f"{link['rate_gbit_s']:g} Gb/s", link.get("state")) if w) for link in links]
+    return ", ".join(words) or "none with a device (lo, bridges and virtual ones aside)"
 
 
 def interface_lines(cluster: Cluster) -> list[str]:

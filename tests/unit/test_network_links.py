@@ -73,3 +73,14 @@ def test_the_summary_sets_the_interconnect_check_beside_the_nodes_links():
         "102.2 MB; 741 Gbit/s and 8.42 us per hop; each node's links: 4x 200 Gb/s InfiniBand")
     assert summary_line({"status": "not available", "reason": "one rank: nothing to all-reduce with"}) == \
         "interconnect check: not available: one rank: nothing to all-reduce with"
+
+
+def test_doctor_names_this_machines_links_for_a_porter_to_choose_from(tmp_path, capsys):
+    from suite.execution.doctor import doctor, links_text
+
+    assert links_text(network_links(str(sysfs(tmp_path, HDR_NODE)))) == (
+        "mlx5_0/1 InfiniBand 200 Gb/s ACTIVE, mlx5_1/1 InfiniBand 200 Gb/s ACTIVE, mlx5_2/1 Ethernet 100 Gb/s DOWN, "
+        "eno1 Ethernet 25 Gb/s up, eno2 Ethernet down, ib0 IPoIB 200 Gb/s up")
+    assert links_text([]) == "none with a device (lo, bridges and virtual ones aside)"
+    doctor(None, ["pytorch-ddp"])
+    assert f"network links of this machine: {links_text(network_links())}" in capsys.readouterr().out.splitlines()
