@@ -9,12 +9,15 @@ pinned to a pre-release, creating its own virtual environments at run time), whi
 to run on every compute node of a job; the probe's host_info, standard library only, is."""
 
 
+# in this order (a framework before the library that exchanges its gradients), whatever the versions' order
+FRAMEWORK_PACKAGES = ("torch", "jax", "mxnet", "tensorflow", "horovod")
+
+
 def system_description(record: dict) -> dict:
     world, versions = record["world"], record["provenance"].get("versions") or {}
     host = next(iter(record["provenance"]["host_info"].values()), {}) or {}
     gpus = host.get("gpus") or []
-    framework = ", ".join(f"{name} {version}" for name, version in versions.items()
-                          if name in ("torch", "horovod", "mxnet", "tensorflow") and version)
+    framework = ", ".join(f"{name} {versions[name]}" for name in FRAMEWORK_PACKAGES if versions.get(name))
     described = {
         "system_name": world.get("cluster"),
         "number_of_nodes": world["nodes"],
@@ -48,3 +51,22 @@ def networking(links: list[dict]) -> dict:
     kinds = list(dict.fromkeys(kind for kind, _ in counted))
     cards = [f"{count}x {f'{rate:g} Gb/s ' if rate else ''}{kind}" for (kind, rate), count in counted.items()]
     return {"host_networking": ", ".join(kinds), "host_network_card_count": ", ".join(cards)}
+
+
+# What of two records' systems a reader needs beside a rerun's verdict (the name and the node count are the run's
+# own choice, not the system's).
+COMPARED = ("host_processor_model_name", "host_processor_vcpu_count", "host_memory_capacity", "accelerators_per_node",
+            "accelerator_model_name", "accelerator_memory_capacity", "host_network_card_count", "framework",
+            "operating_system")
+
+
+def system_differences(was: dict, now: dict) -> list[str]:
+    """`field: A's value -> B's` for each COMPARED field of two system descriptions that differs, where
+    both say it (an older record that does not is not a difference)."""
+    return [f"{key}: {was[key]} -> {now[key]}" for key in COMPARED
+            if key in was and key in now and _same_form(key, was[key]) != _same_form(key, now[key])]
+
+
+def _same_form(key: str, value):
+    """The framework field as a set: records written before its order was fixed list it in any order."""
+    return frozenset(value.split(", ")) if key == "framework" and isinstance(value, str) else value

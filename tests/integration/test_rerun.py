@@ -219,16 +219,31 @@ def comparison_line(stdout: str, case: str, with_p: bool) -> str:
     return line
 
 
+def on_another_system(record: dict) -> None:
+    """The record's host, its CPU and its links changed (its description made again from them, as an older
+    record's is)."""
+    [host] = record["provenance"]["host_info"].values()
+    host.update(cpu_model="AMD EPYC 7763", network=[{"name": f"mlx5_{i}/1", "type": "InfiniBand",
+                                                     "rate_gbit_s": 200, "state": "ACTIVE"} for i in range(4)])
+    del record["provenance"]["system_description"]
+
+
 def test_pytorch_record_reruns_with_the_same_configuration(suite_cli, pytorch_stack, monkeypatch, capfd):
     result = suite_cli("run", "--repeat", "2", case_args=TINY)
     assert result.returncode == 0, result.stdout + result.stderr
     [original] = records_in(suite_cli.results)
     path = suite_cli.results / f"{original['run_id']}.json"
     as_recorded(monkeypatch, path)
+    edit(path, on_another_system)  # the same GPUs (none), another CPU and network: notes, not drift
     dirs = {"results": suite_cli.results, "runs": suite_cli.runs}
     code, out, err = rerun_in_process(capfd, path, **dirs)
     assert code == 0, out[-3000:] + err
     new = the_rerun(suite_cli.results, original)
+    here = new["provenance"]["system_description"]
+    moved = [f"host_processor_model_name: AMD EPYC 7763 -> {here['host_processor_model_name']}"]
+    if "host_network_card_count" in here:  # this machine has a link of a device
+        moved.append(f"host_network_card_count: 4x 200 Gb/s InfiniBand -> {here['host_network_card_count']}")
+    assert f"\nthe systems differ (A -> B): {'; '.join(moved)}\n" in out, out
     assert_same_configuration(original, new)
     assert new["metrics"]["throughput"]["ci95_basis"] == "repetitions" and len(new["repetitions"]) == 2
     assert new["provenance"]["argv"][:4] == ["python", "-m", "suite", "run"]
