@@ -28,10 +28,23 @@ def system_description(record: dict) -> dict:
         "accelerator_model_name": gpus[0]["name"] if gpus else None,
         "accelerator_memory_capacity": gpus[0].get("memory") if gpus else None,
         "framework": framework or None,
+        "other_software_stack": software_stack(versions, gpus),
         "operating_system": host.get("platform"),
         **networking(host.get("network") or []),
     }
     return {k: v for k, v in described.items() if v is not None}
+
+
+# Beside the framework, what moves a GPU run's figures (MLPerf's other_software_stack: driver, CUDA, cuDNN, NCCL).
+SOFTWARE = (("cuda", "CUDA"), ("hip", "HIP"), ("cudnn", "cuDNN"), ("nccl", "NCCL"))
+
+
+def software_stack(versions: dict, gpus: list[dict]) -> str | None:
+    """The GPU driver of the first host's first GPU and the versions the case reported of CUDA, HIP, cuDNN and
+    NCCL, e.g. "driver 580.159, CUDA 13.0, cuDNN 91002, NCCL 2.27.7"; None on a CPU run, which has none."""
+    driver = [f"driver {gpus[0]['driver']}"] if gpus and gpus[0].get("driver") else []
+    parts = driver + [f"{name} {versions[key]}" for key, name in SOFTWARE if versions.get(key)]
+    return ", ".join(parts) or None
 
 
 UP = {"ACTIVE", "up", "unknown"}  # an IB port's state; an interface's operstate (unknown: a driver that keeps none)
@@ -57,7 +70,7 @@ def networking(links: list[dict]) -> dict:
 # own choice, not the system's).
 COMPARED = ("host_processor_model_name", "host_processor_vcpu_count", "host_memory_capacity", "accelerators_per_node",
             "accelerator_model_name", "accelerator_memory_capacity", "host_network_card_count", "framework",
-            "operating_system")
+            "other_software_stack", "operating_system")
 
 
 def system_differences(was: dict, now: dict) -> list[str]:
