@@ -1,8 +1,8 @@
 """The report's systems page: one row per cluster, so that figures from several clusters are read beside what
 each cluster is. A row holds what the cluster's latest record says of its nodes, under MLPerf's
-system-description names (suite/records/system_description.py: the first host standing for all), the most
-nodes its records ran on, the frameworks they trained with, and its network as its interconnect checks
-measured it (the check with the most nodes, the latest of those)."""
+system-description names (suite/records/system_description.py: the first host standing for all; on GPUs the
+driver, CUDA, cuDNN and NCCL), the most nodes its records ran on, the frameworks they trained with, and its
+network as its interconnect checks measured it (the check with the most nodes, the latest of those)."""
 
 import html
 from collections import defaultdict
@@ -12,7 +12,7 @@ from suite.records.read import Point, record_frameworks
 from suite.records.system_description import system_description
 
 HEADINGS = ("cluster", "records", "most nodes", "processor", "memory", "accelerators per node", "host networking",
-            "network measured", "frameworks", "operating system", "latest")
+            "network measured", "frameworks", "GPU software", "operating system", "latest")
 
 
 def described(point: Point) -> dict:
@@ -38,7 +38,7 @@ def system_row(cluster: str, points: list[Point]) -> list[str]:
     return [cluster, str(len(points)), str(max(p.nodes for p in points)),
             f"{cpu or 'unknown'}" + (f", {vcpus} vCPUs" if vcpus else ""), facts.get("host_memory_capacity") or "-",
             accelerators, facts.get("host_network_card_count") or "-", measured, ", ".join(frameworks) or "-",
-            facts.get("operating_system") or "-", newest.finished_at]
+            facts.get("other_software_stack") or "-", facts.get("operating_system") or "-", newest.finished_at]
 
 
 def report_body(points: list[Point]) -> str:

@@ -279,6 +279,7 @@ def test_the_systems_page_says_what_each_cluster_is_beside_its_measured_network(
     assert gpu["host networking"] == "4x 200 Gb/s InfiniBand, 1x 25 Gb/s Ethernet"
     assert gpu["network measured"].startswith("741 Gbit/s, 8.4 us per hop (measured by the interconnect check of run ")
     assert gpu["frameworks"] == "PyTorch 2.13.0" and gpu["latest"] == "2026-11-02T10:00:00Z"
+    assert gpu["GPU software"] == "driver 580.159" and laptop["GPU software"] == "-"
     assert (laptop["cluster"], laptop["most nodes"], laptop["network measured"]) == ("laptop", "1",
                                                                                    "no interconnect check")
     assert laptop["accelerators per node"] == "none" and laptop["processor"].endswith(f"{os.cpu_count()} vCPUs")
