@@ -9,6 +9,7 @@ side, the latest counts. Verdicts:
   same                within the tolerance, or not distinguishable from noise
   not comparable      model, image size, batch, dtype, data or stack lock (a site's environment) differ
   only in A / only in B
+Below the table, a line for each row whose two records' systems differ (suite/records/system_description.py).
 Beyond noise: where both sides have >= 2 repetitions, Welch's t-test on the repetition means gives
 p < 0.05; otherwise the two 95% confidence intervals do not overlap (a side without an interval
 counts as exact). Exit status 1 when any configuration is slower.
@@ -18,11 +19,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import parse_qsl
 
+from suite.analysis.systems import described
 from suite.analysis.what_ran import unit_of
 from suite.base.errors import UsageError
 from suite.base.stats import fmt_number
 from suite.records.index import Selection, devices_list
 from suite.records.read import Point, latest, load_points
+from suite.records.system_description import system_differences
 
 
 @dataclass
@@ -125,6 +128,16 @@ def _differences(a: Point, b: Point) -> str:
     site = "modules" in (a.record["execution"].get("runtime"), b.record["execution"].get("runtime"))
     names = ["model", "image size", "batch", "dtype", "data", "environment" if site else "stack lock"]
     return "; ".join(f"{n}: {x} vs {y}" for n, x, y in zip(names, a.config_key, b.config_key) if x != y)
+
+
+def systems_line(row: Row) -> str | None:
+    """How the systems of a row's two records differ (A -> B: processor, memory, accelerators, host networking,
+    frameworks, GPU software, OS), or None where they do not or a side is missing: the first thing to read
+    beside a verdict of slower."""
+    if row.a is None or row.b is None:
+        return None
+    moved = system_differences(described(row.a), described(row.b))
+    return f"the systems differ (A -> B): {'; '.join(moved)}" if moved else None
 
 
 def format_rows(rows: list[Row]) -> str:

@@ -43,7 +43,7 @@ def make_request(args, case_args: list[str], argv: list[str]) -> CompareRequest:
 
 
 def run(req: CompareRequest) -> int:
-    from suite.analysis.compare import compare, format_rows, select
+    from suite.analysis.compare import compare, format_rows, select, systems_line
 
     def warn(message):
         print(message, file=sys.stderr)
@@ -54,4 +54,8 @@ def run(req: CompareRequest) -> int:
         raise UsageError(f"nothing to compare: {len(a)} record(s) in A, {len(b)} in B after selection")
     rows = compare(a, b, req.tolerance)
     print(format_rows(rows))
+    for row in rows:
+        if systems := systems_line(row):
+            case, cluster, stack, devices = row.key
+            print(f"{case} on {cluster}, {stack}, {devices} device(s): {systems}")
     return 1 if any(r.verdict == "slower" for r in rows) else 0

@@ -18,8 +18,7 @@ from pathlib import Path
 
 import jsonschema
 
-from suite.analysis.compare import Row, format_rows, judge
-from suite.analysis.systems import described
+from suite.analysis.compare import Row, format_rows, judge, systems_line
 from suite.base import paths
 from suite.base.env_policy import MASK, masked_env, recorded_env
 from suite.base.errors import UsageError
@@ -30,7 +29,6 @@ from suite.instack.probe import host_info
 from suite.records.provenance import git_state
 from suite.records.read import load_point
 from suite.records.schema import SCHEMA_VERSION, validate
-from suite.records.system_description import system_differences
 from suite.records.write import new_run_id
 from suite.stacks.recipes import load_flavour
 
@@ -337,7 +335,6 @@ def comparison(old_path: Path, new_path: Path, tolerance: float) -> str:
         which = "the original record" if old is None else "the rerun"
         return f"no comparison with the original: {which} has no throughput (failed)"
     row = judge(Row((new.case, new.cluster, new.stack, new.devices), old, new), tolerance)
-    moved = system_differences(described(old), described(new))
-    systems = f"\nthe systems differ (A -> B): {'; '.join(moved)}" if moved else ""
+    systems = systems_line(row)
     return (f"\n== rerun {new.record['run_id']} (B) against the original {old.record['run_id']} (A):\n"
-            + format_rows([row]) + systems)
+            + format_rows([row]) + (f"\n{systems}" if systems else ""))

@@ -98,3 +98,27 @@ def test_cli_compares_selections_and_refuses_bad_ones(one_folder):
     assert no_folder.returncode == 2 and "needs a folder of records" in no_folder.stderr
     bad_date = suite_compare(f"{one_folder}?since=yesterday", str(one_folder))
     assert bad_date.returncode == 2 and "since 'yesterday'" in bad_date.stderr
+
+
+def test_a_row_whose_systems_differ_says_how_below_the_table(tmp_path):
+    """B ran after a driver update on nodes with another CPU: said under the table, for the slower row."""
+    import json
+
+    a, b, runs = tmp_path / "a", tmp_path / "b", tmp_path / "runs"
+    make_record(a, runs, devices=2, per_device=(100, 101, 99), repetitions=3)
+    made = make_record(b, runs, devices=2, per_device=(80, 81, 79), repetitions=3)
+    path = b / f"{made['run_id']}.json"
+    record = json.loads(path.read_text())
+    for host in record["provenance"]["host_info"].values():
+        if host:  # local rank 0's facts; the record describes its system from them (no description kept)
+            host["cpu_model"] = "Intel Xeon 8480+"
+    path.write_text(json.dumps(record))
+    result = subprocess.run([sys.executable, "-m", "suite", "compare", str(a), str(b)], cwd=ROOT, capture_output=True,
+                            text=True)
+    assert result.returncode == 1, result.stderr
+    table, said = result.stdout.rstrip("\n").rsplit("\n", 1)
+    assert "slower" in table
+    was = json.loads(next(a.glob("*.json")).read_text())["provenance"]["host_info"]
+    cpu = next(h["cpu_model"] for h in was.values() if h)
+    assert said == ("pytorch-synthetic on cluster-a, pytorch-horovod, 2 device(s): the systems differ (A -> B): "
+                    f"host_processor_model_name: {cpu} -> Intel Xeon 8480+")
