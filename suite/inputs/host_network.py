@@ -106,7 +106,7 @@ INTERFACE_VARIABLES = {
     "GLOO_SOCKET_IFNAME": Naming("names", "net", NO_SOCKET),
     "HOROVOD_GLOO_IFACE": Naming("name", "net", NO_SOCKET),
     "DMLC_INTERFACE": Naming("name", "net", NO_SOCKET),
-    "NCCL_IB_HCA": Naming("prefixes", "ib", "NCCL would leave InfiniBand for its sockets and the run measure those"),
+    "NCCL_IB_HCA": Naming("prefixes", "ib", "NCCL would fall back to its sockets and the run would measure those"),
 }
 
 
@@ -121,14 +121,18 @@ def devices_from_probe(text: str, devices: str = "net") -> list[str] | None:
 
 
 def interfaces_missing(variable: str, value: str, devices: list[str]) -> str | None:
-    """What of `value` the host's devices lack, in words (the whole filter, or the names not there); None
-    where the processes would find what the variable asks for."""
+    """What of `value` the host's devices lack, in words with the devices it has (the whole filter, or the
+    names not there); None where the processes would find what the variable asks for."""
     naming = INTERFACE_VARIABLES[variable]
+    if not devices:
+        return f"has no {naming.noun} at all"
     if naming.kind == "prefixes":
-        return None if nccl_matches(value, devices) else f"has no {naming.noun} it matches"
-    names = [value.strip()] if naming.kind == "name" else [name.strip() for name in value.split(",") if name.strip()]
-    absent = [name for name in names if name not in devices]
-    return f"has no {naming.noun} {', '.join(absent)}" if absent else None
+        lacks = None if nccl_matches(value, devices) else f"has no {naming.noun} it matches"
+    else:
+        names = [value.strip()] if naming.kind == "name" else [n.strip() for n in value.split(",") if n.strip()]
+        absent = [name for name in names if name not in devices]
+        lacks = f"has no {naming.noun} {', '.join(absent)}" if absent else None
+    return lacks and f"{lacks} (its {naming.noun}s: {', '.join(sorted(devices))})"
 
 
 def refuse_missing_interfaces(settings: dict[str, tuple[str, str]], outputs: dict[str, str | None]) -> None:
@@ -140,12 +144,7 @@ def refuse_missing_interfaces(settings: dict[str, tuple[str, str]], outputs: dic
             devices = devices_from_probe(text or "", naming.devices)
             if devices is not None and (what := interfaces_missing(variable, value, devices)):
                 fix = "name one of these, or leave it unset" if devices else "leave it unset there"
-                raise UsageError(f"{variable}={value} ({whence}): host {host} {what} ({listing(naming, devices)}), "
-                                 f"so {naming.without}: {fix}")
-
-
-def listing(naming: Naming, devices: list[str]) -> str:
-    return f"its {naming.noun}s: {', '.join(sorted(devices))}" if devices else f"it has no {naming.noun} at all"
+                raise UsageError(f"{variable}={value} ({whence}): host {host} {what}, so {naming.without}: {fix}")
 
 
 def nccl_matches(value: str, interfaces: list[str]) -> list[str]:

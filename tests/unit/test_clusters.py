@@ -243,7 +243,7 @@ def test_doctor_checks_the_interfaces_named_against_this_machine_where_the_hosts
         f"missing: NCCL_SOCKET_IFNAME==hpcdl-absent ([env] of cluster profile {tmp_path / 'site.toml'}): this machine "
         f"has no interface it matches (its interfaces: {', '.join(here)})",
         f"ok: GLOO_SOCKET_IFNAME={here[0]} (the run's environment) names interfaces of this machine",
-        "missing: NCCL_IB_HCA==hpcdl-absent (the run's environment): this machine has no InfiniBand device it matches "
-        f"({f'its InfiniBand devices: {chr(44).join(ib_here)}' if ib_here else 'it has no InfiniBand device at all'})"]
+        "missing: NCCL_IB_HCA==hpcdl-absent (the run's environment): this machine has no InfiniBand device "
+        + (f"it matches (its InfiniBand devices: {', '.join(ib_here)})" if ib_here else "at all")]
     # the nodes are not this machine: the run checks each before launch
     assert interface_lines(dataclasses.replace(cluster, scheduler="slurm")) == []

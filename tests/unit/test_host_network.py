@@ -78,7 +78,9 @@ def test_nccl_socket_ifname_is_read_as_nccl_reads_it(value, matched):
     ("DMLC_INTERFACE", "eno1", None), ("DMLC_INTERFACE", "eno", "has no interface eno"),
 ])
 def test_each_variable_names_interfaces_its_own_way(variable, value, missing):
-    assert host_network.interfaces_missing(variable, value, IFACES) == missing
+    said = host_network.interfaces_missing(variable, value, IFACES)
+    assert said == (missing and f"{missing} (its interfaces: eno1, hsn0, hsn1, ib0, lo)")
+    assert host_network.interfaces_missing(variable, value, []) == "has no interface at all"
 
 
 def probe_output(interfaces: list[str]) -> str:
@@ -106,15 +108,16 @@ def test_an_ib_hca_no_device_of_a_host_matches_is_refused_as_a_run_that_would_me
     settings = {"NCCL_IB_HCA": ("mlx5_0:1,mlx5_1:1", "the run's environment")}
     with_ib = "net interfaces=eth0,ib0,lo,\nib devices=mlx5_0,mlx5_1,\n"
     host_network.refuse_missing_interfaces(settings, {"gpu01": with_ib, "old": "net interfaces=eth0,lo,\n"})
-    for devices, listed, fix in (
-            ("mlx5_2,mlx5_3,", "its InfiniBand devices: mlx5_2, mlx5_3", "name one of these, or leave it unset"),
-            ("", "it has no InfiniBand device at all", "leave it unset there")):
+    for devices, lacks, fix in (
+            ("mlx5_2,mlx5_3,", "InfiniBand device it matches (its InfiniBand devices: mlx5_2, mlx5_3)",
+             "name one of these, or leave it unset"),
+            ("", "InfiniBand device at all", "leave it unset there")):
         without = f"net interfaces=eth0,lo,\nib devices={devices}\n"
         with pytest.raises(UsageError) as refused:
             host_network.refuse_missing_interfaces(settings, {"gpu01": with_ib, "gpu02": without})
         assert str(refused.value) == (f"NCCL_IB_HCA=mlx5_0:1,mlx5_1:1 (the run's environment): host gpu02 has no "
-                                      f"InfiniBand device it matches ({listed}), so NCCL would leave InfiniBand for "
-                                      f"its sockets and the run measure those: {fix}")
+                                      f"{lacks}, so NCCL would fall back to its sockets and the run would measure "
+                                      f"those: {fix}")
 
 
 def test_the_probe_lists_this_hosts_infiniband_devices():
