@@ -53,7 +53,7 @@ from suite.records.telemetry_window import summarize as summarize_telemetry
 from suite.records.write import RunContext, build_record, new_run_id, utc_now, write_record
 from suite.stacks.recipes import Stack, load_stack
 
-# Each host's GPUs and network interfaces, read by one step there before launch.
+# Each host's GPUs, network interfaces and InfiniBand devices, read by one step there before launch.
 HOST_PROBE = ("sh", "-c", f"{PROBE_SCRIPT}; {INTERFACES_SCRIPT}")
 
 
