@@ -74,7 +74,6 @@ def _kernel_port() -> int:
         return sock.getsockname()[1]
 
 
-
 # A host's network interfaces and InfiniBand devices, as the probe before launch prints them: /proc/net/dev lists
 # every interface of the network namespace of whoever reads it (/sys/class/net shows the namespace sysfs was
 # mounted in); /sys/class/infiniband the RDMA devices (InfiniBand, RoCE), absent where there are none.

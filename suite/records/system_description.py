@@ -8,16 +8,15 @@ mlperf-sysinfo (PyPI) captures these fields too, but through the mlc-scripts aut
 pinned to a pre-release, creating its own virtual environments at run time), which is not something
 to run on every compute node of a job; the probe's host_info, standard library only, is."""
 
-
-# in this order (a framework before the library that exchanges its gradients), whatever the versions' order
-FRAMEWORK_PACKAGES = ("torch", "jax", "mxnet", "tensorflow", "horovod")
+from suite.records.read import FRAMEWORKS
 
 
 def system_description(record: dict) -> dict:
     world, versions = record["world"], record["provenance"].get("versions") or {}
     host = next(iter(record["provenance"]["host_info"].values()), {}) or {}
     gpus = host.get("gpus") or []
-    framework = ", ".join(f"{name} {versions[name]}" for name in FRAMEWORK_PACKAGES if versions.get(name))
+    # in FRAMEWORKS' order (a framework before the library that exchanges its gradients), whatever the versions'
+    framework = ", ".join(f"{name} {versions[name]}" for name in FRAMEWORKS if versions.get(name))
     described = {
         "system_name": world.get("cluster"),
         "number_of_nodes": world["nodes"],
