@@ -40,7 +40,7 @@ from suite.execution.samplers import with_samplers
 from suite.inputs.cases import Case, load_case
 from suite.inputs.counts import positive_int, positive_ints
 from suite.inputs.host_gpus import PROBE_SCRIPT, check_devices, count_from_probe
-from suite.inputs.host_network import INTERFACES_SCRIPT, refuse_missing_interfaces
+from suite.inputs.host_network import INTERFACE_VARIABLES, INTERFACES_SCRIPT, refuse_missing_interfaces
 from suite.inputs.hostfiles import Host, World, read_hostfile, select_world
 from suite.instack import matmul_peak
 from suite.instack.cpu_binding import POLICIES
@@ -82,6 +82,7 @@ class Checked:
     wheels: Path | None = None  # where a local stack installs from (None: the package index)
     search_asked: batch_search.Asked | None = None  # --batch-size max: searched per point before it is measured
     site_env: dict = field(default_factory=dict)  # the profile's [env] as this run applies it
+    host_probes: dict = field(default_factory=dict)  # each host's HOST_PROBE output (None: not read before launch)
 
 
 def check(req: RunRequest) -> Checked:
@@ -136,7 +137,7 @@ def check(req: RunRequest) -> Checked:
                       cluster.name if cluster else cluster_name or Path(hostfile).stem, data_dir,
                       cluster.container_dir if cluster else None, cluster, cpu_bind=cpu_bind, gpus=found,
                       wheels=req.wheels or (cluster.wheels if cluster else None), search_asked=search,
-                      site_env=applied_env(cluster, os.environ))
+                      site_env=applied_env(cluster, os.environ), host_probes=facts)
     try:
         case.check_data(options, data_dir)
     except UsageError as exc:
@@ -295,12 +296,21 @@ def stack_request(req: RunRequest, checked: Checked, install: bool = True) -> St
 
 def check_stack(req: RunRequest, checked: Checked, stack_env: StackEnv) -> None:
     """What the prepared stack must have for the case and its launcher (framework versions, launcher
-    options), for every point, before any is launched."""
+    options, on every host the interfaces that its loading names), for every point, before any is launched."""
+    refuse_missing_interfaces(loaded_interface_settings(checked, stack_env), checked.host_probes)
     if stack_env.provenance.get("stack_packages") is not None:  # None: not read before launch (a batch job reads them)
         location = stack_env.provenance.get("stack_location")
         checked.case.check_requirements(stack_env, f"runtime {stack_env.runtime}{f', {location}' if location else ''}")
     for world in checked.worlds:
         plan_point(req, checked, world, stack_env, req.runs_dir / "check")
+
+
+def loaded_interface_settings(checked: Checked, stack_env: StackEnv) -> dict[str, tuple[str, str]]:
+    """The interface variables that loading the stack sets (runtime modules: a module's setenv, which wins over
+    the run's own value), each with its value and where it was set."""
+    loaded = stack_env.provenance.get("environment_set_by_loading") or {}
+    whence = f"set by loading the stack on {checked.worlds[0].hosts[0].name}, runtime {stack_env.runtime}"
+    return {name: (value, whence) for name, value in loaded.items() if name in INTERFACE_VARIABLES and value.strip()}
 
 
 def run_point(req: RunRequest, checked: Checked, world: World, stack_env, failure: str | None,

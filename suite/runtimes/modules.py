@@ -16,8 +16,11 @@ own error, no Python) or reports the environment. Its fingerprint plays the part
 sha256 over the modules as loaded (LOADEDMODULES, what `module list` shows), the contents of their
 modulefiles and of the sourced scripts, the Python version and every package with its version
 (importlib.metadata in sys.path order: pip list's list, without needing pip in the environment).
-The facts launchers read (torch's version, what Horovod was built with) are read once per
-fingerprint and kept beside the local stacks."""
+The probe also reports the variables that steer frameworks as the loading leaves them: those it set or
+changed (a module's `setenv NCCL_SOCKET_IFNAME ib0`, which wins over the run's own value, since every
+process loads after its environment is set) are recorded, and the interfaces they name are checked
+on every host before launch (suite/execution/run.py). The facts launchers read (torch's version, what
+Horovod was built with) are read once per fingerprint and kept beside the local stacks."""
 
 import hashlib
 import json
@@ -27,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from suite.base import paths
+from suite.base.env_policy import NAMES, PREFIXES, TF_NAMES, TF_PREFIXES, masked_env
 from suite.base.errors import UsageError
 from suite.base.jsonfile import write_json_atomic
 from suite.execution.plan import StackEnv, StackRequest
@@ -141,7 +145,7 @@ def wrapper(setup: Setup) -> tuple[str, ...]:
 
 # --- the probe on the first host ---------------------------------------------------------------------
 
-PROBE = r'''
+PROBE = f"STEERS = ({PREFIXES + TF_PREFIXES!r}, {sorted(NAMES | TF_NAMES)!r})" + r'''
 import hashlib, json, os, shutil, sys
 
 
@@ -190,7 +194,8 @@ def facts():
 modules = [m for m in os.environ.get("LOADEDMODULES", "").split(":") if m]
 files = [f for f in os.environ.get("_LMFILES_", "").split(":") if f] + sys.argv[3:]
 out = {"python": sys.argv[1], "python_version": "%d.%d.%d" % sys.version_info[:3], "modules": modules,
-       "files": {f: digest(f) for f in files}, "packages": packages()}
+       "files": {f: digest(f) for f in files}, "packages": packages(),
+       "env": {k: v for k, v in os.environ.items() if k.startswith(STEERS[0]) or k in STEERS[1]}}
 if sys.argv[2] == "facts":
     out["facts"] = facts()
 print("@@json " + json.dumps(out))
@@ -248,6 +253,18 @@ def probe(want: StackRequest, setup: Setup, facts: bool = False) -> dict | None:
     return None if output is None else read_probe(output, setup, want.first_host)
 
 
+def set_by_loading(found: dict, environ=os.environ) -> dict:
+    """The variables steering frameworks that the loading set or changed on the probe's host: the probe's
+    values where the runner's environment has none or another (credential-like ones masked)."""
+    return masked_env({k: v for k, v in found.get("env", {}).items() if environ.get(k) != v})
+
+
+def sets_text(found: dict) -> str:
+    """What the loading sets, by name, as the end of a line ("" where it sets nothing)."""
+    names = sorted(set_by_loading(found))
+    return f"; the loading sets {', '.join(names)}" if names else ""
+
+
 def fingerprint(found: dict) -> str:
     """sha256 over what makes the environment: modules as loaded, their files' and the sourced
     scripts' contents, the Python version, every package and version."""
@@ -288,7 +305,7 @@ def prepare(want: StackRequest, log=print) -> StackEnv:
         return stack_env(want, setup, None, None, {})
     digest = fingerprint(found)
     log(f"runtime modules: {setup.describe()}; python {found['python_version']} at {found['python']}, "
-        f"{len(found['packages'])} packages, environment sha256:{digest[:12]}")
+        f"{len(found['packages'])} packages, environment sha256:{digest[:12]}{sets_text(found)}")
     return stack_env(want, setup, found, digest, facts_of(want, setup, digest, log))
 
 
@@ -312,6 +329,7 @@ def stack_env(want: StackRequest, setup: Setup, found: dict | None, digest: str 
             "environment_files": found.get("files"),
             "python_version": found.get("python_version"),
             "stack_packages": found.get("packages"),
+            "environment_set_by_loading": set_by_loading(found) if found else None,
             "stack_location": python,
             "runtime": "modules",
             "image": None,
@@ -332,4 +350,4 @@ def doctor_lines(cluster, stacks: list[str], flavour: str | None = None) -> list
     frameworks = ", ".join(f"{name} {packages[name]}" for name in ("torch", "horovod", "tensorflow", "tf-keras",
                                                                   "tf_keras", "mxnet") if name in packages)
     return [f"ok: runtime modules: {setup.describe()} load here; python {found['python_version']} at {found['python']}"
-            f" with {frameworks or 'no framework of the cases'}"]
+            f" with {frameworks or 'no framework of the cases'}{sets_text(found)}"]

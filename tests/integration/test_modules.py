@@ -51,8 +51,8 @@ def modulefile(folder: Path, name: str, *lines: str) -> Path:
 
 @pytest.fixture(scope="module")
 def site(tmp_path_factory):
-    """Modulefiles (site-python/3.11, site-pytorch/2.13, site-horovod/0.28, site-jax/0.10) over the built stacks,
-    and a venv on top of the site's Python; nothing is installed (the stacks are the suite's own)."""
+    """Modulefiles (site-python/3.11, site-pytorch/2.13, site-horovod/0.28, site-jax/0.10, site-fabric) over the
+    built stacks, and a venv on top of the site's Python; nothing is installed (the stacks are the suite's own)."""
     ensure_installed((LMOD_INIT,), "lmod (environment modules, Debian package lmod)")
     torch_stack, horovod_stack = installed_stack("pytorch"), installed_stack("pytorch-horovod")
     root = tmp_path_factory.mktemp("site")
@@ -67,6 +67,10 @@ def site(tmp_path_factory):
                f'prepend_path("PYTHONPATH", "{site_packages(horovod_stack.python)}")')
     modulefile(mf, "site-jax/0.10", 'depends_on("site-python/3.11")',
                f'prepend_path("PYTHONPATH", "{site_packages(installed_stack("jax").python)}")')
+    # a fabric's module, as sites set NCCL's network for their nodes: one naming this machine's loopback, one an
+    # interface no host here has
+    modulefile(mf, "site-fabric/1", 'setenv("NCCL_SOCKET_IFNAME", "lo")', 'setenv("NCCL_DEBUG", "WARN")')
+    modulefile(mf, "site-fabric/elsewhere", 'setenv("NCCL_SOCKET_IFNAME", "=hpcdl-absent0")')
     subprocess.run([python, "-m", "venv", "--system-site-packages", "--without-pip", str(root / "venv")], check=True)
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("MODULEPATH", str(mf))  # what `module use` in this shell would have set
@@ -147,6 +151,16 @@ def test_a_framework_missing_in_the_environment_is_refused_naming_it(site, tmp_p
     python = site / "python" / "bin" / "python3"
     assert line == (f"error: case {case} needs {package}; the stack (runtime modules, {python}) has no "
                     f"{package.split('>')[0]}")
+
+
+def test_an_interface_a_module_names_and_the_host_lacks_is_refused(site, tmp_path, monkeypatch):
+    """The module's setenv wins over the run's own NCCL_SOCKET_IFNAME (every process loads after its environment
+    is set), so the module's value is the one checked."""
+    monkeypatch.setenv("NCCL_SOCKET_IFNAME", "lo")
+    line = refused(run("--case", "pytorch-ddp", "--modules", "site-pytorch/2.13 site-fabric/elsewhere", tmp=tmp_path,
+                       case_args=DDP), tmp_path)
+    assert line.startswith("error: NCCL_SOCKET_IFNAME==hpcdl-absent0 (set by loading the stack on localhost, runtime "
+                           "modules): host localhost has no interface it matches (its interfaces: ")
 
 
 def test_a_python_that_is_not_there_is_refused(site, tmp_path):
@@ -235,10 +249,13 @@ def test_pytorch_ddp_runs_in_the_sites_modules_and_the_record_fingerprints_them(
 def test_pytorch_synthetic_runs_in_a_venv_on_top_of_the_modules(site, tmp_path):
     """sc_venv_template's way: modules, then a venv with the system site packages, activated."""
     activate = site / "venv" / "bin" / "activate"
-    record = the_record(run("--case", "pytorch-synthetic", "--modules", "site-horovod/0.28", "--source", str(activate),
-                            tmp=tmp_path, case_args=SYNTHETIC), tmp_path)
+    record = the_record(run("--case", "pytorch-synthetic", "--modules", "site-horovod/0.28 site-fabric/1", "--source",
+                            str(activate), tmp=tmp_path, case_args=SYNTHETIC), tmp_path)
     prov = record["provenance"]
-    assert prov["modules_loaded"] == ["site-python/3.11", "site-horovod/0.28"]
+    assert prov["modules_loaded"] == ["site-python/3.11", "site-horovod/0.28", "site-fabric/1"]
+    # what the loading set, the fabric module's interface among it (checked against this machine's: lo is there)
+    assert {k: prov["environment_set_by_loading"].get(k) for k in ("NCCL_SOCKET_IFNAME", "NCCL_DEBUG")} == {
+        "NCCL_SOCKET_IFNAME": "lo", "NCCL_DEBUG": "WARN"}
     assert prov["stack_location"] == str(site / "venv" / "bin" / "python3")
     assert str(activate) in prov["environment_files"] and "horovod" in prov["stack_packages"]
     assert record["execution"]["controller"] == "gloo"

@@ -1,9 +1,14 @@
 """A host's network links in the record (the probe's host_info) and as MLPerf's system description names them."""
 
+import copy
+import json
 import os
 from pathlib import Path
 
+from conftest import ROOT
+
 from suite.instack.probe import network_links
+from suite.records.schema import problem
 from suite.records.system_description import networking, system_description
 
 
@@ -52,6 +57,21 @@ def test_a_link_whose_rate_the_driver_keeps_is_counted_without_one(tmp_path):
     assert links == [{"name": "eth0", "type": "Ethernet", "rate_gbit_s": None, "mtu": 1400, "state": "up"}]
     record = {"world": {"nodes": 2, "cluster": "site"}, "provenance": {"host_info": {"n1": {"network": links}}}}
     assert system_description(record)["host_network_card_count"] == "1x Ethernet"
+
+
+def test_the_schema_holds_each_links_fields_to_their_types(tmp_path):
+    path = sorted((ROOT / "reports" / "results").glob("*pytorch-synthetic*.json"))[0]
+    record = json.loads(path.read_text())
+    host = next(iter(record["provenance"]["host_info"]))
+    record["provenance"]["host_info"][host]["network"] = network_links(str(sysfs(tmp_path, HDR_NODE)))
+    assert problem(record) is None
+    spoken = copy.deepcopy(record)
+    spoken["provenance"]["host_info"][host]["network"][0]["rate_gbit_s"] = "200 Gb/sec (4X HDR)"
+    assert problem(spoken).startswith(f"not a valid record: provenance/host_info/{host}/network/0/rate_gbit_s: ")
+    unnamed = copy.deepcopy(record)
+    del unnamed["provenance"]["host_info"][host]["network"][3]["name"]
+    assert problem(unnamed) == (f"not a valid record: provenance/host_info/{host}/network/3: 'name' is a required "
+                                "property")
 
 
 def test_this_hosts_links_are_its_interfaces_of_devices_and_its_infiniband_ports():
