@@ -89,18 +89,9 @@ def check(req: RunRequest) -> Checked:
     case = load_case(req.case)
     options, search = case_options(case, req.case_args)
     cluster = load_cluster(req.cluster) if req.cluster else None
-    nodes = positive_ints(req.nodes, "NODES")
-    gpus_text = req.gpus_per_node or (cluster and cluster.devices_per_node)
-    gpus = positive_ints(gpus_text, "GPUS_PER_NODE") if gpus_text else [None]
-    if cluster and cluster.devices_per_node and max(g or 0 for g in gpus) > cluster.devices_per_node:
-        raise UsageError(f"GPUS_PER_NODE={max(gpus)} but cluster {cluster.name} has {cluster.devices_per_node} "
-                         f"device(s) per node ({cluster.path})")
+    nodes, gpus = positive_ints(req.nodes, "NODES"), gpus_asked(req, cluster)
     repeat = positive_int(req.repeat, "REPEAT")
-    if req.telemetry_interval is not None and not 0 <= req.telemetry_interval <= 3600:
-        raise UsageError("--telemetry-interval must be 0 (no sampler) or seconds up to 3600, "
-                         f"got {req.telemetry_interval}")
-    timeout_s = float(positive_int(req.timeout, "TIMEOUT")) if req.timeout else case.timeout_s
-    stall_s = float(positive_int(req.stall, "STALL")) if req.stall else case.stall_s
+    timeout_s, stall_s = time_limits(req, case)
     runtime = plugins.load("runtimes", req.runtime or (cluster.runtime if cluster else "local"))
     scheduler = plugins.load("schedulers", req.scheduler or (cluster.scheduler if cluster else "local"))
     scheduler.check(cluster, req.dry_run)
@@ -114,32 +105,20 @@ def check(req: RunRequest) -> Checked:
     if gpus == [None] and nodes == [1] and not (allocated or req.hostfile or (cluster and cluster.hostfile)) \
             and found.get(hosts[0].name):
         gpus = [found[hosts[0].name]]  # a GPU host's own count, where no hostfile or profile says otherwise
-    worlds = sorted((select_world(hosts, n, g, hostfile) for n in nodes for g in gpus),
-                    key=lambda w: (w.devices, w.nodes))
-    for world in worlds:
-        check_devices({h.name: h.slots for h in world.hosts}, found,
-                      "GPUS_PER_NODE" if req.gpus_per_node else f"slots in {hostfile}")
-        case.check_world(options, world)
-    if req.run_id and (len(worlds) > 1 or not re.fullmatch(r"[\w.-]+", req.run_id)):
-        raise UsageError("--run-id names one run point: a word for a single NODES and GPUS_PER_NODE, "
-                         f"got '{req.run_id}'")
-    data_dir = Path(req.data_dir or (cluster and cluster.data_dir) or paths.data_dir())
+    worlds = checked_worlds(req, case, options, [select_world(hosts, n, g, hostfile) for n in nodes for g in gpus],
+                            found, hostfile)
     cpu_bind = req.cpu_bind or (cluster.cpu_bind if cluster else "none")
-    if cpu_bind not in POLICIES:
-        raise UsageError(f"CPU_BIND must be one of {', '.join(POLICIES)}, got '{cpu_bind}'")
-    try:
-        matmul_peak.configured_seconds()
-    except ValueError as exc:
-        raise UsageError(str(exc)) from None
+    check_settings(req, worlds, cpu_bind)
     checked = Checked(case, options, worlds, repeat, timeout_s, stall_s, runtime,
                       plugins.load("launchers", case.launcher_name(options)), scheduler,
                       load_stack(case.stack), load_baseline(req.baseline),
-                      cluster.name if cluster else cluster_name or Path(hostfile).stem, data_dir,
+                      cluster.name if cluster else cluster_name or Path(hostfile).stem,
+                      Path(req.data_dir or (cluster and cluster.data_dir) or paths.data_dir()),
                       cluster.container_dir if cluster else None, cluster, cpu_bind=cpu_bind, gpus=found,
                       wheels=req.wheels or (cluster.wheels if cluster else None), search_asked=search,
                       site_env=applied_env(cluster, os.environ), host_probes=facts)
     try:
-        case.check_data(options, data_dir)
+        case.check_data(options, checked.data_dir)
     except UsageError as exc:
         if not req.dry_run:
             raise
@@ -149,6 +128,51 @@ def check(req: RunRequest) -> Checked:
         plan_point(req, checked, world, placeholder, req.runs_dir / "check")
     check_folders(req, sweep=len(worlds) > 1)
     return checked
+
+
+def gpus_asked(req: RunRequest, cluster: Cluster | None) -> list[int | None]:
+    """GPUS_PER_NODE, else the profile's devices per node ([None]: neither says), within the profile's count."""
+    gpus_text = req.gpus_per_node or (cluster and cluster.devices_per_node)
+    gpus = positive_ints(gpus_text, "GPUS_PER_NODE") if gpus_text else [None]
+    if cluster and cluster.devices_per_node and max(g or 0 for g in gpus) > cluster.devices_per_node:
+        raise UsageError(f"GPUS_PER_NODE={max(gpus)} but cluster {cluster.name} has {cluster.devices_per_node} "
+                         f"device(s) per node ({cluster.path})")
+    return gpus
+
+
+def time_limits(req: RunRequest, case: Case) -> tuple[float, float]:
+    """A launch's timeout and stall limit in seconds (TIMEOUT, STALL, else the case's), with the sampler's
+    interval checked beside them."""
+    if req.telemetry_interval is not None and not 0 <= req.telemetry_interval <= 3600:
+        raise UsageError("--telemetry-interval must be 0 (no sampler) or seconds up to 3600, "
+                         f"got {req.telemetry_interval}")
+    timeout_s = float(positive_int(req.timeout, "TIMEOUT")) if req.timeout else case.timeout_s
+    stall_s = float(positive_int(req.stall, "STALL")) if req.stall else case.stall_s
+    return timeout_s, stall_s
+
+
+def checked_worlds(req: RunRequest, case: Case, options: dict, worlds: list[World], found: dict, hostfile: str
+                   ) -> list[World]:
+    """The run's points, smallest first, each checked against the GPUs its hosts have and the case's limits."""
+    worlds = sorted(worlds, key=lambda w: (w.devices, w.nodes))
+    for world in worlds:
+        check_devices({h.name: h.slots for h in world.hosts}, found,
+                      "GPUS_PER_NODE" if req.gpus_per_node else f"slots in {hostfile}")
+        case.check_world(options, world)
+    return worlds
+
+
+def check_settings(req: RunRequest, worlds: list[World], cpu_bind: str) -> None:
+    """--run-id, the CPU binding policy and the matmul peak's seconds, each refused in one line where wrong."""
+    if req.run_id and (len(worlds) > 1 or not re.fullmatch(r"[\w.-]+", req.run_id)):
+        raise UsageError("--run-id names one run point: a word for a single NODES and GPUS_PER_NODE, "
+                         f"got '{req.run_id}'")
+    if cpu_bind not in POLICIES:
+        raise UsageError(f"CPU_BIND must be one of {', '.join(POLICIES)}, got '{cpu_bind}'")
+    try:
+        matmul_peak.configured_seconds()
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def case_options(case: Case, case_args: list[str]) -> tuple[dict, batch_search.Asked | None]:
@@ -356,6 +380,18 @@ def run_point(req: RunRequest, checked: Checked, world: World, stack_env, failur
         if stack_env:
             checked.runtime.cleanup(stack_env, log)  # after the interconnect check too
     record = build_record(ctx, reps, provenance, details, failure)
+    add_findings(record, req, checked, reps, world, interconnect, search)
+    if unseen := record["execution"]["cluster_env_not_seen"]:
+        log(f"warning: the cluster profile's [env] did not reach every rank: {'; '.join(unseen)}")
+    path = write_record(record, req.results_dir)
+    print_summary(record, path)
+    return record, path
+
+
+def add_findings(record: dict, req: RunRequest, checked: Checked, reps: list[Repetition], world: World,
+                 interconnect: dict | None, search: batch_search.Search | None) -> None:
+    """What a record says beside its repetitions: the scheduler's facts, the hardware's figures, the batch search;
+    for a run that worked, its diagnosis, utilisation and published figure; the system it ran on."""
     if facts := checked.scheduler.execution_facts(checked.cluster_profile):
         record["execution"][checked.scheduler.name] = facts
     record["metrics"].update(hardware_metrics(reps, world, req.telemetry_interval, interconnect))
@@ -368,11 +404,6 @@ def run_point(req: RunRequest, checked: Checked, world: World, stack_env, failur
         if published := comparison(record):
             record["metrics"]["published"] = published
     record["provenance"]["system_description"] = system_description(record)
-    if unseen := record["execution"]["cluster_env_not_seen"]:
-        log(f"warning: the cluster profile's [env] did not reach every rank: {'; '.join(unseen)}")
-    path = write_record(record, req.results_dir)
-    print_summary(record, path)
-    return record, path
 
 
 def repetition(req: RunRequest, checked: Checked, world: World, stack_env: StackEnv, index: int, rep_dir: Path,
