@@ -76,7 +76,7 @@ def interface_lines(cluster: Cluster) -> list[str]:
         devices = devices_from_probe(probe, naming.devices) or []
         missing = interfaces_missing(variable, value, devices)
         lines.append(f"missing: {variable}={value} ({whence}): this machine {missing}" if missing
-                     else f"ok: {variable}={value} ({whence}) names {naming.noun}s of this machine")
+                     else f"ok: {variable}={value} ({whence}): this machine has what it names")
     return lines
 
 

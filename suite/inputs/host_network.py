@@ -85,8 +85,9 @@ PROBE_LINES = {"net": "net interfaces=", "ib": "ib devices="}
 @dataclass(frozen=True)
 class Naming:
     """How a variable names a host's devices: `prefixes` (NCCL's: `=` for exact names, `^` for all but those),
-    `names` (a list, each of which must exist) or `name` (one); which of the probe's lists it names (net, ib);
-    and what the processes do where nothing it names is there."""
+    `names` (a list, each of which must exist), `name` (one) or `network` (NCCL_NET's: IB needs a device of the
+    list, Socket and a plugin's network nothing of it); which of the probe's lists it names (net, ib); and what
+    the processes do where nothing it names is there."""
 
     kind: str
     devices: str
@@ -106,6 +107,9 @@ INTERFACE_VARIABLES = {
     "HOROVOD_GLOO_IFACE": Naming("name", "net", NO_SOCKET),
     "DMLC_INTERFACE": Naming("name", "net", NO_SOCKET),
     "NCCL_IB_HCA": Naming("prefixes", "ib", "NCCL would fall back to its sockets and the run would measure those"),
+    # NCCL's network by name: a network NCCL cannot find fails the communicator's start; a plugin's (AWS Libfabric,
+    # its library on NCCL_NET_PLUGIN or LD_LIBRARY_PATH) is not looked for here
+    "NCCL_NET": Naming("network", "ib", "NCCL would find no network IB and its communicator would fail to start"),
 }
 
 
@@ -123,6 +127,8 @@ def interfaces_missing(variable: str, value: str, devices: list[str]) -> str | N
     """What of `value` the host's devices lack, in words with the devices it has (the whole filter, or the
     names not there); None where the processes would find what the variable asks for."""
     naming = INTERFACE_VARIABLES[variable]
+    if naming.kind == "network":
+        return None if devices or value.strip().lower() != "ib" else f"has no {naming.noun} at all"
     if not devices:
         return f"has no {naming.noun} at all"
     if naming.kind == "prefixes":

@@ -242,7 +242,7 @@ def test_doctor_checks_the_interfaces_named_against_this_machine_where_the_hosts
     assert interface_lines(cluster) == [
         f"missing: NCCL_SOCKET_IFNAME==hpcdl-absent ([env] of cluster profile {tmp_path / 'site.toml'}): this machine "
         f"has no interface it matches (its interfaces: {', '.join(here)})",
-        f"ok: GLOO_SOCKET_IFNAME={here[0]} (the run's environment) names interfaces of this machine",
+        f"ok: GLOO_SOCKET_IFNAME={here[0]} (the run's environment): this machine has what it names",
         "missing: NCCL_IB_HCA==hpcdl-absent (the run's environment): this machine has no InfiniBand device "
         + (f"it matches (its InfiniBand devices: {', '.join(ib_here)})" if ib_here else "at all")]
     # the nodes are not this machine: the run checks each before launch

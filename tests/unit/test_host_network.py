@@ -125,3 +125,19 @@ def test_the_probe_lists_this_hosts_infiniband_devices():
     ib = Path("/sys/class/infiniband")
     assert host_network.devices_from_probe(done.stdout, "ib") == (sorted(p.name for p in ib.iterdir())
                                                                   if ib.is_dir() else [])
+
+
+def test_nccl_net_ib_needs_an_infiniband_device_and_sockets_or_a_plugins_network_nothing_of_them():
+    assert host_network.interfaces_missing("NCCL_NET", "IB", ["mlx5_0"]) is None
+    assert host_network.interfaces_missing("NCCL_NET", "ib", []) == "has no InfiniBand device at all"
+    for value in ("Socket", "AWS Libfabric"):
+        assert host_network.interfaces_missing("NCCL_NET", value, []) is None
+    settings = {"NCCL_NET": ("IB", "[env] of cluster profile site")}
+    with_ib, without = "net interfaces=eth0,ib0,lo,\nib devices=mlx5_0,\n", "net interfaces=eth0,lo,\nib devices=\n"
+    host_network.refuse_missing_interfaces(settings, {"gpu01": with_ib})
+    host_network.refuse_missing_interfaces({"NCCL_NET": ("Socket", "x")}, {"gpu02": without})
+    with pytest.raises(UsageError) as refused:
+        host_network.refuse_missing_interfaces(settings, {"gpu01": with_ib, "gpu02": without})
+    assert str(refused.value) == ("NCCL_NET=IB ([env] of cluster profile site): host gpu02 has no InfiniBand device "
+                                  "at all, so NCCL would find no network IB and its communicator would fail to "
+                                  "start: leave it unset there")
