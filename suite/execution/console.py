@@ -134,6 +134,20 @@ def batch_search_line(search: dict | None) -> str | None:
     return f"batch search: --{search['option']} max chose {search['found']}, the largest that trained{stop}; {tried}"
 
 
+def nccl_conf_line(record: dict) -> str | None:
+    """What NCCL's configuration files set on the run's hosts (provenance.host_info's nccl_conf), each file's
+    settings once with the hosts that have them; None where no host has such a file."""
+    hosts_of: dict[str, list[str]] = {}
+    for host, info in ((record.get("provenance") or {}).get("host_info") or {}).items():
+        for path, settings in (info.get("nccl_conf") or {}).items():
+            said = f"{path} sets {', '.join(f'{name}={value}' for name, value in settings.items())}"
+            hosts_of.setdefault(said, []).append(host)
+    if not hosts_of:
+        return None
+    files = "; ".join(f"{said} (on {', '.join(hosts)})" for said, hosts in hosts_of.items())
+    return f"NCCL's files: {files}; NCCL takes each setting that the environment leaves unset"
+
+
 def print_summary(record: dict, path: Path) -> None:
     cfg, world, tp = record["config"], record["world"], record["metrics"]["throughput"]
     print(f"\n== {record['case']}: {configuration(cfg)}")
@@ -149,6 +163,8 @@ def print_summary(record: dict, path: Path) -> None:
     # what the case says a setting did at this size (world size 1 ...)
     for note in (cfg.get("reported_by_case") or {}).get("notes") or []:
         print(f"   note: {note}")
+    if nccl := nccl_conf_line(record):
+        print(f"   {nccl}")
     if diagnosis := record["metrics"].get("diagnosis"):
         print(f"   {summary_line(diagnosis)}")
     if check := record["metrics"].get("interconnect"):

@@ -25,7 +25,7 @@ from suite.base.errors import UsageError
 from suite.execution.clusters import names_a_file
 from suite.execution.request import SUITE, RunRequest, from_record
 from suite.execution.run import Checked, check, prepare, run
-from suite.instack.probe import host_info
+from suite.instack.probe import host_info, nccl_conf
 from suite.records.provenance import git_state
 from suite.records.read import load_point
 from suite.records.schema import SCHEMA_VERSION, validate
@@ -309,7 +309,17 @@ def notes(record: dict, checked: Checked) -> list[str]:
                if was.get(k) != now.get(k) and MASK not in (was.get(k), now.get(k))]
     if changed:
         lines.append("environment not restored: " + "; ".join(changed)[:600])
-    return lines + site_env_drift(execution, checked)
+    return lines + nccl_conf_drift(record, checked) + site_env_drift(execution, checked)
+
+
+def nccl_conf_drift(record: dict, checked: Checked) -> list[str]:
+    """NCCL's configuration files on the record's first host against this host's, where the processes run here
+    (older records do not say)."""
+    first = next(iter((record["provenance"].get("host_info") or {}).values()), {})
+    if checked.scheduler.name != "local" or "nccl_conf" not in first:
+        return []
+    was, now = first["nccl_conf"], nccl_conf()
+    return [] if was == now else [f"NCCL's configuration files: {was or 'none'} in the record, {now or 'none'} here"]
 
 
 def site_env_drift(execution: dict, checked: Checked) -> list[str]:

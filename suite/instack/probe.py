@@ -310,8 +310,45 @@ def host_info() -> dict:
         "memory_gib": _memory_gib(),
         "gpus": _gpus(),
         "network": network_links(),
+        "nccl_conf": nccl_conf(),
     }
     return info
+
+
+NCCL_SYSTEM_CONF = "/etc/nccl.conf"
+
+
+def nccl_conf(environ=os.environ, home: str | None = None, system: str = NCCL_SYSTEM_CONF) -> dict:
+    """The settings of NCCL's configuration files where this process runs, by file, in the order NCCL reads them:
+    $NCCL_CONF_FILE (else ~/.nccl.conf, the account's home as the password database has it), then /etc/nccl.conf.
+    NCCL takes a file's NAME=value where neither the environment nor a file read before sets NAME; lines
+    starting with # and lines without = are skipped, as NCCL skips them. Files absent or empty are left out."""
+    home = home if home is not None else _account_home()
+    user = environ.get("NCCL_CONF_FILE") or (os.path.join(home, ".nccl.conf") if home else None)
+    found = {}
+    for path in (user, system):
+        if path and (settings := _conf_settings(path)):
+            found[path] = settings
+    return found
+
+
+def _account_home() -> str | None:
+    import pwd
+
+    try:
+        return pwd.getpwuid(os.getuid()).pw_dir
+    except KeyError:  # a container's user the image's passwd does not list
+        return None
+
+
+def _conf_settings(path: str) -> dict[str, str]:
+    try:
+        with open(path) as f:
+            lines = f.read().splitlines()
+    except (OSError, UnicodeDecodeError):
+        return {}
+    pairs = [line.split("=", 1) for line in lines if line and not line.startswith("#") and "=" in line]
+    return {name: value for name, value in pairs if name}
 
 
 def cpus_allowed() -> str | None:

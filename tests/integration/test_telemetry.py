@@ -3,6 +3,7 @@ figures over the timed window, the NVML and RAPL paths against fakes, MLPerf-sty
 back with mlperf-logging, and the interconnect check before a 2-node run that `predict` then uses."""
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -37,10 +38,10 @@ def wait_for(condition, timeout: float, what: str):
     raise AssertionError(f"timed out waiting for {what}")
 
 
-def start_run(tmp_path: Path, *args: str, case_args=()) -> subprocess.Popen:
+def start_run(tmp_path: Path, *args: str, case_args=(), env: dict | None = None) -> subprocess.Popen:
     command = [sys.executable, "-m", "suite", "run", "--results-dir", str(tmp_path / "results"),
                "--runs-dir", str(tmp_path / "runs"), *args, "--", *case_args]
-    return subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    return subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
 
 
 def sampler_pids(tmp_path: Path) -> list[int]:
@@ -259,7 +260,10 @@ def test_bus_bandwidth_and_latency_as_nccl_tests_define_them(tmp_path):
 # --- real runs -------------------------------------------------------------------------------------
 
 def test_a_run_records_telemetry_per_host_and_its_samplers_end_with_it(tmp_path, pytorch_stack):
-    runner = start_run(tmp_path, *TORCH, *INTERVAL, case_args=tiny("pytorch-synthetic"))
+    conf = tmp_path / "nccl.conf"  # NCCL's own settings file, which the ranks' host facts read back
+    conf.write_text("# a site's NCCL settings\nNCCL_IB_HCA=mlx5_0:1\nNCCL_SOCKET_IFNAME=ib\n")
+    runner = start_run(tmp_path, *TORCH, *INTERVAL, case_args=tiny("pytorch-synthetic"),
+                       env={**os.environ, "NCCL_CONF_FILE": str(conf)})
     [pid] = wait_for(lambda: sampler_pids(tmp_path), 300, "the sampler's start line")
     assert alive(pid)  # positive control
     output, _ = runner.communicate(timeout=600)
@@ -281,8 +285,10 @@ def test_a_run_records_telemetry_per_host_and_its_samplers_end_with_it(tmp_path,
     described = record["provenance"]["system_description"]  # MLPerf's system-description field names
     assert described["number_of_nodes"] == 1 and described["accelerators_per_node"] == listed_gpus()
     assert described["host_processor_vcpu_count"] >= 1 and "torch" in described["framework"]
-    [host_info] = record["provenance"]["host_info"].values()  # this machine's links, as rank 0 read them
+    [(hostname, host_info)] = record["provenance"]["host_info"].items()  # this machine's, as rank 0 read them
     assert host_info["network"] == network_links()
+    assert host_info["nccl_conf"][str(conf)] == {"NCCL_IB_HCA": "mlx5_0:1", "NCCL_SOCKET_IFNAME": "ib"}
+    assert f"   NCCL's files: {conf} sets NCCL_IB_HCA=mlx5_0:1, NCCL_SOCKET_IFNAME=ib (on {hostname})" in output
     assert ("host_network_card_count" in described) == bool(networking(network_links()))
     check_mllog_lines(Path(record["repetitions"][0]["run_dir"]) / "ranks" / "rank-00000.mllog", record)
     check_report_draws_telemetry(tmp_path, record)
