@@ -140,12 +140,15 @@ def nccl_conf_line(record: dict) -> str | None:
     hosts_of: dict[str, list[str]] = {}
     for host, info in ((record.get("provenance") or {}).get("host_info") or {}).items():
         for path, settings in (info.get("nccl_conf") or {}).items():
-            said = f"{path} sets {', '.join(f'{name}={value}' for name, value in settings.items())}"
-            hosts_of.setdefault(said, []).append(host)
+            hosts_of.setdefault(nccl_file_text(path, settings), []).append(host)
     if not hosts_of:
         return None
     files = "; ".join(f"{said} (on {', '.join(hosts)})" for said, hosts in hosts_of.items())
     return f"NCCL's files: {files}; NCCL takes each setting that the environment leaves unset"
+
+
+def nccl_file_text(path: str, settings: dict) -> str:
+    return f"{path} sets {', '.join(f'{name}={value}' for name, value in settings.items())}"
 
 
 def print_summary(record: dict, path: Path) -> None:

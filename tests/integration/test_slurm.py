@@ -310,8 +310,9 @@ def test_doctor_checks_the_slurm_commands(slurm_cluster):
     have = found_program()
     assert any(line.startswith("ok: apptainer ") and line.endswith(f" ({have})") if have
                else line.startswith("missing: apptainer") for line in lines)
-    assert lines[1].startswith("network links of this machine: ")  # a fact, then the checks
-    assert all(line.startswith(("ok: ", "missing: ")) for line in lines[2:])
+    assert lines[1].startswith("network links of this machine: ")  # facts, then the checks
+    assert lines[2].startswith("NCCL's files on this machine: ")
+    assert all(line.startswith(("ok: ", "missing: ")) for line in lines[3:])
 
 
 def test_a_job_that_writes_no_record_leaves_a_failed_one(slurm_cluster, tmp_path):

@@ -316,8 +316,8 @@ def test_doctor_names_what_is_there_and_what_is_missing(loopback_sshd, monkeypat
     monkeypatch.setenv("SUITE_SSH_OPTIONS", f"{loopback_sshd.options} -p 9")  # nothing listens on port 9
     lost = doctor()
     assert lost.returncode == 1 and "missing: host 127.0.0.3 over ssh without a password" in lost.stdout
-    assert all(line.startswith(("ok: ", "missing: ", "cluster ", "network links of this machine: "))
-               for line in lost.stdout.splitlines())
+    assert all(line.startswith(("ok: ", "missing: ", "cluster ", "network links of this machine: ",
+                                "NCCL's files on this machine: ")) for line in lost.stdout.splitlines())
 
 
 def test_the_gpus_of_each_host_are_read_over_ssh(loopback_sshd):

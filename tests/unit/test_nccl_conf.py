@@ -53,3 +53,14 @@ def test_a_rerun_here_notes_files_that_changed_since_the_record(tmp_path, monkey
         f"NCCL's configuration files: none in the record, {now} here"]
     elsewhere = SimpleNamespace(scheduler=SimpleNamespace(name="slurm"))  # the nodes show theirs in the new record
     assert nccl_conf_drift({"provenance": {"host_info": {"h": {"nccl_conf": {}}}}}, elsewhere) == []
+
+
+def test_doctor_names_this_machines_files(tmp_path, monkeypatch, capsys):
+    from suite.execution.doctor import doctor
+
+    own = tmp_path / "nccl.conf"
+    own.write_text("NCCL_SOCKET_IFNAME=ib\nNCCL_IB_HCA=mlx5_0\n")
+    monkeypatch.setenv("NCCL_CONF_FILE", str(own))
+    doctor(None, ["pytorch-ddp"])
+    [line] = [line for line in capsys.readouterr().out.splitlines() if line.startswith("NCCL's files on this machine")]
+    assert line.startswith(f"NCCL's files on this machine: {own} sets NCCL_SOCKET_IFNAME=ib, NCCL_IB_HCA=mlx5_0")
