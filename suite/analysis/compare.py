@@ -9,7 +9,8 @@ side, the latest counts. Verdicts:
   same                within the tolerance, or not distinguishable from noise
   not comparable      model, image size, batch, dtype, data or stack lock (a site's environment) differ
   only in A / only in B
-Below the table, a line for each row whose two records' systems differ (suite/records/system_description.py).
+Below the table, a line for each row whose two records' systems differ (suite/records/system_description.py),
+and one where the settings a site makes beside the system differ (settings_line).
 Beyond noise: where both sides have >= 2 repetitions, Welch's t-test on the repetition means gives
 p < 0.05; otherwise the two 95% confidence intervals do not overlap (a side without an interval
 counts as exact). Exit status 1 when any configuration is slower.
@@ -138,6 +139,33 @@ def systems_line(row: Row) -> str | None:
         return None
     moved = system_differences(described(row.a), described(row.b))
     return f"the systems differ (A -> B): {'; '.join(moved)}" if moved else None
+
+
+def settings_line(row: Row) -> str | None:
+    """How the settings a site makes beside its system differ between a row's two records (A -> B): the cluster
+    profile's [env], what loading a site's environment set (runtime modules) and NCCL's files on the first host;
+    each kind only where both records say it (older records do not), or None where nothing differs."""
+    if row.a is None or row.b is None:
+        return None
+    was, now = site_settings(row.a.full_record()), site_settings(row.b.full_record())  # the index keeps no host_info
+    moved = [f"{kind} {name}: {was[kind].get(name, '(unset)')} -> {now[kind].get(name, '(unset)')}"
+             for kind in was.keys() & now.keys() for name in sorted(was[kind].keys() | now[kind].keys())
+             if was[kind].get(name) != now[kind].get(name)]
+    return f"the site's settings differ (A -> B): {'; '.join(sorted(moved))}" if moved else None
+
+
+def site_settings(record: dict) -> dict[str, dict]:
+    """A record's site settings by kind, for those kinds the record says (see settings_line)."""
+    provenance, found = record["provenance"], {}
+    if (env := record["execution"].get("cluster_env")) is not None:
+        found["[env]"] = env
+    if (loaded := provenance.get("environment_set_by_loading")) is not None:
+        found["set by loading"] = loaded
+    first = next(iter((provenance.get("host_info") or {}).values()), None) or {}
+    if (files := first.get("nccl_conf")) is not None:
+        found["NCCL's files"] = {f"{path}: {name}": value for path, settings in files.items()
+                                 for name, value in settings.items()}
+    return found
 
 
 def format_rows(rows: list[Row]) -> str:

@@ -43,7 +43,7 @@ def make_request(args, case_args: list[str], argv: list[str]) -> CompareRequest:
 
 
 def run(req: CompareRequest) -> int:
-    from suite.analysis.compare import compare, format_rows, select, systems_line
+    from suite.analysis.compare import compare, format_rows, select, settings_line, systems_line
 
     def warn(message):
         print(message, file=sys.stderr)
@@ -55,7 +55,7 @@ def run(req: CompareRequest) -> int:
     rows = compare(a, b, req.tolerance)
     print(format_rows(rows))
     for row in rows:
-        if systems := systems_line(row):
-            case, cluster, stack, devices = row.key
-            print(f"{case} on {cluster}, {stack}, {devices} device(s): {systems}")
+        case, cluster, stack, devices = row.key
+        for said in filter(None, (systems_line(row), settings_line(row))):
+            print(f"{case} on {cluster}, {stack}, {devices} device(s): {said}")
     return 1 if any(r.verdict == "slower" for r in rows) else 0

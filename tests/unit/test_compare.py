@@ -122,3 +122,34 @@ def test_a_row_whose_systems_differ_says_how_below_the_table(tmp_path):
     cpu = next(h["cpu_model"] for h in was.values() if h)
     assert said == ("pytorch-synthetic on cluster-a, pytorch-horovod, 2 device(s): the systems differ (A -> B): "
                     f"host_processor_model_name: {cpu} -> Intel Xeon 8480+")
+
+
+def test_a_row_whose_site_settings_differ_says_which_below_the_table(tmp_path):
+    """B's profile dropped an [env] setting and its nodes gained an /etc/nccl.conf; a kind a record does not say
+    (an older record without NCCL's files) is no difference."""
+    import json
+
+    from suite.analysis.compare import Row, settings_line
+
+    a, b, runs = tmp_path / "a", tmp_path / "b", tmp_path / "runs"
+    made = [make_record(side, runs, devices=2, per_device=(100, 101, 99), repetitions=3) for side in (a, b)]
+    records = [json.loads((side / f"{m['run_id']}.json").read_text()) for side, m in zip((a, b), made)]
+    for record, env, files in ((records[0], {"NCCL_IB_HCA": "mlx5_0", "OMP_NUM_THREADS": "8"}, {}),
+                               (records[1], {"OMP_NUM_THREADS": "8"}, {"/etc/nccl.conf": {"NCCL_ALGO": "Ring"}})):
+        record["execution"]["cluster_env"] = env
+        for host in record["provenance"]["host_info"].values():
+            host["nccl_conf"] = files
+    (b / f"{made[1]['run_id']}.json").write_text(json.dumps(records[1]))
+    (a / f"{made[0]['run_id']}.json").write_text(json.dumps(records[0]))
+    result = subprocess.run([sys.executable, "-m", "suite", "compare", str(a), str(b)], cwd=ROOT, capture_output=True,
+                            text=True)
+    assert result.stdout.rstrip("\n").splitlines()[-1] == (
+        "pytorch-synthetic on cluster-a, pytorch-horovod, 2 device(s): the site's settings differ (A -> B): "
+        "NCCL's files /etc/nccl.conf: NCCL_ALGO: (unset) -> Ring; [env] NCCL_IB_HCA: mlx5_0 -> (unset)")
+    for host in records[0]["provenance"]["host_info"].values():
+        del host["nccl_conf"]  # as a record written before they were read
+    (a / f"{made[0]['run_id']}.json").write_text(json.dumps(records[0]))
+    old_a, new_b = load_points(a)[0], load_points(b)[0]
+    assert settings_line(Row(("k",), old_a, new_b)) == (
+        "the site's settings differ (A -> B): [env] NCCL_IB_HCA: mlx5_0 -> (unset)")
+    assert settings_line(Row(("k",), new_b, new_b)) is None and settings_line(Row(("k",), old_a, None)) is None
