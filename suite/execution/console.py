@@ -151,6 +151,11 @@ def nccl_file_text(path: str, settings: dict) -> str:
     return f"{path} sets {', '.join(f'{name}={value}' for name, value in settings.items())}"
 
 
+def nccl_files_text(files: dict) -> str:
+    """NCCL's files of one host (probe.nccl_conf), each with its settings, or "none"."""
+    return "; ".join(nccl_file_text(path, settings) for path, settings in files.items()) or "none"
+
+
 def print_summary(record: dict, path: Path) -> None:
     cfg, world, tp = record["config"], record["world"], record["metrics"]["throughput"]
     print(f"\n== {record['case']}: {configuration(cfg)}")

@@ -13,7 +13,7 @@ from suite.base import paths
 from suite.base.errors import UsageError
 from suite.execution import plugins
 from suite.execution.clusters import Cluster, interface_settings, load_cluster
-from suite.execution.console import nccl_file_text
+from suite.execution.console import nccl_files_text
 from suite.inputs.cases import known_cases, load_case
 from suite.inputs.host_gpus import GpuProbeError, host_gpus, pick_flavour
 from suite.inputs.host_network import (
@@ -37,8 +37,7 @@ def doctor(cluster_name: str | None, case_names: list[str] | None = None, flavou
         print("environment of every process (the profile's [env]): "
               + " ".join(f"{name}={value}" for name, value in sorted(cluster.env.items())))
     print(f"network links of this machine: {links_text(network_links())}")
-    files = "; ".join(nccl_file_text(path, settings) for path, settings in nccl_conf().items())
-    print(f"NCCL's files on this machine: {files or 'none'}")  # a fact, as the links: NCCL's settings beside the env
+    print(f"NCCL's files on this machine: {nccl_files_text(nccl_conf())}")  # a fact, as the links
     stacks = sorted({case.stack for case in cases})
     lines = [*plugin_lines("schedulers", cluster.scheduler, cluster), gpu_line(flavour), *interface_lines(cluster),
              *plugin_lines("runtimes", cluster.runtime, cluster, stacks, flavour), *data_lines(cluster, cases)]

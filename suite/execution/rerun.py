@@ -23,6 +23,7 @@ from suite.base import paths
 from suite.base.env_policy import MASK, masked_env, recorded_env
 from suite.base.errors import UsageError
 from suite.execution.clusters import names_a_file
+from suite.execution.console import nccl_files_text
 from suite.execution.request import SUITE, RunRequest, from_record
 from suite.execution.run import Checked, check, prepare, run
 from suite.instack.probe import host_info, nccl_conf
@@ -319,7 +320,7 @@ def nccl_conf_drift(record: dict, checked: Checked) -> list[str]:
     if checked.scheduler.name != "local" or "nccl_conf" not in first:
         return []
     was, now = first["nccl_conf"], nccl_conf()
-    return [] if was == now else [f"NCCL's configuration files: {was or 'none'} in the record, {now or 'none'} here"]
+    return [] if was == now else [f"NCCL's files: {nccl_files_text(was)} in the record, {nccl_files_text(now)} here"]
 
 
 def site_env_drift(execution: dict, checked: Checked) -> list[str]:

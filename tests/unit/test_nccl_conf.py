@@ -4,7 +4,7 @@ environment sets none, so a site's /etc/nccl.conf moves NCCL's figures without s
 
 from types import SimpleNamespace
 
-from suite.execution.console import nccl_conf_line
+from suite.execution.console import nccl_conf_line, nccl_files_text
 from suite.execution.rerun import nccl_conf_drift
 from suite.instack import probe
 from suite.instack.probe import nccl_conf
@@ -50,7 +50,8 @@ def test_a_rerun_here_notes_files_that_changed_since_the_record(tmp_path, monkey
     assert nccl_conf_drift({"provenance": {"host_info": {"h": {"nccl_conf": now}}}}, here) == []
     assert nccl_conf_drift({"provenance": {"host_info": {"h": {}}}}, here) == []  # an older record says nothing
     assert nccl_conf_drift({"provenance": {"host_info": {"h": {"nccl_conf": {}}}}}, here) == [
-        f"NCCL's configuration files: none in the record, {now} here"]
+        f"NCCL's files: none in the record, {nccl_files_text(now)} here"]
+    assert nccl_files_text(now).startswith(f"{own} sets NCCL_ALGO=Tree")  # the rest: this machine's /etc/nccl.conf
     elsewhere = SimpleNamespace(scheduler=SimpleNamespace(name="slurm"))  # the nodes show theirs in the new record
     assert nccl_conf_drift({"provenance": {"host_info": {"h": {"nccl_conf": {}}}}}, elsewhere) == []
 
