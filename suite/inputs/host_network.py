@@ -85,9 +85,10 @@ PROBE_LINES = {"net": "net interfaces=", "ib": "ib devices="}
 @dataclass(frozen=True)
 class Naming:
     """How a variable names a host's devices: `prefixes` (NCCL's: `=` for exact names, `^` for all but those),
-    `names` (a list, each of which must exist), `name` (one) or `network` (NCCL_NET's: IB needs a device of the
-    list, Socket and a plugin's network nothing of it); which of the probe's lists it names (net, ib); and what
-    the processes do where nothing it names is there."""
+    `names` (a list, each of which must exist), `name` (one), `any` (a list of which one must exist, each may
+    carry a `:port`; `all` and `^` exclusions pass) or `network` (NCCL_NET's: IB needs a device of the list, Socket
+    and a plugin's network nothing of it); which of the probe's lists it names (net, ib, or both); and what the
+    processes do where nothing it names is there."""
 
     kind: str
     devices: str
@@ -95,7 +96,7 @@ class Naming:
 
     @property
     def noun(self) -> str:
-        return "interface" if self.devices == "net" else "InfiniBand device"
+        return {"net": "interface", "ib": "InfiniBand device"}.get(self.devices, "network device")
 
 
 NO_SOCKET = "its processes would find no socket to use"
@@ -110,12 +111,18 @@ INTERFACE_VARIABLES = {
     # NCCL's network by name: a network NCCL cannot find fails the communicator's start; a plugin's (AWS Libfabric,
     # its library on NCCL_NET_PLUGIN or LD_LIBRARY_PATH) is not looked for here
     "NCCL_NET": Naming("network", "ib", "NCCL would find no network IB and its communicator would fail to start"),
+    # UCX (Open MPI's and MPICH's transport layer: Horovod's MPI controller, srun's MPI) names InfiniBand ports
+    # (mlx5_0:1) and interfaces; it warns of each one absent and fails only where none of them is there
+    "UCX_NET_DEVICES": Naming("any", "both", "UCX would find no network device and MPI over it would not start"),
 }
 
 
 def devices_from_probe(text: str, devices: str = "net") -> list[str] | None:
-    """The names of the probe's line of `devices` (net: interfaces, ib: InfiniBand devices); None where it
-    printed no such line (or, for interfaces, an empty one: /proc/net/dev unread; a host has at least lo)."""
+    """The names of the probe's line of `devices` (net: interfaces, ib: InfiniBand devices, both: the two); None
+    where it printed no such line (or, for interfaces, an empty one: /proc/net/dev unread; a host has at least lo)."""
+    if devices == "both":
+        net = devices_from_probe(text, "net")
+        return None if net is None else net + (devices_from_probe(text, "ib") or [])
     line = next((line for line in text.splitlines() if line.startswith(PROBE_LINES[devices])), None)
     if line is None:
         return None
@@ -133,6 +140,10 @@ def interfaces_missing(variable: str, value: str, devices: list[str]) -> str | N
         return f"has no {naming.noun} at all"
     if naming.kind == "prefixes":
         lacks = None if nccl_matches(value, devices) else f"has no {naming.noun} it matches"
+    elif naming.kind == "any":
+        names = [entry.split(":")[0].strip() for entry in value.split(",") if entry.strip()]
+        passes = value.strip() == "all" or value.strip().startswith("^") or any(n in devices for n in names)
+        lacks = None if passes else f"has none of the {naming.noun}s it names"
     else:
         names = [value.strip()] if naming.kind == "name" else [n.strip() for n in value.split(",") if n.strip()]
         absent = [name for name in names if name not in devices]

@@ -141,3 +141,18 @@ def test_nccl_net_ib_needs_an_infiniband_device_and_sockets_or_a_plugins_network
     assert str(refused.value) == ("NCCL_NET=IB ([env] of cluster profile site): host gpu02 has no InfiniBand device "
                                   "at all, so NCCL would find no network IB and its communicator would fail to "
                                   "start: leave it unset there")
+
+
+@pytest.mark.parametrize("value, missing", [
+    ("mlx5_0:1", None), ("mlx5_2:1,mlx5_0:1", None), ("ib0", None), ("all", None), ("^mlx5_0:1", None),
+    ("mlx5_2:1", "has none of the network devices it names"),
+    ("eth0,mlx5_3:1", "has none of the network devices it names"),
+])
+def test_ucx_net_devices_needs_one_of_its_ports_or_interfaces(value, missing):
+    """UCX warns of each device absent and fails only where none is there; `all` and `^` exclusions pass."""
+    probe = "net interfaces=eno1,ib0,lo,\nib devices=mlx5_0,mlx5_1,\n"
+    devices = host_network.devices_from_probe(probe, "both")
+    assert devices == ["eno1", "ib0", "lo", "mlx5_0", "mlx5_1"]
+    said = host_network.interfaces_missing("UCX_NET_DEVICES", value, devices)
+    assert said == (missing and f"{missing} (its network devices: eno1, ib0, lo, mlx5_0, mlx5_1)")
+    assert host_network.devices_from_probe("ib devices=mlx5_0,\n", "both") is None  # interfaces unread: not probed
