@@ -25,7 +25,7 @@ from suite.analysis.what_ran import unit_of
 from suite.base.errors import UsageError
 from suite.base.stats import fmt_number
 from suite.records.index import Selection, devices_list
-from suite.records.read import Point, latest, load_points
+from suite.records.read import Point, first_host_info, latest, load_points
 from suite.records.system_description import system_differences
 
 
@@ -161,8 +161,7 @@ def site_settings(record: dict) -> dict[str, dict]:
         found["[env]"] = env
     if (loaded := provenance.get("environment_set_by_loading")) is not None:
         found["set by loading"] = loaded
-    first = next(iter((provenance.get("host_info") or {}).values()), None) or {}
-    if (files := first.get("nccl_conf")) is not None:
+    if (files := first_host_info(record).get("nccl_conf")) is not None:
         found["NCCL's files"] = {f"{path}: {name}": value for path, settings in files.items()
                                  for name, value in settings.items()}
     return found

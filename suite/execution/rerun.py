@@ -28,7 +28,7 @@ from suite.execution.request import SUITE, RunRequest, from_record
 from suite.execution.run import Checked, check, prepare, run
 from suite.instack.probe import host_info, nccl_conf
 from suite.records.provenance import git_state
-from suite.records.read import load_point
+from suite.records.read import first_host_info, load_point
 from suite.records.schema import SCHEMA_VERSION, validate
 from suite.records.write import new_run_id
 from suite.stacks.recipes import load_flavour
@@ -289,7 +289,7 @@ def device_kind(gpus: list[dict]) -> str:
 def device_drift(record: dict, checked: Checked) -> list[str]:
     """Device type and GPUs per node of the record's first host against this host's: only where the
     processes run here (local scheduler); remote hosts show theirs in the new record."""
-    first = next(iter((record["provenance"].get("host_info") or {}).values()), {})
+    first = first_host_info(record)
     if checked.scheduler.name != "local" or "gpus" not in first:
         return []
     was, now = device_kind(first["gpus"]), device_kind(host_info()["gpus"])
@@ -316,7 +316,7 @@ def notes(record: dict, checked: Checked) -> list[str]:
 def nccl_conf_drift(record: dict, checked: Checked) -> list[str]:
     """NCCL's configuration files on the record's first host against this host's, where the processes run here
     (older records do not say)."""
-    first = next(iter((record["provenance"].get("host_info") or {}).values()), {})
+    first = first_host_info(record)
     if checked.scheduler.name != "local" or "nccl_conf" not in first:
         return []
     was, now = first["nccl_conf"], nccl_conf()

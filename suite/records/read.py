@@ -135,6 +135,11 @@ def record_frameworks(record: dict) -> list[tuple[str, str]]:
     return [(name, versions[package]) for package, name in FRAMEWORKS.items() if versions.get(package)]
 
 
+def first_host_info(record: dict) -> dict:
+    """The host facts of the record's first host ({} where it has none): the host that stands for all of them."""
+    return next(iter((record["provenance"].get("host_info") or {}).values()), None) or {}
+
+
 def case_spec(case: str) -> dict:
     """The case.toml of a case, or {} for a case this checkout does not have (records from elsewhere)."""
     try:

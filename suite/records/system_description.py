@@ -8,12 +8,12 @@ mlperf-sysinfo (PyPI) captures these fields too, but through the mlc-scripts aut
 pinned to a pre-release, creating its own virtual environments at run time), which is not something
 to run on every compute node of a job; the probe's host_info, standard library only, is."""
 
-from suite.records.read import FRAMEWORKS
+from suite.records.read import FRAMEWORKS, first_host_info
 
 
 def system_description(record: dict) -> dict:
     world, versions = record["world"], record["provenance"].get("versions") or {}
-    host = next(iter(record["provenance"]["host_info"].values()), {}) or {}
+    host = first_host_info(record)
     gpus = host.get("gpus") or []
     # in FRAMEWORKS' order (a framework before the library that exchanges its gradients), whatever the versions'
     framework = ", ".join(f"{name} {versions[name]}" for name in FRAMEWORKS if versions.get(name))
