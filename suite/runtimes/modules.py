@@ -16,7 +16,7 @@ own error, no Python) or reports the environment. Its fingerprint plays the part
 sha256 over the modules as loaded (LOADEDMODULES, what `module list` shows), the contents of their
 modulefiles and of the sourced scripts, the Python version and every package with its version
 (importlib.metadata in sys.path order: pip list's list, without needing pip in the environment).
-The probe also reports the variables that steer frameworks as the loading leaves them: those it set or
+The probe also reports the environment as the loading leaves it: the variables that steer frameworks it set or
 changed (a module's `setenv NCCL_SOCKET_IFNAME ib0`, which wins over the run's own value, since every
 process loads after its environment is set) are recorded, and the interfaces they name are checked
 on every host before launch (suite/execution/run.py). The facts launchers read (torch's version, what
@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from suite.base import paths
-from suite.base.env_policy import NAMES, PREFIXES, TF_NAMES, TF_PREFIXES, masked_env
+from suite.base.env_policy import masked_env, steers_frameworks
 from suite.base.errors import UsageError
 from suite.base.jsonfile import write_json_atomic
 from suite.execution.plan import StackEnv, StackRequest
@@ -145,7 +145,7 @@ def wrapper(setup: Setup) -> tuple[str, ...]:
 
 # --- the probe on the first host ---------------------------------------------------------------------
 
-PROBE = f"STEERS = ({PREFIXES + TF_PREFIXES!r}, {sorted(NAMES | TF_NAMES)!r})" + r'''
+PROBE = r'''
 import hashlib, json, os, shutil, sys
 
 
@@ -195,7 +195,7 @@ modules = [m for m in os.environ.get("LOADEDMODULES", "").split(":") if m]
 files = [f for f in os.environ.get("_LMFILES_", "").split(":") if f] + sys.argv[3:]
 out = {"python": sys.argv[1], "python_version": "%d.%d.%d" % sys.version_info[:3], "modules": modules,
        "files": {f: digest(f) for f in files}, "packages": packages(),
-       "env": {k: v for k, v in os.environ.items() if k.startswith(STEERS[0]) or k in STEERS[1]}}
+       "env": dict(os.environ)}
 if sys.argv[2] == "facts":
     out["facts"] = facts()
 print("@@json " + json.dumps(out))
@@ -255,8 +255,9 @@ def probe(want: StackRequest, setup: Setup, facts: bool = False) -> dict | None:
 
 def set_by_loading(found: dict, environ=os.environ) -> dict:
     """The variables steering frameworks that the loading set or changed on the probe's host: the probe's
-    values where the runner's environment has none or another (credential-like ones masked)."""
-    return masked_env({k: v for k, v in found.get("env", {}).items() if environ.get(k) != v})
+    values where the runner's environment has none or another (credential-like ones masked). The probe reports
+    its whole environment: the site's Python runs it without the suite, so the policy applies here."""
+    return masked_env({k: v for k, v in found.get("env", {}).items() if steers_frameworks(k) and environ.get(k) != v})
 
 
 def sets_text(found: dict) -> str:

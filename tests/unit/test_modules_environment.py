@@ -26,7 +26,8 @@ def test_the_probe_reports_what_the_loading_sets_or_changes_and_masks_credential
                     "export SUITE_SITE_TOKEN=s3cret", "export NOT_A_FRAMEWORKS_VARIABLE=1")
     runner = {k: v for k, v in os.environ.items() if not k.startswith(("NCCL_", "SUITE_SITE_"))}
     found = modules.read_probe(output_here(modules.probe_argv(setup, facts=False)), setup, "here")
-    assert found["env"]["NCCL_SOCKET_IFNAME"] == "ib" and "NOT_A_FRAMEWORKS_VARIABLE" not in found["env"]
+    assert found["env"]["NCCL_SOCKET_IFNAME"] == "ib" and found["env"]["NOT_A_FRAMEWORKS_VARIABLE"] == "1"
+    assert "NOT_A_FRAMEWORKS_VARIABLE" not in modules.set_by_loading(found, {})  # the env policy applies
     # the runner already has OMP_NUM_THREADS=3 and NCCL_DEBUG=WARN: not set by the loading
     assert modules.set_by_loading(found, {**runner, "OMP_NUM_THREADS": "3", "NCCL_DEBUG": "WARN"}) == {
         "NCCL_SOCKET_IFNAME": "ib", "SUITE_SITE_TOKEN": "***"}
