@@ -4,7 +4,7 @@ and whether each host has the network interfaces that variables such as NCCL_SOC
 import random
 import socket
 from collections.abc import Collection
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cache
 from itertools import chain
 from pathlib import Path
@@ -74,29 +74,38 @@ def _kernel_port() -> int:
         return sock.getsockname()[1]
 
 
-# A host's network interfaces and InfiniBand devices, as the probe before launch prints them: /proc/net/dev lists
+# A host's network interfaces and fabric devices, as the probe before launch prints them: /proc/net/dev lists
 # every interface of the network namespace of whoever reads it (/sys/class/net shows the namespace sysfs was
-# mounted in); /sys/class/infiniband the RDMA devices (InfiniBand, RoCE), absent where there are none.
+# mounted in); /sys/class/infiniband the RDMA devices (InfiniBand, RoCE, AWS EFA), absent where there are none, and
+# of those the ones EFA's driver runs; /sys/class/cxi the Slingshot NICs (HPE's cxi driver).
 INTERFACES_SCRIPT = ("echo \"net interfaces=$(tail -n +3 /proc/net/dev 2>/dev/null | cut -d: -f1 | tr -d ' ' "
-                     "| tr '\\n' ,)\"; echo \"ib devices=$(ls /sys/class/infiniband 2>/dev/null | tr '\\n' ,)\"")
-PROBE_LINES = {"net": "net interfaces=", "ib": "ib devices="}
+                     "| tr '\\n' ,)\"; echo \"ib devices=$(ls /sys/class/infiniband 2>/dev/null | tr '\\n' ,)\"; "
+                     "echo \"efa devices=$(for d in /sys/class/infiniband/*; do case $(readlink \"$d/device/driver\" "
+                     "2>/dev/null) in */efa) printf '%s,' \"${d##*/}\";; esac; done)\"; "
+                     "echo \"cxi devices=$(ls /sys/class/cxi 2>/dev/null | tr '\\n' ,)\"")
+PROBE_LINES = {"net": "net interfaces=", "ib": "ib devices=", "efa": "efa devices=", "cxi": "cxi devices="}
 
 
 @dataclass(frozen=True)
 class Naming:
     """How a variable names a host's devices: `prefixes` (NCCL's: `=` for exact names, `^` for all but those),
     `names` (a list, each of which must exist), `name` (one), `any` (a list of which one must exist, each may
-    carry a `:port`; `all` and `^` exclusions pass) or `network` (NCCL_NET's: IB needs a device of the list, Socket
-    and a plugin's network nothing of it); which of the probe's lists it names (net, ib, or both); and what the
-    processes do where nothing it names is there."""
+    carry a `:port`; `all` and `^` exclusions pass), `network` (NCCL_NET's: IB needs a device of the list, Socket
+    and a plugin's network nothing of it) or `providers` (FI_PROVIDER's, UCX_TLS's: one of the names it lists must
+    need no device of its own, or have its kind of device (`needs`: name -> kind) on the host; `^` exclusions pass);
+    which of the probe's lists it names (net, ib, both, or fabric: each device as `kind:name`, the kind verbs, efa or
+    cxi); and what the processes do where nothing it names is there."""
 
     kind: str
     devices: str
     without: str
+    needs: dict = field(default_factory=dict)
+    listing: str = ""  # what the names it lists are (providers: "libfabric providers")
 
     @property
     def noun(self) -> str:
-        return {"net": "interface", "ib": "InfiniBand device"}.get(self.devices, "network device")
+        return {"net": "interface", "ib": "InfiniBand device", "fabric": "fabric device"}.get(self.devices,
+                                                                                              "network device")
 
 
 NO_SOCKET = "its processes would find no socket to use"
@@ -114,12 +123,28 @@ INTERFACE_VARIABLES = {
     # UCX (Open MPI's and MPICH's transport layer: Horovod's MPI controller, srun's MPI) names InfiniBand ports
     # (mlx5_0:1) and interfaces; it warns of each one absent and fails only where none of them is there
     "UCX_NET_DEVICES": Naming("any", "both", "UCX would find no network device and MPI over it would not start"),
+    # libfabric's providers (Cray MPICH, Open MPI's and Intel MPI's OFI layers, NCCL's aws-ofi plugin): a Slingshot
+    # profile's cxi, or EFA's efa, on nodes without that NIC leaves libfabric nothing to offer
+    # a Slingshot profile's cxi, or EFA's efa, on nodes without that NIC leaves libfabric nothing to offer; tcp, udp,
+    # shm, sockets and providers not named here (psm3 runs over sockets too) need no device of their own
+    "FI_PROVIDER": Naming("providers", "fabric", "libfabric would offer none of them: MPI over libfabric would not "
+                          "start, and NCCL's OFI plugin would fail or leave NCCL on its sockets",
+                          {"verbs": "verbs", "efa": "efa", "cxi": "cxi"}, "libfabric providers"),
+    # UCX's InfiniBand transports (rc, ud, dc; _verbs/_v and _mlx5/_x their implementations; ib all of them) need an
+    # RDMA device EFA's driver does not run; tcp, sm, self and the GPUs' own need none of the fabric
+    "UCX_TLS": Naming("providers", "fabric", "UCX would have no transport to the other hosts and MPI over it would "
+                      "not start", {name: "verbs" for name in ("ib", "rc", "ud", "dc", "rc_verbs", "rc_v", "rc_mlx5",
+                                                                "rc_x", "ud_verbs", "ud_v", "ud_mlx5", "ud_x",
+                                                                "dc_mlx5", "dc_x")}, "UCX transports"),
 }
 
 
 def devices_from_probe(text: str, devices: str = "net") -> list[str] | None:
-    """The names of the probe's line of `devices` (net: interfaces, ib: InfiniBand devices, both: the two); None
-    where it printed no such line (or, for interfaces, an empty one: /proc/net/dev unread; a host has at least lo)."""
+    """The names of the probe's line of `devices` (net: interfaces, ib: InfiniBand devices, both: the two, fabric:
+    `provider:device` for each device a libfabric provider needs); None where it printed no such line (or, for
+    interfaces, an empty one: /proc/net/dev unread; a host has at least lo)."""
+    if devices == "fabric":
+        return fabric_devices(text)
     if devices == "both":
         net = devices_from_probe(text, "net")
         return None if net is None else net + (devices_from_probe(text, "ib") or [])
@@ -136,6 +161,8 @@ def interfaces_missing(variable: str, value: str, devices: list[str]) -> str | N
     naming = INTERFACE_VARIABLES[variable]
     if naming.kind == "network":
         return None if devices or value.strip().lower() != "ib" else f"has no {naming.noun} at all"
+    if naming.kind == "providers":
+        return providers_missing(value, devices, naming)
     if not devices:
         return f"has no {naming.noun} at all"
     if naming.kind == "prefixes":
@@ -149,6 +176,30 @@ def interfaces_missing(variable: str, value: str, devices: list[str]) -> str | N
         absent = [name for name in names if name not in devices]
         lacks = f"has no {naming.noun} {', '.join(absent)}" if absent else None
     return lacks and f"{lacks} (its {naming.noun}s: {', '.join(sorted(devices))})"
+
+
+def fabric_devices(text: str) -> list[str] | None:
+    """`kind:device` for each device of the probe's lists a provider or transport needs (verbs: the RDMA devices
+    EFA's driver does not run, efa: those it runs, cxi: Slingshot NICs); None where the probe listed no RDMA devices."""
+    rdma = devices_from_probe(text, "ib")
+    if rdma is None:
+        return None
+    efa, cxi = devices_from_probe(text, "efa") or [], devices_from_probe(text, "cxi") or []
+    listed = {"verbs": [name for name in rdma if name not in efa], "efa": efa, "cxi": cxi}
+    return [f"{provider}:{name}" for provider, names in listed.items() for name in names]
+
+
+def providers_missing(value: str, devices: list[str], naming: Naming) -> str | None:
+    """Where the value lists only names that need a kind of device (each entry's first part: libfabric's layered
+    `verbs;ofi_rxm` is verbs) and the host has none of their kinds; None where one needs none or has its device, and
+    for `^` exclusions."""
+    names = {entry.split(";")[0].strip().lower() for entry in value.split(",") if entry.strip()}
+    kinds = {device.split(":")[0] for device in devices}
+    if value.strip().startswith("^") or any(naming.needs.get(name) in kinds | {None} for name in names):
+        return None
+    if not devices:
+        return f"has no {naming.noun} at all"
+    return f"has no device of the {naming.listing} it names (its {naming.noun}s: {', '.join(sorted(devices))})"
 
 
 def refuse_missing_interfaces(settings: dict[str, tuple[str, str]], outputs: dict[str, str | None]) -> None:

@@ -333,6 +333,10 @@ def test_the_gpus_of_each_host_are_read_over_ssh(loopback_sshd):
     assert {count_from_probe(out[host]) for host in LOOPBACK_HOSTS} == {host_gpus()}
     here = sorted(name for _, name in socket.if_nameindex())
     assert all(sorted(devices_from_probe(out[host])) == here for host in LOOPBACK_HOSTS), out
+    fabric = devices_from_probe(subprocess.run(list(HOST_PROBE), capture_output=True, text=True, timeout=60).stdout,
+                                "fabric")  # the probe's Slingshot and EFA lines came through ssh's quoting
+    assert fabric is not None and all(devices_from_probe(out[host], "fabric") == fabric for host in LOOPBACK_HOSTS)
+    assert all(f"\n{line}" in out[host] for line in ("efa devices=", "cxi devices=") for host in LOOPBACK_HOSTS)
     # Processes the tests start over ssh see no GPU, as the local ones do (unless SUITE_TEST_ON_GPUS=1).
     hidden = os.environ.get("SUITE_TEST_ON_GPUS") != "1"
     assert all(("CUDA_VISIBLE_DEVICES=" in out[host].splitlines()) == hidden for host in LOOPBACK_HOSTS), out

@@ -401,3 +401,24 @@ def test_an_interface_no_host_has_is_refused_before_launch_and_the_environment_w
     passed = subprocess.run([*argv, "--dry-run"], cwd=ROOT, capture_output=True, text=True, timeout=300,
                             env={**environ, "GLOO_SOCKET_IFNAME": here[0], "NCCL_SOCKET_IFNAME": f"^{here[0]}"})
     assert passed.returncode == 0 and f"GLOO_SOCKET_IFNAME={here[0]}" in passed.stdout, passed.stdout + passed.stderr
+
+
+def test_a_libfabric_provider_whose_nic_this_machine_lacks_is_refused_before_launch(tmp_path):
+    """FI_PROVIDER=cxi, a Slingshot site's, where this machine has no Slingshot NIC: refused in one line before
+    anything is written (on a machine with one, it runs); tcp needs no device of its own."""
+    slingshot = sorted(p.name for p in Path("/sys/class/cxi").glob("*"))
+    argv = [sys.executable, "-m", "suite", "run", "--case", "pytorch-ddp", "--tiny", "--dry-run",
+            "--results-dir", str(tmp_path / "results"), "--runs-dir", str(tmp_path / "runs")]
+    done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "FI_PROVIDER": "cxi"})
+    if slingshot:
+        assert done.returncode == 0, done.stderr
+    else:
+        assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+        said = "error: FI_PROVIDER=cxi (the run's environment): host localhost has no "
+        assert done.stderr.startswith(said), done.stderr
+        assert "libfabric would offer none of them" in done.stderr
+        assert not any((tmp_path / name).exists() for name in ("results", "runs"))
+    passed = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=300,
+                            env={**os.environ, "FI_PROVIDER": "tcp"})
+    assert passed.returncode == 0 and "dry run: nothing was started" in passed.stdout, passed.stdout + passed.stderr

@@ -219,7 +219,7 @@ def test_the_interface_variables_a_run_sets_and_where_each_comes_from(tmp_path):
     cluster = load_cluster(str(profile_elsewhere(tmp_path, '[env]\nNCCL_SOCKET_IFNAME = "hsn"\n'
                                                           'DMLC_INTERFACE = "hsn0"\nGLOO_SOCKET_IFNAME = " "\n')))
     mine = f"[env] of cluster profile {tmp_path / 'site.toml'}"
-    assert interface_settings(cluster, {"DMLC_INTERFACE": "eth0", "FI_PROVIDER": "tcp"}) == {
+    assert interface_settings(cluster, {"DMLC_INTERFACE": "eth0", "NCCL_DEBUG": "INFO"}) == {
         "NCCL_SOCKET_IFNAME": ("hsn", mine), "DMLC_INTERFACE": ("eth0", "the run's environment")}
     assert interface_settings(cluster, {"NCCL_SOCKET_IFNAME": "", "DMLC_INTERFACE": ""}) == {}  # empty: unset
     assert interface_settings(None, {"HOROVOD_GLOO_IFACE": "ib0"}) == {

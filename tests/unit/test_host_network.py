@@ -156,3 +156,77 @@ def test_ucx_net_devices_needs_one_of_its_ports_or_interfaces(value, missing):
     said = host_network.interfaces_missing("UCX_NET_DEVICES", value, devices)
     assert said == (missing and f"{missing} (its network devices: eno1, ib0, lo, mlx5_0, mlx5_1)")
     assert host_network.devices_from_probe("ib devices=mlx5_0,\n", "both") is None  # interfaces unread: not probed
+
+
+FABRIC_PROBE = "net interfaces=eno1,hsn0,lo,\nib devices=mlx5_0,rdmap0s6,\nefa devices=rdmap0s6,\ncxi devices=\n"
+
+
+LACKS = "has no device of the libfabric providers it names"
+
+
+@pytest.mark.parametrize("value, missing, on_a_bare_host", [
+    ("verbs", None, True), ("verbs;ofi_rxm", None, True), ("efa", None, True), ("cxi,verbs", None, True),
+    ("cxi,tcp", None, False), ("tcp", None, False), ("^cxi", None, False), ("shm", None, False),
+    ("psm3", None, False), ("cxi", LACKS, True), ("CXI", LACKS, True),
+])
+def test_fi_provider_needs_the_device_of_one_provider_it_names(value, missing, on_a_bare_host):
+    """verbs runs on an RDMA device EFA's driver does not run, efa on one it runs, cxi on a Slingshot NIC; tcp, shm
+    and providers not looked for need nothing; a layered `verbs;ofi_rxm` is verbs; `^` exclusions pass."""
+    devices = host_network.devices_from_probe(FABRIC_PROBE, "fabric")
+    assert devices == ["verbs:mlx5_0", "efa:rdmap0s6"]
+    said = host_network.interfaces_missing("FI_PROVIDER", value, devices)
+    assert said == (missing and f"{missing} (its fabric devices: efa:rdmap0s6, verbs:mlx5_0)")
+    bare = host_network.devices_from_probe("net interfaces=eth0,lo,\nib devices=\n", "fabric")
+    assert bare == []
+    said = host_network.interfaces_missing("FI_PROVIDER", value, bare)
+    assert said == ("has no fabric device at all" if on_a_bare_host else None)
+    assert host_network.devices_from_probe("net interfaces=eth0,lo,\n", "fabric") is None  # not probed
+
+
+def test_an_fi_provider_no_host_serves_is_refused_naming_the_host_and_its_devices():
+    settings = {"FI_PROVIDER": ("cxi", "[env] of cluster profile alps")}
+    slingshot = "net interfaces=hsn0,lo,\nib devices=\nefa devices=\ncxi devices=cxi0,cxi1,\n"
+    host_network.refuse_missing_interfaces(settings, {"nid001": slingshot, "old": "net interfaces=lo,\n"})
+    with pytest.raises(UsageError) as refused:
+        host_network.refuse_missing_interfaces(settings, {"nid001": slingshot, "gpu01": FABRIC_PROBE})
+    assert str(refused.value) == (
+        "FI_PROVIDER=cxi ([env] of cluster profile alps): host gpu01 has no device of the libfabric providers it "
+        "names (its fabric devices: efa:rdmap0s6, verbs:mlx5_0), so libfabric would offer none of them: MPI over "
+        "libfabric would not start, and NCCL's OFI plugin would fail or leave NCCL on its sockets: name one of "
+        "these, or leave it unset")
+
+
+def test_the_probe_tells_each_fabric_device_by_its_driver(tmp_path):
+    """The probe's own script on a sysfs-like tree: an RDMA device of EFA's driver is efa's, another verbs', a
+    Slingshot NIC cxi's."""
+    for device, driver in (("mlx5_0", "mlx5_core"), ("rdmap0s6", "efa")):
+        (tmp_path / "drivers" / driver).mkdir(parents=True)
+        (tmp_path / "infiniband" / device / "device").mkdir(parents=True)
+        (tmp_path / "infiniband" / device / "device" / "driver").symlink_to(tmp_path / "drivers" / driver)
+    (tmp_path / "cxi" / "cxi0").mkdir(parents=True)
+    script = host_network.INTERFACES_SCRIPT.replace("/sys/class", str(tmp_path))
+    done = subprocess.run(["sh", "-c", script], capture_output=True, text=True, timeout=30)
+    assert host_network.devices_from_probe(done.stdout, "fabric") == ["verbs:mlx5_0", "efa:rdmap0s6", "cxi:cxi0"]
+
+
+def test_the_probe_lists_this_hosts_fabric_devices():
+    done = subprocess.run(["sh", "-c", host_network.INTERFACES_SCRIPT], capture_output=True, text=True, timeout=30)
+    listed = [Path("/sys/class", kind) for kind in ("infiniband", "cxi")]
+    here = sorted(p.name for folder in listed if folder.is_dir() for p in folder.iterdir())
+    assert sorted(d.split(":")[1] for d in host_network.devices_from_probe(done.stdout, "fabric")) == here
+
+
+@pytest.mark.parametrize("value, passes_without_ib", [
+    ("rc,sm,self", True), ("tcp,self", True), ("^rc", True), ("sm,self,cuda_copy", True),
+    ("rc_x", False), ("dc_mlx5,ud_verbs", False), ("ib", False), ("RC", False),
+])
+def test_ucx_tls_needs_an_infiniband_device_for_its_infiniband_transports_alone(value, passes_without_ib):
+    """UCX's rc, ud and dc (and their _verbs/_mlx5 forms) run on an RDMA device EFA's driver does not run; a list
+    with tcp, shared memory or the GPUs' transports needs nothing of the fabric."""
+    with_ib = host_network.devices_from_probe(FABRIC_PROBE, "fabric")
+    assert host_network.interfaces_missing("UCX_TLS", value, with_ib) is None
+    said = host_network.interfaces_missing("UCX_TLS", value, ["efa:rdmap0s6"])
+    lacks = "has no device of the UCX transports it names (its fabric devices: efa:rdmap0s6)"
+    assert said == (None if passes_without_ib else lacks)
+    said = host_network.interfaces_missing("UCX_TLS", value, [])
+    assert said == (None if passes_without_ib else "has no fabric device at all")
