@@ -16,12 +16,7 @@ from suite.execution.clusters import Cluster, interface_settings, load_cluster
 from suite.execution.console import nccl_files_text
 from suite.inputs.cases import known_cases, load_case
 from suite.inputs.host_gpus import GpuProbeError, host_gpus, pick_flavour
-from suite.inputs.host_network import (
-    INTERFACE_VARIABLES,
-    INTERFACES_SCRIPT,
-    devices_from_probe,
-    interfaces_missing,
-)
+from suite.inputs.host_network import INTERFACES_SCRIPT, host_lacks
 from suite.instack.case_options import evaluate
 from suite.instack.probe import nccl_conf, network_links
 
@@ -74,11 +69,10 @@ def interface_lines(cluster: Cluster) -> list[str]:
     probe = plugins.output_here(("sh", "-c", INTERFACES_SCRIPT)) or ""
     lines = []
     for variable, (value, whence) in settings.items():
-        naming = INTERFACE_VARIABLES[variable]
-        devices = devices_from_probe(probe, naming.devices) or []
-        missing = interfaces_missing(variable, value, devices)
+        missing, devices = host_lacks(variable, value, probe)
         lines.append(f"missing: {variable}={value} ({whence}): this machine {missing}" if missing
-                     else f"ok: {variable}={value} ({whence}): this machine has what it names")
+                     else f"not checked: {variable}={value} ({whence}): this machine's devices could not be listed"
+                     if devices is None else f"ok: {variable}={value} ({whence}): this machine has what it names")
     return lines
 
 

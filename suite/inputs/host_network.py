@@ -202,16 +202,23 @@ def providers_missing(value: str, devices: list[str], naming: Naming) -> str | N
     return f"has no device of the {naming.listing} it names (its {naming.noun}s: {', '.join(sorted(devices))})"
 
 
+def host_lacks(variable: str, value: str, text: str) -> tuple[str | None, list[str] | None]:
+    """What of the variable's value the host whose probe printed `text` lacks, in words (None: nothing), and the
+    devices of the kind it names that the host has (None: the probe did not list them, so nothing was checked)."""
+    devices = devices_from_probe(text, INTERFACE_VARIABLES[variable].devices)
+    return (None if devices is None else interfaces_missing(variable, value, devices)), devices
+
+
 def refuse_missing_interfaces(settings: dict[str, tuple[str, str]], outputs: dict[str, str | None]) -> None:
     """UsageError where a host lacks what an interface variable names. settings: variable -> (value, where it
     was set); outputs: each host's probe output (None: not probed, nothing to say of it)."""
     for host, text in outputs.items():
         for variable, (value, whence) in settings.items():
-            naming = INTERFACE_VARIABLES[variable]
-            devices = devices_from_probe(text or "", naming.devices)
-            if devices is not None and (what := interfaces_missing(variable, value, devices)):
+            what, devices = host_lacks(variable, value, text or "")
+            if what:
                 fix = "name one of these, or leave it unset" if devices else "leave it unset there"
-                raise UsageError(f"{variable}={value} ({whence}): host {host} {what}, so {naming.without}: {fix}")
+                raise UsageError(f"{variable}={value} ({whence}): host {host} {what}, so "
+                                 f"{INTERFACE_VARIABLES[variable].without}: {fix}")
 
 
 def nccl_matches(value: str, interfaces: list[str]) -> list[str]:

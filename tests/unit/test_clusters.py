@@ -247,3 +247,6 @@ def test_doctor_checks_the_interfaces_named_against_this_machine_where_the_hosts
         + (f"it matches (its InfiniBand devices: {', '.join(ib_here)})" if ib_here else "at all")]
     # the nodes are not this machine: the run checks each before launch
     assert interface_lines(dataclasses.replace(cluster, scheduler="slurm")) == []
+    monkeypatch.setattr("suite.execution.plugins.output_here", lambda argv: None)  # the probe did not answer
+    assert interface_lines(cluster)[1] == (f"not checked: GLOO_SOCKET_IFNAME={here[0]} (the run's environment): this "
+                                           "machine's devices could not be listed")
