@@ -14,6 +14,8 @@ process before the timed window (neither is ever timed):
 
 The case hands both to the probe (probe.work, probe.measured_peak)."""
 
+import contextlib
+
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
@@ -52,7 +54,7 @@ def _count_on_meta(model: torch.nn.Module, inputs, targets, loss_fn) -> int:
 def precision(device: torch.device, amp_dtype: torch.dtype | None, products: str = "convolutions") -> str:
     """The arithmetic the step's products run in, as this run set it: fp16/bf16 under autocast; float32
     is tf32 where the run lets TF32 into the products that make up its step (`products`: "convolutions",
-    cuDNN's flag, on by default; "matmuls", torch.get_float32_matmul_precision(), "highest" by default:
+    cuDNN's flag, on by default; "matmuls", TF32 in matrix products (matmul_tf32_on), off by default:
     a GPT's float32 is true FP32) on an NVIDIA GPU with TF32 (Ampere on), else fp32. ROCm GPUs
     (torch.version.hip) are fp32: the flags are NVIDIA's."""
     if amp_dtype is not None:
@@ -65,7 +67,7 @@ def precision(device: torch.device, amp_dtype: torch.dtype | None, products: str
 def tf32_allowed(products: str) -> bool:
     """Whether this process lets TF32 into its float32 convolutions or matrix products."""
     if products == "matmuls":
-        return torch.get_float32_matmul_precision() != "highest"
+        return matmul_tf32_on()
     return torch.backends.cudnn.allow_tf32
 
 
@@ -87,12 +89,40 @@ def matmul_peak(device: torch.device, precision_name: str, seconds: float | None
             torch.mm(a, a)
         sync()
 
-    tf32_was = torch.backends.cuda.matmul.allow_tf32
-    torch.backends.cuda.matmul.allow_tf32 = precision_name == "tf32"
-    try:
+    with matmul_tf32(precision_name == "tf32"):
         return measure(square, multiply, precision_name, largest_side(device.type == "cuda"), seconds=seconds)
+
+
+@contextlib.contextmanager
+def matmul_tf32(on: bool):
+    """TF32 in float32 matrix products on or off inside the block, the process's setting left untouched where it
+    already is so, else put back exactly. Since torch 2.9 the setting is `fp32_precision`, where `none` (the
+    default: inherit) and `ieee` (what `allow_tf32 = False` writes) compute alike but are different states:
+    torch.compile's caches key on them, so a setting left as `ieee` would make the case's compiled step another
+    program than the same step elsewhere. The legacy flag is only ever written (it writes both APIs alike); read
+    after the new API alone was set, torch refuses it."""
+    if matmul_tf32_on() == on:
+        yield
+        return
+    matmul = torch.backends.cuda.matmul
+    was = getattr(matmul, "fp32_precision", None)
+    matmul.allow_tf32 = on
+    try:
+        yield
     finally:
-        torch.backends.cuda.matmul.allow_tf32 = tf32_was
+        matmul.allow_tf32 = not on
+        if was is not None:
+            matmul.fp32_precision = was
+
+
+def matmul_tf32_on() -> bool:
+    """Whether float32 matrix products on NVIDIA GPUs may run in TF32 in this process: the new API's setting
+    where torch has it (`none` inherits the backends' own, whose `none` is IEEE), else the legacy flag."""
+    matmul = torch.backends.cuda.matmul
+    if not hasattr(matmul, "fp32_precision"):
+        return bool(matmul.allow_tf32)
+    chain = (matmul.fp32_precision, getattr(torch.backends, "fp32_precision", "none"))
+    return next((setting for setting in chain if setting != "none"), "ieee") == "tf32"
 
 
 def report_peak(probe, device: torch.device, precision_name: str) -> None:

@@ -116,17 +116,26 @@ torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = True, F
 seen["flipped"] = looks()
 torch.version.hip = "6.2"
 seen["rocm"] = looks()
-flops.measure = lambda square, multiply, precision, largest, **how: torch.backends.cuda.matmul.allow_tf32
+flops.measure = lambda square, multiply, precision, largest, **how: flops.matmul_tf32_on()
 torch.backends.cuda.matmul.allow_tf32 = False
 seen["peak_tf32_on"] = {p: flops.matmul_peak(torch.device("cpu"), p) for p in ("fp32", "tf32")}
 seen["restored"] = torch.backends.cuda.matmul.allow_tf32
+seen["kept"] = {}
+for start in ("none", "ieee", "tf32"):  # torch >= 2.9: `none` (inherit) and `ieee` are states of their own
+    inside = {}
+    for p in ("fp32", "tf32"):
+        torch.backends.cuda.matmul.fp32_precision = start  # the new API alone: torch refuses the legacy flag's read
+        inside[p] = flops.matmul_peak(torch.device("cpu"), p)
+        inside[p + " after"] = torch.backends.cuda.matmul.fp32_precision
+    seen["kept"][start] = inside
 json.dump(seen, sys.stdout)
 """
 
 
 def test_precision_is_read_from_what_the_run_set(torch_stack):
     """A GPT's float32 matmuls are fp32 unless matmul TF32 is on; a ResNet's convolutions follow
-    cuDNN's flag; ROCm GPUs are never tf32; the measured peak runs TF32 only at a tf32 step."""
+    cuDNN's flag; ROCm GPUs are never tf32; the measured peak runs TF32 only at a tf32 step, and leaves the
+    process's setting as it found it."""
     done = subprocess.run([str(torch_stack.python), "-c", PRECISIONS], cwd=ROOT, capture_output=True, text=True,
                           check=True, timeout=300)
     seen = json.loads(done.stdout)
@@ -134,6 +143,8 @@ def test_precision_is_read_from_what_the_run_set(torch_stack):
     assert seen["flipped"] == {"gpt": "tf32", "resnet": "fp32", "amp": "bf16", "cpu": "fp32"}
     assert seen["rocm"] == {"gpt": "fp32", "resnet": "fp32", "amp": "bf16", "cpu": "fp32"}
     assert seen["peak_tf32_on"] == {"fp32": False, "tf32": True} and seen["restored"] is False
+    assert seen["kept"] == {start: {"fp32": False, "fp32 after": start, "tf32": True, "tf32 after": start}
+                            for start in ("none", "ieee", "tf32")}  # as the process had it, exactly
 
 
 MEMORY = """

@@ -5,6 +5,7 @@ in bf16 with fused AdamW; the data script tokenizes a folder of text by bytes, e
 windows of it, and the loss falls on it; bad input is refused before launch."""
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -15,6 +16,8 @@ from conftest import ROOT, installed_stack, records_in, tiny
 
 from suite.analysis.report import write_report
 from suite.analysis.same_work import format_parallel_table, parallel_rows
+from suite.inputs.cases import load_case
+from suite.instack.case_options import option_args
 from suite.records.read import Point
 from suite.records.schema import validate
 
@@ -141,6 +144,27 @@ def test_the_h100_preset_compiles_the_model_with_its_loss_under_ddp_in_bf16_with
     assert reported["ddp"]["wrapped"] is True and results["compile_seconds"] > 0
     losses = results["first_losses"]
     assert len(losses) == 8 and losses[-1] < losses[0], losses  # the compiled step first, then 1 + 3 x 2
+
+
+def test_at_one_rank_the_suites_compiled_step_is_the_bare_loops_program(suite_cli, torch_stack, tmp_path,
+                                                                        monkeypatch):
+    """`make gpu-check`'s pair at one GPU, on the CPU: the suite's run of --preset h100 and the bare loop with the
+    preset's options compile one program, so the loop finds each of the run's graphs in Inductor's cache (nothing of
+    the suite's own work, its matmul peak's TF32 switch included, leaves the step another program); a later side of
+    the check then compiles in seconds."""
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
+    checked_record(suite_cli("run", *CASE, "--gpus-per-node", "1", case_args=("--preset", "h100", *TINY)), suite_cli)
+    preset = {k: v for k, v in load_case("pytorch-gpt").spec["presets"]["h100"].items() if k != "source"}
+    options = option_args({**preset, **load_case("pytorch-gpt").spec["tiny"], "min-seconds": 0})
+    done = subprocess.run([str(torch_stack.python), "benchmarks/bare/pytorch_gpt.py", *options], cwd=ROOT,
+                          capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "TORCH_LOGS": "torch._inductor.codecache,"
+                                                          "torch._functorch._aot_autograd.autograd_cache"})
+    assert done.returncode == 0, done.stderr[-3000:]
+    said = [line for line in done.stderr.splitlines() if "cache hit" in line or "cache miss" in line]
+    assert said and not [line for line in said if "cache miss" in line], "\n".join(said)
+    assert any("AOTAutograd cache hit" in line for line in said), "\n".join(said)
+    assert json.loads(done.stdout.splitlines()[-1])["config"]["compile"] is True
 
 
 def test_the_data_script_tokenizes_the_text_files_by_bytes(text_data):
