@@ -99,10 +99,11 @@ class Entry:
     their timed window (start and imports, compilation, cuDNN's autotuning in the warmup, the suite's
     matmul peak and record), as `--quick` measured them on an H100 80GB (torch 2.11, JAX 0.11.2,
     2026-11-27, the check's first run: nothing in the compilation caches), when each side compiled its own
-    program. pytorch-gpt's compiled step is now one program on both sides at one GPU (on the CPU the bare loop
-    finds each of the suite run's graphs in Inductor's cache: tests/integration/test_pytorch_gpt.py), so the later
-    side of pytorch-gpt-h100 should compile in seconds; not yet measured on a GPU, the plan keeps the seconds
-    measured."""
+    program. The compiled steps of pytorch-gpt and pytorch-ddp are now one program on both sides at one GPU (on
+    the CPU each side finds the other's graphs in Inductor's cache: pytorch-gpt's in tests/integration/
+    test_pytorch_gpt.py, pytorch-ddp's by hand, 2026-12-07), so the
+    later side of pytorch-gpt-h100 and pytorch-ddp-h100 should compile in seconds; not yet measured on a GPU, the
+    plan keeps the seconds measured."""
 
     name: str
     case: str
