@@ -70,9 +70,12 @@ def interface_lines(cluster: Cluster) -> list[str]:
     lines = []
     for variable, (value, whence) in settings.items():
         missing, devices = host_lacks(variable, value, probe)
-        lines.append(f"missing: {variable}={value} ({whence}): this machine {missing}" if missing
-                     else f"not checked: {variable}={value} ({whence}): this machine's devices could not be listed"
-                     if devices is None else f"ok: {variable}={value} ({whence}): this machine has what it names")
+        if missing:
+            lines.append(f"missing: {variable}={value} ({whence}): this machine {missing}")
+        elif devices is None:
+            lines.append(f"not checked: {variable}={value} ({whence}): this machine's devices could not be listed")
+        else:
+            lines.append(f"ok: {variable}={value} ({whence}): this machine has what it names")
     return lines
 
 

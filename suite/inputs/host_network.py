@@ -124,9 +124,8 @@ INTERFACE_VARIABLES = {
     # (mlx5_0:1) and interfaces; it warns of each one absent and fails only where none of them is there
     "UCX_NET_DEVICES": Naming("any", "both", "UCX would find no network device and MPI over it would not start"),
     # libfabric's providers (Cray MPICH, Open MPI's and Intel MPI's OFI layers, NCCL's aws-ofi plugin): a Slingshot
-    # profile's cxi, or EFA's efa, on nodes without that NIC leaves libfabric nothing to offer
-    # a Slingshot profile's cxi, or EFA's efa, on nodes without that NIC leaves libfabric nothing to offer; tcp, udp,
-    # shm, sockets and providers not named here (psm3 runs over sockets too) need no device of their own
+    # profile's cxi, or EFA's efa, on nodes without that NIC leaves libfabric nothing to offer; tcp, udp, shm,
+    # sockets and providers not named here (psm3 runs over sockets too) need no device of their own
     "FI_PROVIDER": Naming("providers", "fabric", "libfabric would offer none of them: MPI over libfabric would not "
                           "start, and NCCL's OFI plugin would fail or leave NCCL on its sockets",
                           {"verbs": "verbs", "efa": "efa", "cxi": "cxi"}, "libfabric providers"),
@@ -141,8 +140,8 @@ INTERFACE_VARIABLES = {
 
 def devices_from_probe(text: str, devices: str = "net") -> list[str] | None:
     """The names of the probe's line of `devices` (net: interfaces, ib: InfiniBand devices, both: the two, fabric:
-    `provider:device` for each device a libfabric provider needs); None where it printed no such line (or, for
-    interfaces, an empty one: /proc/net/dev unread; a host has at least lo)."""
+    `kind:device` for each device a provider or transport needs: fabric_devices); None where it printed no such
+    line (or, for interfaces, an empty one: /proc/net/dev unread; a host has at least lo)."""
     if devices == "fabric":
         return fabric_devices(text)
     if devices == "both":
