@@ -179,7 +179,8 @@ def interfaces_missing(variable: str, value: str, devices: list[str]) -> str | N
 
 def fabric_devices(text: str) -> list[str] | None:
     """`kind:device` for each device of the probe's lists a provider or transport needs (verbs: the RDMA devices
-    EFA's driver does not run, efa: those it runs, cxi: Slingshot NICs); None where the probe listed no RDMA devices."""
+    EFA's driver does not run, efa: those it runs, cxi: Slingshot NICs); None where the probe printed no line of
+    RDMA devices."""
     rdma = devices_from_probe(text, "ib")
     if rdma is None:
         return None
@@ -194,7 +195,8 @@ def providers_missing(value: str, devices: list[str], naming: Naming) -> str | N
     for `^` exclusions."""
     names = {entry.split(";")[0].strip().lower() for entry in value.split(",") if entry.strip()}
     kinds = {device.split(":")[0] for device in devices}
-    if value.strip().startswith("^") or any(naming.needs.get(name) in kinds | {None} for name in names):
+    needed = [naming.needs.get(name) for name in names]  # None: the name needs no device of its own
+    if value.strip().startswith("^") or any(kind is None or kind in kinds for kind in needed):
         return None
     if not devices:
         return f"has no {naming.noun} at all"

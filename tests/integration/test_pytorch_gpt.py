@@ -154,8 +154,9 @@ def test_at_one_rank_the_suites_compiled_step_is_the_bare_loops_program(suite_cl
     the check then compiles in seconds."""
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
     checked_record(suite_cli("run", *CASE, "--gpus-per-node", "1", case_args=("--preset", "h100", *TINY)), suite_cli)
-    preset = {k: v for k, v in load_case("pytorch-gpt").spec["presets"]["h100"].items() if k != "source"}
-    options = option_args({**preset, **load_case("pytorch-gpt").spec["tiny"], "min-seconds": 0})
+    spec = load_case("pytorch-gpt").spec
+    preset = {k: v for k, v in spec["presets"]["h100"].items() if k != "source"}
+    options = option_args({**preset, **spec["tiny"], "min-seconds": 0})
     done = subprocess.run([str(torch_stack.python), "benchmarks/bare/pytorch_gpt.py", *options], cwd=ROOT,
                           capture_output=True, text=True, timeout=600,
                           env={**os.environ, "TORCH_LOGS": "torch._inductor.codecache,"
