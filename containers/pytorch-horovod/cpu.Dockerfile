@@ -24,7 +24,7 @@ RUN if [ -n "${WHEELS:-}" ]; then export PIP_NO_INDEX=1 PIP_FIND_LINKS="$WHEELS"
     python3.11 -m venv /opt/stack && \
     /opt/stack/bin/python -m pip install --no-cache-dir --require-hashes --no-deps --extra-index-url https://download.pytorch.org/whl/cpu -r /opt/recipe/requirements.lock
 COPY containers/pytorch-horovod/sdist.lock containers/pytorch-horovod/gpu-build.sh containers/pytorch-horovod/post-install.sh /opt/recipe/
-COPY containers/pytorch-horovod/patches/horovod-0.28.1-build-type.patch containers/pytorch-horovod/patches/horovod-0.28.1-cxx17.patch /opt/recipe/patches/
+COPY containers/pytorch-horovod/patches/horovod-0.28.1-build-type.patch containers/pytorch-horovod/patches/horovod-0.28.1-cxx17.patch containers/pytorch-horovod/patches/horovod-0.28.1-gcc14.patch /opt/recipe/patches/
 RUN if [ -n "${WHEELS:-}" ]; then export PIP_NO_INDEX=1 PIP_FIND_LINKS="$WHEELS"; fi && \
     export PATH="/opt/stack/bin:$PATH" && \
     mkdir -p /tmp/stack-build && \
@@ -44,6 +44,6 @@ LABEL org.hpc-dl-bench.stack="pytorch-horovod"
 LABEL org.hpc-dl-bench.flavour="cpu"
 LABEL org.hpc-dl-bench.lock="requirements.lock"
 LABEL org.hpc-dl-bench.lock_sha256="11345c47e627402bfd0627536ef3bf3d4db2c66df8f7e7be821c5fab30a8f755"
-LABEL org.hpc-dl-bench.recipe_sha256="a921f7a115c311043cd4660b77d5634ad600c45c7b6a0d24c8ba9da80b2add53"
+LABEL org.hpc-dl-bench.recipe_sha256="9de2b99c932877ec97e947cf7933897f352786a4f064b5aabb1597440e0cb957"
 LABEL org.hpc-dl-bench.suite_version="0.1.0"
 LABEL org.hpc-dl-bench.base_ref="${BASE}"

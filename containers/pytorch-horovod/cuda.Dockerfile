@@ -24,7 +24,7 @@ RUN if [ -n "${WHEELS:-}" ]; then export PIP_NO_INDEX=1 PIP_FIND_LINKS="$WHEELS"
     python3.11 -m venv /opt/stack && \
     /opt/stack/bin/python -m pip install --no-cache-dir --require-hashes --no-deps -r /opt/recipe/cuda/requirements.lock
 COPY containers/pytorch-horovod/sdist.lock containers/pytorch-horovod/gpu-build.sh containers/pytorch-horovod/post-install.sh /opt/recipe/
-COPY containers/pytorch-horovod/patches/horovod-0.28.1-build-type.patch containers/pytorch-horovod/patches/horovod-0.28.1-cxx17.patch /opt/recipe/patches/
+COPY containers/pytorch-horovod/patches/horovod-0.28.1-build-type.patch containers/pytorch-horovod/patches/horovod-0.28.1-cxx17.patch containers/pytorch-horovod/patches/horovod-0.28.1-gcc14.patch /opt/recipe/patches/
 RUN if [ -n "${WHEELS:-}" ]; then export PIP_NO_INDEX=1 PIP_FIND_LINKS="$WHEELS"; fi && \
     export HOROVOD_GPU_OPERATIONS=NCCL HOROVOD_WITH_MPI=1 HOROVOD_CUDA_HOME=/usr/local/cuda && \
     export PATH="/opt/stack/bin:/usr/local/cuda/bin:$PATH" && \
@@ -45,6 +45,6 @@ LABEL org.hpc-dl-bench.stack="pytorch-horovod"
 LABEL org.hpc-dl-bench.flavour="cuda"
 LABEL org.hpc-dl-bench.lock="cuda/requirements.lock"
 LABEL org.hpc-dl-bench.lock_sha256="f9b28fd54202c5ac005d05f15863cd507836885c9f8ff388a8141d45dc3e0b85"
-LABEL org.hpc-dl-bench.recipe_sha256="2135b0b9a2e5ce18e81e8c728e40ff13abadab96e9d638c8ec3acd53bac34e24"
+LABEL org.hpc-dl-bench.recipe_sha256="73c0d7e7b2b991b9eb629758b1d9a9c8cd84f896cf8e1881c555bcf26277109e"
 LABEL org.hpc-dl-bench.suite_version="0.1.0"
 LABEL org.hpc-dl-bench.base_ref="${BASE}"

@@ -48,6 +48,9 @@ class StackEnv:
     facts: dict = field(default_factory=dict)
     provenance: dict = field(default_factory=dict)
     programs: dict = field(default_factory=dict)
+    # where the stack's Python keeps its headers, where the runner can look before launch (a local stack: a venv of
+    # an interpreter of this host); None where it cannot
+    python_include: str | None = None
 
     def argv(self, program: str, *args: str) -> list[str]:
         if program in self.programs:

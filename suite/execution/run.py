@@ -51,6 +51,7 @@ from suite.records.read import Point
 from suite.records.system_description import system_description
 from suite.records.telemetry_window import summarize as summarize_telemetry
 from suite.records.write import RunContext, build_record, new_run_id, utc_now, write_record
+from suite.stacks import build_needs
 from suite.stacks.recipes import Stack, load_stack
 
 # Each host's GPUs, network interfaces and InfiniBand devices, read by one step there before launch.
@@ -322,11 +323,24 @@ def check_stack(req: RunRequest, checked: Checked, stack_env: StackEnv) -> None:
     """What the prepared stack must have for the case and its launcher (framework versions, launcher
     options, on every host the interfaces that its loading names), for every point, before any is launched."""
     refuse_missing_interfaces(loaded_interface_settings(checked, stack_env), checked.host_probes)
+    refuse_missing_host_needs(checked, stack_env)
     if stack_env.provenance.get("stack_packages") is not None:  # None: not read before launch (a batch job reads them)
         location = stack_env.provenance.get("stack_location")
         checked.case.check_requirements(stack_env, f"runtime {stack_env.runtime}{f', {location}' if location else ''}")
     for world in checked.worlds:
         plan_point(req, checked, world, stack_env, req.runs_dir / "check")
+
+
+def refuse_missing_host_needs(checked: Checked, stack_env: StackEnv) -> None:
+    """What the case's options need of the host beyond the stack (its [[host_needs]]: torch.compile's compilers and
+    Python headers), where the runtime lets the runner look before launch (a stack's Python of this host)."""
+    if stack_env.python_include is None:
+        return
+    include = Path(stack_env.python_include)
+    for needs, why in checked.case.host_needs(checked.options):
+        if missing := build_needs.lacking(needs, include=include):
+            lacks, installs = build_needs.described(missing, include), build_needs.installs(missing)
+            raise UsageError(f"case {checked.case.name}: {why}, and this host lacks {lacks}; install them ({installs})")
 
 
 def loaded_interface_settings(checked: Checked, stack_env: StackEnv) -> dict[str, tuple[str, str]]:

@@ -112,6 +112,13 @@ class Case:
             if not ok:
                 raise UsageError(f"case {self.name} needs {package}{spec}; the stack ({where}) has {package} {found}")
 
+    def host_needs(self, options: dict) -> list[tuple[tuple[str, ...], str]]:
+        """The entries of the case's [[host_needs]] that its options ask for, as (needs, why): what those options
+        need of a host beyond the stack (suite/stacks/build_needs.py's names), e.g. torch.compile's compilers."""
+        values = {k.replace("-", "_"): v for k, v in options.items()}
+        return [(tuple(entry["needs"]), entry["why"]) for entry in self.spec.get("host_needs", [])
+                if evaluate(entry.get("when", "True"), values)]
+
     def tiny_args(self, **overrides) -> list[str]:
         """Case argv for the smallest run that still exercises the case (its [tiny] table), for tests and
         `make bench --tiny`. Overrides use underscores for dashes (num_iters=500) and replace or add

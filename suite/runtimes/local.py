@@ -5,7 +5,7 @@ index or from a wheel folder (WHEELS, for machines without network)."""
 from suite.base import paths
 from suite.base.errors import UsageError
 from suite.execution.plan import StackEnv, StackRequest
-from suite.stacks.install import ensure_installed, find_installed, local_flavour, local_prefix
+from suite.stacks.install import build_needs_lacking, ensure_installed, find_installed, local_flavour, local_prefix
 from suite.stacks.recipes import load_stack
 
 
@@ -22,6 +22,7 @@ def prepare(want: StackRequest, log=print) -> StackEnv:
         bin_dir=str(installed.prefix / "bin"),
         env={"PYTHONPATH": str(paths.ROOT)},
         facts=installed.info.get("facts", {}),
+        python_include=installed.python_include(),
         provenance={
             "stack": flavour.stack.name,
             "stack_flavour": flavour.name,
@@ -41,7 +42,11 @@ def doctor_lines(cluster, stacks: list[str], flavour: str | None = None) -> list
     for name in stacks:
         chosen = local_flavour(load_stack(name), flavour, log=lambda m: None)
         where = local_prefix(chosen)
-        lines.append(f"ok: stack {chosen.id} built at {where}" if find_installed(chosen) else
-                     f"missing: stack {chosen.id} at {where} (built on first use, or now: make install "
+        if find_installed(chosen):
+            lines.append(f"ok: stack {chosen.id} built at {where}")
+            continue
+        lines.append(f"missing: stack {chosen.id} at {where} (built on first use, or now: make install "
                      f"CASE=<a case of it> FLAVOUR={chosen.name}; without network: WHEELS=<folder of make wheels>)")
+        if lacking := build_needs_lacking(chosen):
+            lines.append(f"missing: {lacking}")
     return lines

@@ -23,8 +23,8 @@ from suite.inputs.hostfiles import profile_hostfile, read_hostfile
 GRACE_S = 10
 DAEMON_GRACE_S = 3
 TAIL_LINES = 20
-# A Python exception line, also behind a launcher's rank prefix such as "[1]<stderr>:".
-ERROR_LINE = re.compile(r"(?:^|>:)\s*([A-Za-z_.]*(?:Error|Exception|Interrupt)\b:?.*)$")
+# A Python exception line, also behind a launcher's rank prefix such as "[1]<stderr>:" or torch's "[rank0]:".
+ERROR_LINE = re.compile(r"(?:^|>:|\]:)\s*([A-Za-z_.]*(?:Error|Exception|Interrupt)\b:?.*)$")
 # A case script's own failure message (`raise SystemExit("pytorch-gpt: ...")`): the case's name first.
 CASE_LINE = re.compile(rf"(?:^|>:|\]:)\s*((?:{'|'.join(map(re.escape, known_cases()))}): .*)$")
 # A launcher's line that only reports that a child failed: the child's own line is the first error.
@@ -33,6 +33,7 @@ WRAPPER_LINE = re.compile(r"ChildFailedError|Horovod detected that one or more p
 
 # torchrun's report of a child that died without a word of its own (a signal): its "Root Cause" block
 ROOT_CAUSE = "Root Cause (first observed failure)"
+TRACEBACK_HINT = "To enable traceback see"  # torchrun's traceback field where the child recorded no error file
 ROOT_CAUSE_FIELD = re.compile(r"^\s*(rank|exitcode|traceback)\s*:\s*(.*)$")
 
 
@@ -51,7 +52,9 @@ def root_cause(lines: list[str]) -> str | None:
         return None
     block = lines[next(i for i, line in enumerate(lines) if ROOT_CAUSE in line):]
     fields = dict(m.groups() for line in block if (m := ROOT_CAUSE_FIELD.match(line)))
-    said = fields.get("traceback") if fields.get("traceback", "<N/A>") != "<N/A>" else fields.get("exitcode")
+    traceback, exitcode = fields.get("traceback", ""), fields.get("exitcode")
+    said = traceback if traceback and traceback != "<N/A>" and not traceback.startswith(TRACEBACK_HINT) else \
+        f"exit code {exitcode}" if exitcode else None
     return f"rank {fields['rank']}: {said}" if "rank" in fields and said else None
 
 

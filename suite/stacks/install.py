@@ -21,7 +21,7 @@ from pathlib import Path
 from suite.base import paths
 from suite.base.errors import UsageError
 from suite.base.jsonfile import write_json_atomic
-from suite.stacks import lock_targets, wheelhouse
+from suite.stacks import build_needs, lock_targets, wheelhouse
 from suite.stacks.lock_targets import Target
 from suite.stacks.recipes import DESCRIPTION, FLAVOURS, Flavour, Stack, load_flavour
 
@@ -38,6 +38,11 @@ class InstalledStack:
     @property
     def stack(self) -> Stack:
         return self.flavour.stack
+
+    def python_include(self) -> str:
+        """Where the stack's Python keeps its headers (its base interpreter's, as the venv's own sysconfig says)."""
+        return subprocess.run([str(self.python), "-c", "import sysconfig; print(sysconfig.get_paths()['include'])"],
+                              capture_output=True, text=True, check=True).stdout.strip()
 
     @property
     def python(self) -> Path:
@@ -106,6 +111,20 @@ def require_covered(flavour: Flavour, target: Target | None, glibc: str | None) 
                      f"use {', or '.join(ways)}")
 
 
+def build_needs_lacking(flavour: Flavour) -> str | None:
+    """What this host lacks of what the flavour's post-install.sh needs (its container.toml's build_needs: a
+    compiler, patch, the Python headers), in one line; None where nothing is lacking."""
+    needs = flavour.stack.build_needs if flavour.stack.post_install else ()
+    missing = build_needs.lacking(needs)
+    return build_needs.refusal(flavour.id, missing) if missing else None
+
+
+def require_build_needs(flavour: Flavour) -> None:
+    """Refuses, before anything is downloaded, a build that would fail for want of what it needs of the host."""
+    if said := build_needs_lacking(flavour):
+        raise UsageError(said)
+
+
 def _other_local_flavours(flavour: Flavour) -> list[Flavour]:
     if not (flavour.stack.dir / DESCRIPTION).exists():
         return []
@@ -138,6 +157,7 @@ def ensure_installed(stack: Stack | Flavour, log=print, wheels: Path | str | Non
         installed = find_installed(flavour)
         if installed:
             return installed
+        require_build_needs(flavour)
         if prefix.exists():
             log(f"stack {flavour.id}: removing an unfinished install at {prefix}")
             shutil.rmtree(prefix)

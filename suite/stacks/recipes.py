@@ -19,6 +19,7 @@ from pathlib import Path
 from suite.base import paths
 from suite.base.errors import UsageError
 from suite.instack.allreduce_sweep import APIS as COLLECTIVES
+from suite.stacks.build_needs import NEEDS
 from suite.stacks.locks import lock_entries, lock_pins
 
 FLAVOURS = ("cpu", "cuda")
@@ -26,7 +27,8 @@ DESCRIPTION = "container.toml"
 DIGEST = re.compile(r"@sha256:[0-9a-f]{64}$")
 KEYS = {"base", "base_source", "python", "lock", "pip_extra_index", "apt", "build_env", "build_path", "prepare",
         "smoke", "check_build", "system_site_packages", "example_case", "no_local"}
-STACK_KEYS = {"collective"}  # the stack's own, at the top of container.toml only: no flavour changes them
+# the stack's own, at the top of container.toml only: no flavour changes them
+STACK_KEYS = {"collective", "build_needs"}
 
 
 @dataclass(frozen=True)
@@ -36,6 +38,8 @@ class Stack:
     # the collective of the stack's framework that the interconnect check times (suite/instack/allreduce_sweep.py's
     # --api), as the top of container.toml names it (load_stack reads it); None where it names none
     collective: str | None = None
+    # what post-install.sh needs of a host that builds the stack locally (suite/stacks/build_needs.py's NEEDS)
+    build_needs: tuple[str, ...] = ()
 
     @property
     def lock(self) -> Path:
@@ -169,14 +173,18 @@ def load_stack(name: str) -> Stack:
         raise UsageError(f"unknown stack '{name}' (known stacks: {', '.join(known)})")
     for lock in stack_dir.glob("**/*.lock"):
         lock_pins(lock)
-    return Stack(name, stack_dir, described_collective(stack_dir / DESCRIPTION))
+    return Stack(name, stack_dir, *described_top(stack_dir / DESCRIPTION))
 
 
-def described_collective(path: Path) -> str | None:
-    """The `collective` at the top of a container.toml (None without one); a name the interconnect check does
-    not know is refused here, before anything runs."""
-    name = tomllib.loads(path.read_text()).get("collective") if path.exists() else None
+def described_top(path: Path) -> tuple[str | None, tuple[str, ...]]:
+    """The `collective` and `build_needs` at the top of a container.toml (None and () without them); a
+    collective the interconnect check does not know, or a need suite/stacks/build_needs.py cannot look for, is
+    refused here, before anything runs."""
+    top = tomllib.loads(path.read_text()) if path.exists() else {}
+    name, needs = top.get("collective"), tuple(top.get("build_needs", ()))
     if name is not None and name not in COLLECTIVES:
         raise UsageError(f"{path}: collective {name!r} is not one the interconnect check knows "
                          f"({', '.join(COLLECTIVES)})")
-    return name
+    if unknown := [need for need in needs if need not in NEEDS]:
+        raise UsageError(f"{path}: build_needs {unknown} are not ones the suite can look for ({', '.join(NEEDS)})")
+    return name, needs

@@ -149,8 +149,20 @@ TORCHRUN_ROOT_CAUSE = [
 ]
 
 
+# a rank's exception as torch prints it ("[rank0]: ..."), then torchrun's report with no error file of the rank's
+RANK_PREFIXED = [
+    "[rank0]: Traceback (most recent call last):", "[rank0]:     raise exc.CppCompileError(cmd, output) from e",
+    "[rank0]: torch._inductor.exc.InductorError: CppCompileError: C++ compile error",
+    "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: ", "Root Cause (first observed failure):",
+    "[0]:", "  rank      : 0 (local_rank: 0)", "  exitcode  : 1 (pid: 1489)", "  error_file: <N/A>",
+    "  traceback : To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html",
+]
+
+
 @pytest.mark.parametrize("lines, first", [
     (TORCHRUN_FAILURE, TORCHRUN_FAILURE[0]),
+    (RANK_PREFIXED, "torch._inductor.exc.InductorError: CppCompileError: C++ compile error"),
+    (RANK_PREFIXED[3:], "rank 0 (local_rank: 0): exit code 1 (pid: 1489)"),
     (TORCHRUN_FAILURE[1:], None),
     (TORCHRUN_ROOT_CAUSE, "rank 1 (local_rank: 1): Signal 9 (SIGKILL) received by PID 14"),
     ([TORCHRUN_FAILURE[0], *TORCHRUN_ROOT_CAUSE], TORCHRUN_FAILURE[0]),
