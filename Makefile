@@ -210,6 +210,13 @@ test-pythons: $(VENV)/.installed
 test-aarch64:
 	tools/aarch64-check.sh
 
+# make test-debian13: README's first command (Horovod built with GCC 14) and a compiled pytorch-gpt run in a Debian 13
+# tree with its own CPython 3.13 and the public index alone, then the compiled run refused without Python's headers
+# (tools/debian13-check.sh; root, mmdebstrap); not in `make test`, for its time (containers/README.md, "Debian 13")
+.PHONY: test-debian13
+test-debian13:
+	tools/debian13-check.sh
+
 # make locks [ONLY=stack[/flavour]] [EXTRA_INDEX=1]: every stack's locks for CPython 3.10-3.13 on Linux x86_64
 # and aarch64, resolved by uv from tools/locks.toml (containers/README.md, "Locks")
 LOCK_TOOLS := build/lock-tools

@@ -142,3 +142,14 @@ def test_a_compiled_run_on_a_host_without_compilers_is_refused_before_launch(tmp
                            "against Python's headers, and this host lacks a C++ compiler"), said
     assert "a C compiler" in result.stderr and "apt install g++ gcc" in result.stderr
     assert not (tmp_path / "results").exists() and not list((tmp_path / "runs").glob("*-pytorch-gpt-*"))
+
+
+def test_doctor_names_what_a_stack_not_yet_built_would_lack(monkeypatch, tmp_path):
+    from suite.runtimes.local import doctor_lines
+
+    monkeypatch.setenv("SUITE_STACK_HOME", str(tmp_path / "stacks"))  # nothing built there
+    monkeypatch.setenv("PATH", str(programs(tmp_path / "bin", "c++", "cc", "make")))
+    lines = doctor_lines(None, ["pytorch-horovod", "pytorch"], "cpu")
+    lacking = [line for line in lines if "its local build" in line]
+    assert len(lacking) == 1 and lacking[0].startswith("missing: stack pytorch-horovod/cpu: its local build")
+    assert "lacks: patch" in lacking[0]
