@@ -13,30 +13,15 @@ cache="${XDG_CACHE_HOME:-$HOME/.cache}/hpc-dl-bench/test-deps"
 tree="$cache/debian-bookworm-arm64"
 out=/tmp/aarch64-check  # inside the tree: the run's records and run folders, new each time
 say() { echo "aarch64-check: $*"; }
+source "$repo/tools/debian-tree.sh"
 fail() { echo "aarch64-check: $*" >&2; exit 1; }
 
 [ "$(id -u)" -eq 0 ] || fail "needs root (chroot and bind mounts into the arm64 tree)"
 "$repo/tools/aarch64-deps.sh"  # mmdebstrap, arch-test, qemu-user-static and the binfmt handler, or all missing named
 
-# git: the record's provenance (the checkout's commit)
-packages=python3,python3-venv,ca-certificates,git
 started=$SECONDS
-if [ "$(cat "$tree/.complete" 2>/dev/null)" != "$packages" ]; then
-    say "making the arm64 Debian tree in $tree (mmdebstrap, once)"
-    rm -rf "$tree.part"
-    mkdir -p "$cache"
-    mmdebstrap --quiet --arch=arm64 --variant=minbase --include="$packages" bookworm "$tree.part"
-    rm -rf "$tree"
-    mv "$tree.part" "$tree"
-    echo "$packages" > "$tree/.complete"
-    say "tree made in $((SECONDS - started)) s"
-fi
-# the host's names (localhost: the ranks' rendezvous), resolver and CA bundle, as for a container on the host
-# network; not pip's settings: they name a wheel folder of x86_64 builds and local indexes, and the tree installs
-# from the public index alone
-cp /etc/hosts /etc/resolv.conf "$tree/etc/"
-cp /etc/ssl/certs/ca-certificates.crt "$tree/etc/ssl/certs/host-ca-certificates.crt"
-mkdir -p "$tree/src"
+# git: the record's provenance (the checkout's commit)
+make_tree python3,python3-venv,ca-certificates,git bookworm --arch=arm64
 rm -rf "${tree:?}$out"
 
 # The processor qemu emulates, and its identity where programs read it: qemu-user passes the host's x86
@@ -74,21 +59,7 @@ in_tree() {  # runs $1 with bash inside the tree, the checkout at /src read-only
     ' in-tree "$tree" "$repo" "$1" "$identity" "$midr" "$cpus" "$qemu_cpu"
 }
 
-# the runner's own packages (pyproject's dependencies), remade when they change; the checkout at /src is on the
-# venv's path (a .pth file), as an editable install would put it, without writing into the read-only checkout
-in_tree 'python3 - /src/pyproject.toml > /opt/runner-requirements.txt' <<'EOF'
-import sys, tomllib
-print(*tomllib.load(open(sys.argv[1], "rb"))["project"]["dependencies"], sep="\n")
-EOF
-if ! cmp -s "$tree/opt/runner-requirements.txt" "$tree/opt/runner/requirements.txt" 2>/dev/null; then
-    step=$SECONDS
-    say "installing the runner's packages into the tree's /opt/runner"
-    in_tree 'rm -rf /opt/runner && python3 -m venv /opt/runner
-             /opt/runner/bin/pip install --quiet --use-pep517 -r /opt/runner-requirements.txt
-             echo /src > "$(/opt/runner/bin/python -c "import sysconfig; print(sysconfig.get_path(\"purelib\"))")/checkout.pth"
-             cp /opt/runner-requirements.txt /opt/runner/requirements.txt'
-    say "runner's packages in $((SECONDS - step)) s"
-fi
+install_runner
 
 step=$SECONDS
 say "pytorch-ddp, two ranks, tiny sizes, one timed iteration (the stack is installed first where it is not yet)"

@@ -13,29 +13,15 @@ cache="${XDG_CACHE_HOME:-$HOME/.cache}/hpc-dl-bench/test-deps"
 tree="$cache/debian-trixie-amd64"
 out=/tmp/debian13-check  # inside the tree: the runs' records and run folders, new each time
 say() { echo "debian13-check: $*"; }
+source "$repo/tools/debian-tree.sh"
 fail() { echo "debian13-check: $*" >&2; exit 1; }
 
 [ "$(id -u)" -eq 0 ] || fail "needs root (chroot and bind mounts into the Debian tree)"
 command -v mmdebstrap >/dev/null 2>&1 || apt-get install -y -qq mmdebstrap >/dev/null || fail "needs mmdebstrap"
 
-# README's list for a Debian or Ubuntu host, and git (the record's provenance: the checkout's commit)
-packages=python3,python3-venv,python3-dev,g++,make,patch,ca-certificates,git
 started=$SECONDS
-if [ "$(cat "$tree/.complete" 2>/dev/null)" != "$packages" ]; then
-    say "making the Debian 13 tree in $tree (mmdebstrap, once)"
-    rm -rf "$tree.part"
-    mkdir -p "$cache"
-    mmdebstrap --quiet --variant=minbase --include="$packages" trixie "$tree.part"
-    rm -rf "$tree"
-    mv "$tree.part" "$tree"
-    echo "$packages" > "$tree/.complete"
-    say "tree made in $((SECONDS - started)) s"
-fi
-# the host's names (localhost: the ranks' rendezvous), resolver and CA bundle, as for a container on the host network;
-# not pip's settings: the tree installs from the public index alone
-cp /etc/hosts /etc/resolv.conf "$tree/etc/"
-cp /etc/ssl/certs/ca-certificates.crt "$tree/etc/ssl/certs/host-ca-certificates.crt"
-mkdir -p "$tree/src"
+# README's list for a Debian or Ubuntu host, and git (the record's provenance: the checkout's commit)
+make_tree python3,python3-venv,python3-dev,g++,make,patch,ca-certificates,git trixie
 rm -rf "${tree:?}$out"
 
 in_tree() {  # runs $1 with bash inside the tree, the checkout at /src read-only; $2=hide-headers hides Python.h
@@ -54,19 +40,7 @@ in_tree() {  # runs $1 with bash inside the tree, the checkout at /src read-only
     ' in-tree "$tree" "$repo" "$1" "${2:-}"
 }
 
-# the runner's packages (pyproject's dependencies), remade when they change; the checkout at /src is on the venv's
-# path (a .pth file), as an editable install would put it, without writing into the read-only checkout
-in_tree 'python3 - /src/pyproject.toml > /opt/runner-requirements.txt' <<'EOF'
-import sys, tomllib
-print(*tomllib.load(open(sys.argv[1], "rb"))["project"]["dependencies"], sep="\n")
-EOF
-if ! cmp -s "$tree/opt/runner-requirements.txt" "$tree/opt/runner/requirements.txt" 2>/dev/null; then
-    say "installing the runner's packages into the tree's /opt/runner"
-    in_tree 'rm -rf /opt/runner && python3 -m venv /opt/runner
-             /opt/runner/bin/pip install --quiet -r /opt/runner-requirements.txt
-             echo /src > "$(/opt/runner/bin/python -c "import sysconfig; print(sysconfig.get_path(\"purelib\"))")/checkout.pth"
-             cp /opt/runner-requirements.txt /opt/runner/requirements.txt'
-fi
+install_runner
 suite="cd /src && /opt/runner/bin/python -m suite run --results-dir $out/results --runs-dir $out/runs"
 
 step=$SECONDS

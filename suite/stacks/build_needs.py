@@ -9,7 +9,7 @@ import sys
 import sysconfig
 from pathlib import Path
 
-# a need: (the variable naming the program where the build reads one, the commands found on PATH without it)
+# a need: (the variable that names the program where a build reads one, the commands looked for on PATH without it)
 COMMANDS = {
     "c++": ("CXX", ("c++", "g++", "clang++")),
     "cc": ("CC", ("cc", "gcc", "clang")),
@@ -39,8 +39,8 @@ def _met(need: str, environ, include: Path) -> bool:
     if need == PYTHON_HEADERS:
         return (include / "Python.h").is_file()
     variable, commands = COMMANDS[need]
-    named = (environ.get(variable) or "").split()[:1] if variable else []
-    return any(shutil.which(command, path=environ.get("PATH")) for command in [*named, *commands])
+    named = (environ.get(variable) or "").split()[:1] if variable else []  # a build takes it, and no other
+    return any(shutil.which(command, path=environ.get("PATH")) for command in named or commands)
 
 
 def described(missing: list[str], include: Path | None = None) -> str:
