@@ -211,3 +211,14 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "integration" in Path(str(item.fspath)).parts:
             item.add_marker(pytest.mark.integration)
+
+
+def path_without(folder: Path, left_out) -> Path:
+    """A folder of links to every program on this host's PATH (the first of each name) but those left_out(name):
+    a PATH like this host's without some programs."""
+    folder.mkdir()
+    for where in dict.fromkeys(os.environ["PATH"].split(os.pathsep)):
+        for program in Path(where).glob("*") if Path(where).is_dir() else ():
+            if not left_out(program.name) and not (folder / program.name).exists():
+                (folder / program.name).symlink_to(program)
+    return folder

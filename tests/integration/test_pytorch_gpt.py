@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import ROOT, installed_stack, records_in, tiny
+from conftest import ROOT, installed_stack, path_without, records_in, tiny
 
 from suite.analysis.report import write_report
 from suite.analysis.same_work import format_parallel_table, parallel_rows
@@ -237,3 +237,22 @@ def test_a_token_id_beyond_the_vocabulary_that_only_the_ranks_see_fails_the_run_
     said = record["reason"]
     assert f"first error: 'pytorch-gpt: {tmp_path / 'tokens' / 'train.bin'} holds token id 300 (token " in said, said
     assert "beyond the vocabulary of 256 (--vocab-size)'" in said, said
+
+
+def test_a_compiled_run_on_a_host_without_compilers_is_refused_before_launch(torch_stack, tmp_path):
+    """A compiled pytorch-gpt run whose PATH has everything of this host's but the C and C++ compilers: exit 2,
+    one line naming them and the packages, before any rank starts (no run folder, no record)."""
+    compilers = {"c++", "g++", "cc", "gcc", "clang", "clang++"}
+    path = path_without(tmp_path / "bin", lambda name: name in compilers or name.endswith(("-g++", "-gcc")))
+    env = {k: v for k, v in os.environ.items() if k not in ("CC", "CXX")}
+    result = subprocess.run([sys.executable, "-m", "suite", "run", "--case", "pytorch-gpt", "--tiny",
+                             "--results-dir", str(tmp_path / "results"), "--runs-dir", str(tmp_path / "runs"),
+                             "--", "--compile"], cwd=ROOT, env={**env, "PATH": str(path)}, capture_output=True,
+                            text=True, timeout=900)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert result.stderr.count("\n") == 1, result.stderr
+    said = result.stderr
+    assert said.startswith("error: case pytorch-gpt: --compile: torch.compile (Inductor, Triton) builds C and C++ "
+                           "against Python's headers, and this host lacks a C++ compiler"), said
+    assert "a C compiler" in result.stderr and "apt install g++ gcc" in result.stderr
+    assert not (tmp_path / "results").exists() and not list((tmp_path / "runs").glob("*-pytorch-gpt-*"))
