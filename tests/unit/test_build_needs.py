@@ -1,6 +1,8 @@
 """What a stack's local build needs of the host (container.toml's build_needs) is looked for before anything is
 downloaded: a host without patch, a compiler or the Python headers is refused in one line that names what is
-missing and the packages that give it, where it would otherwise fail minutes into Horovod's build."""
+missing and the packages that give it, where it would otherwise fail minutes into Horovod's build. What a case's
+options need of the host (case.toml's [[host_needs]]: --compile's compilers and headers) is read the same way; its
+refusal of a real run is in tests/integration/test_pytorch_gpt.py."""
 
 import os
 import shutil
