@@ -17,6 +17,7 @@ COMMANDS = {
     "patch": (None, ("patch",)),
 }
 PYTHON_HEADERS = "python-headers"
+PYTHON = f"python{sys.version_info.major}.{sys.version_info.minor}"  # a local stack's, which is the runner's version
 NEEDS = (*COMMANDS, PYTHON_HEADERS)
 DESCRIBED = {"c++": "a C++ compiler (CXX, or c++, g++ or clang++ on PATH)",
              "cc": "a C compiler (CC, or cc, gcc or clang on PATH)", "make": "make", "patch": "patch"}
@@ -45,15 +46,13 @@ def _met(need: str, environ, include: Path) -> bool:
 
 def described(missing: list[str], include: Path | None = None) -> str:
     """The missing needs in words."""
-    python = f"python{sys.version_info.major}.{sys.version_info.minor}"
-    return ", ".join(f"the headers of {python} (no Python.h in {include or headers_dir()})"
+    return ", ".join(f"the headers of {PYTHON} (no Python.h in {include or headers_dir()})"
                      if need == PYTHON_HEADERS else DESCRIBED[need] for need in missing)
 
 
 def installs(missing: list[str]) -> str:
     """The commands that install the missing needs on the common distributions."""
-    python = f"python{sys.version_info.major}.{sys.version_info.minor}"
-    debian = [f"{python}-dev" if need == PYTHON_HEADERS else DEBIAN[need] for need in missing]
+    debian = [f"{PYTHON}-dev" if need == PYTHON_HEADERS else DEBIAN[need] for need in missing]
     fedora = [FEDORA[need] for need in missing]
     return f"apt install {' '.join(debian)} on Debian, Ubuntu; dnf install {' '.join(fedora)} on Fedora, RHEL"
 
