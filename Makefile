@@ -88,7 +88,10 @@ run_options = --case "$(CASE)" --nodes "$(NODES)" --repeat "$(REPEAT)" $(placeme
 	$(call opt,--stall,$(STALL)) $(if $(call on,DRY_RUN),--dry-run) \
 	$(if $(call on,PRECHECK),--precheck) $(if $(call on,NO_PRECHECK),--no-precheck) \
 	$(call opt,--telemetry-interval,$(TELEMETRY)) $(call opt,--cpu-bind,$(CPU_BIND)) $(stack_options) $(tiny)
+# SYNTHETIC belongs to make data: a run reads the set that make data made
 run: $(VENV)/.installed
+	$(if $(call on,SYNTHETIC),$(error SYNTHETIC=1 is for make data, not make run: make data CASE=$(CASE) SYNTHETIC=1 \
+		makes the small generated set, which make run CASE=$(CASE) then reads))
 	$(SUITE) run $(strip $(run_options)) -- $(ARGS)
 
 # make tune CASE=... [NODES=1] [BUDGET=30] [TINY=1] [ARGS="--batch-size max"]: the case's speed settings (its [tune]
@@ -210,12 +213,13 @@ test-pythons: $(VENV)/.installed
 test-aarch64:
 	tools/aarch64-check.sh
 
-# make test-debian13: README's first command (Horovod built with GCC 14) and a compiled pytorch-gpt run in a Debian 13
-# tree with its own CPython 3.13 and the public index alone, then the compiled run refused without Python's headers
-# (tools/debian13-check.sh; root, mmdebstrap); not in `make test`, for its time (containers/README.md, "Debian 13")
-.PHONY: test-debian13
-test-debian13:
-	tools/debian13-check.sh
+# make test-debian13, make test-ubuntu2404: README's first command (Horovod built with the distribution's GCC) and a
+# compiled pytorch-gpt run in a Debian 13 or Ubuntu 24.04 tree with its own CPython and the public index alone, then
+# the compiled run refused without Python's headers (tools/distro-check.sh; root, mmdebstrap); not in `make test`,
+# for its time (containers/README.md, "Debian 13 and Ubuntu 24.04")
+.PHONY: test-debian13 test-ubuntu2404
+test-debian13 test-ubuntu2404:
+	tools/distro-check.sh $(patsubst test-%,%,$@)
 
 # make locks [ONLY=stack[/flavour]] [EXTRA_INDEX=1]: every stack's locks for CPython 3.10-3.13 on Linux x86_64
 # and aarch64, resolved by uv from tools/locks.toml (containers/README.md, "Locks")

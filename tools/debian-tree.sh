@@ -1,19 +1,21 @@
-# Sourced by tools/aarch64-check.sh and tools/debian13-check.sh: what both do to a Debian tree of their own under the
-# cache. The caller sets `tree` (its folder) and defines `say` and `in_tree` (how a command runs inside the tree, the
-# checkout at /src read-only) before calling these.
+# Sourced by tools/aarch64-check.sh and tools/distro-check.sh: what both do to a Debian or Ubuntu tree of their
+# own under the cache. The caller sets `tree` (its folder) and defines `say` and `in_tree` (how a command runs inside
+# the tree, the checkout at /src read-only) before calling these.
 
-# make_tree PACKAGES SUITE [MMDEBSTRAP OPTIONS...]: the tree, made once per package list (its .complete says which),
-# then the host's names (localhost: the ranks' rendezvous), resolver and CA bundle put in it, as for a container on
-# the host network; not pip's settings (a local wheel folder, local indexes): the tree installs from the public index
-# alone
+# make_tree PACKAGES SUITE [MMDEBSTRAP OPTIONS...] [-- MIRRORS...]: the tree (from Debian's mirror where none is
+# named), made once per package list (its .complete says which), then the host's names (localhost: the ranks'
+# rendezvous), resolver and CA bundle put in it, as for a container on the host network; not pip's settings (a local
+# wheel folder, local indexes): the tree installs from the public index alone
 make_tree() {
-    local packages=$1 suite=$2 started=$SECONDS
+    local packages=$1 suite=$2 started=$SECONDS options=() mirrors=()
     shift 2
+    while [ $# -gt 0 ] && [ "$1" != -- ]; do options+=("$1"); shift; done
+    if [ $# -gt 0 ]; then shift; mirrors=("$@"); fi
     if [ "$(cat "$tree/.complete" 2>/dev/null)" != "$packages" ]; then
-        say "making the Debian $suite tree in $tree (mmdebstrap, once)"
+        say "making the $suite tree in $tree (mmdebstrap, once)"
         rm -rf "$tree.part"
         mkdir -p "$(dirname "$tree")"
-        mmdebstrap --quiet --variant=minbase "$@" --include="$packages" "$suite" "$tree.part"
+        mmdebstrap --quiet --variant=minbase "${options[@]}" --include="$packages" "$suite" "$tree.part" "${mirrors[@]}"
         rm -rf "$tree"
         mv "$tree.part" "$tree"
         echo "$packages" > "$tree/.complete"

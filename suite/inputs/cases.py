@@ -75,8 +75,8 @@ class Case:
             raise UsageError(
                 f"case {self.name}: data missing under {data_dir}: {missing[0]}"
                 f"{f' and {len(missing) - 1} more' if len(missing) > 1 else ''} "
-                f"(run 'make data CASE={self.name}', or add SYNTHETIC=1 for a small generated set; "
-                "DATA_DIR says where data lives)")
+                f"(run 'make data CASE={self.name}', or 'make data CASE={self.name} SYNTHETIC=1' for a small "
+                "generated set; DATA_DIR says where data lives)")
         for rel, signature in data.get("signatures", {}).items():
             with open(data_dir / rel, "rb") as f:
                 start = f.read(len(signature) // 2).hex()

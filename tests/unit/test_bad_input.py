@@ -316,6 +316,16 @@ def test_make_refuses_a_switch_that_is_neither_on_nor_off(setting):
     assert f"*** {name}={value} is neither on nor off: use 1, yes, true or on; 0, no, false, off" in result.stderr
 
 
+def test_make_run_refuses_synthetic_which_only_make_data_takes():
+    """A run makes no data: SYNTHETIC=1 given to it was dropped unsaid, and the run refused for missing data."""
+    result = subprocess.run(["make", "-n", "run", "CASE=tf-cifar", "SYNTHETIC=1"], cwd=ROOT, capture_output=True,
+                            text=True, timeout=300)
+    assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
+    assert ("*** SYNTHETIC=1 is for make data, not make run: make data CASE=tf-cifar SYNTHETIC=1 makes the small "
+            "generated set, which make run CASE=tf-cifar then reads.") in result.stderr
+    assert "suite run" not in result.stdout
+
+
 @pytest.mark.parametrize("setting, flag", [("DRY_RUN=yes", "--dry-run"), ("TINY=on", "--tiny"), ("TINY=0", None),
                                            ("PRECHECK=true", "--precheck"), ("NO_PRECHECK=", None)])
 def test_make_switches_on_and_off(setting, flag):
@@ -368,6 +378,15 @@ def test_make_test_aarch64_names_every_piece_it_cannot_install_at_once(tmp_path)
         "aarch64-check: cannot set up the packages mmdebstrap arch-test qemu-user-static (no apt-get); the aarch64 "
         f"binfmt handler (it needs {tmp_path / 'no-qemu'}, from qemu-user-static)\n")
     assert subprocess.run(["bash", "-n", "tools/aarch64-check.sh"], cwd=ROOT).returncode == 0
+
+
+def test_the_distribution_check_refuses_a_distribution_it_does_not_know_before_making_anything(tmp_path):
+    """make test-debian13 and test-ubuntu2404 share tools/distro-check.sh: an unknown name is refused in one line."""
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path)}
+    result = subprocess.run(["tools/distro-check.sh", "fedora41"], cwd=ROOT, env=env, capture_output=True, text=True)
+    assert result.returncode == 2 and result.stderr == (
+        "distro-check: unknown distribution 'fedora41': debian13 or ubuntu2404\n")
+    assert not any(tmp_path.iterdir())
 
 
 @pytest.mark.parametrize("args", [("report", "--results-dir", ""), ("run", "--runs-dir", " ", "--dry-run"),

@@ -77,7 +77,8 @@ def test_missing_data_is_refused_unless_the_case_option_needs_none(tmp_path):
     spec = {"name": "toy", "data": {"requires": ["set/a.bin", "set/b.bin"], "unless_option": "benchmark"}}
     case = Case("toy", tmp_path, spec)
     with pytest.raises(UsageError,
-                       match=r"case toy: data missing under .*: set/a.bin and 1 more \(run 'make data CASE=toy'"):
+                       match=r"case toy: data missing under .*: set/a.bin and 1 more \(run 'make data CASE=toy', "
+                             r"or 'make data CASE=toy SYNTHETIC=1' for a small generated set"):
         case.check_data({"benchmark": False}, tmp_path)
     case.check_data({"benchmark": True}, tmp_path)
     (tmp_path / "set").mkdir()
