@@ -29,6 +29,7 @@ ERROR_LINE = re.compile(r"(?:^|>:|\]:)\s*([A-Za-z_.]*(?:Error|Exception|Interrup
 CASE_LINE = re.compile(rf"(?:^|>:|\]:)\s*((?:{'|'.join(map(re.escape, known_cases()))}): .*)$")
 # A launcher's line that only reports that a child failed: the child's own line is the first error.
 WRAPPER_LINE = re.compile(r"ChildFailedError|Horovod detected that one or more processes exited")
+TORCH_RANK = re.compile(r"\[rank(\d+)\]:")  # torch's prefix of a rank's own lines under torchrun
 
 
 # torchrun's report of a child that died without a word of its own (a signal): its "Root Cause" block
@@ -45,9 +46,9 @@ def failure_line(line: str) -> str | None:
     return match.group(1) if match else None
 
 
-def root_cause(lines: list[str]) -> str | None:
-    """What torchrun's "Root Cause" block says of the child that failed first (`rank 1 (local_rank: 1):
-    Signal 9 (SIGKILL) received by PID 14`), where the output holds one; else None."""
+def root_cause(lines: list[str]) -> tuple[int, str] | None:
+    """The rank that torchrun's "Root Cause" block says failed first, and what it says of it (`rank 1
+    (local_rank: 1): Signal 9 (SIGKILL) received by PID 14`), where the output holds one; else None."""
     if ROOT_CAUSE not in "\n".join(lines):
         return None
     block = lines[next(i for i, line in enumerate(lines) if ROOT_CAUSE in line):]
@@ -55,7 +56,24 @@ def root_cause(lines: list[str]) -> str | None:
     traceback, exitcode = fields.get("traceback", ""), fields.get("exitcode")
     said = traceback if traceback and traceback != "<N/A>" and not traceback.startswith(TRACEBACK_HINT) else \
         f"exit code {exitcode}" if exitcode else None
-    return f"rank {fields['rank']}: {said}" if "rank" in fields and said else None
+    rank = re.match(r"\d+", fields.get("rank", ""))
+    return (int(rank.group()), f"rank {fields['rank']}: {said}") if rank and said else None
+
+
+def first_failure(errors: dict[int | None, str], first_rank: int | None, tail: list[str]) -> str | None:
+    """Why a process failed, from the first error line of each rank (`errors`, by torch's rank prefix; None for
+    lines without one, `first_rank` the one seen first) and torchrun's report in its last lines. The rank that
+    torchrun names the root cause comes first: a peer's error seen earlier (a connection reset by the rank that was
+    killed) is its consequence."""
+    cause = root_cause(tail)
+    if cause is None:
+        return errors.get(first_rank)
+    rank, said = cause
+    if rank in errors:
+        return errors[rank]
+    if first_rank is None and None in errors:
+        return errors[None]  # a line without a rank's prefix came first: the case's own message, say
+    return said
 
 
 class Placement:
@@ -78,7 +96,8 @@ class _Running:
         self.spec = spec
         self.log = log_dir / f"{spec.name}.log"
         self.tail: deque[str] = deque(maxlen=TAIL_LINES)
-        self.first_error: str | None = None
+        self.errors: dict[int | None, str] = {}  # the first error line of each rank (torch's prefix), None: no prefix
+        self.first_rank: int | None = None  # whose error came first
         argv, env, cwd = placement.popen_args(spec)
         self.popen = subprocess.Popen(
             argv, cwd=cwd, env=env, stdout=subprocess.PIPE,
@@ -110,15 +129,22 @@ class _Running:
                 log.write(line)
                 log.flush()
                 self.tail.append(line.rstrip("\n"))
-                if self.first_error is None:
-                    self.first_error = failure_line(line.rstrip())
+                self._note_error(line.rstrip())
                 sys.stdout.write(echo_prefix + line)
                 sys.stdout.flush()
+
+    def _note_error(self, line: str) -> None:
+        error = failure_line(line)
+        rank = int(m.group(1)) if (m := TORCH_RANK.search(line)) else None
+        if error and rank not in self.errors:
+            if not self.errors:
+                self.first_rank = rank
+            self.errors[rank] = error
 
     def result(self) -> ProcessResult:
         self.waiter.join()
         self.reader.join(timeout=5)
-        first_error = self.first_error or root_cause(list(self.tail))
+        first_error = first_failure(self.errors, self.first_rank, list(self.tail))
         return ProcessResult(self.spec.name, self.spec.host, self.popen.returncode, str(self.log),
                              list(self.tail), self.reason, first_error, self.ended_at)
 

@@ -159,8 +159,15 @@ RANK_PREFIXED = [
 ]
 
 
+# rank 0 seeing its peer go (rank 1 killed) before torchrun reports: the root cause is rank 1, not rank 0's error
+PEER_RESET = "[rank0]: RuntimeError: [../gloo/transport/tcp/pair.cc:537] Read error [127.0.0.1]:38019: Connection reset"
+
+
 @pytest.mark.parametrize("lines, first", [
     (TORCHRUN_FAILURE, TORCHRUN_FAILURE[0]),
+    ([PEER_RESET, *TORCHRUN_ROOT_CAUSE], "rank 1 (local_rank: 1): Signal 9 (SIGKILL) received by PID 14"),
+    ([PEER_RESET, "[rank1]: MemoryError: out of memory", *TORCHRUN_ROOT_CAUSE], "MemoryError: out of memory"),
+    ([PEER_RESET, *RANK_PREFIXED[3:]], PEER_RESET.removeprefix("[rank0]: ")),
     (RANK_PREFIXED, "torch._inductor.exc.InductorError: CppCompileError: C++ compile error"),
     (RANK_PREFIXED[3:], "rank 0 (local_rank: 0): exit code 1 (pid: 1489)"),
     (TORCHRUN_FAILURE[1:], None),
