@@ -60,18 +60,19 @@ def root_cause(lines: list[str]) -> tuple[int, str] | None:
     return (int(rank.group()), f"rank {fields['rank']}: {said}") if rank and said else None
 
 
-def first_failure(errors: dict[int | None, str], first_rank: int | None, tail: list[str]) -> str | None:
-    """Why a process failed, from the first error line of each rank (`errors`, by torch's rank prefix; None for
-    lines without one, `first_rank` the one seen first) and torchrun's report in its last lines. The rank that
-    torchrun names the root cause comes first: a peer's error seen earlier (a connection reset by the rank that was
-    killed) is its consequence."""
+def first_failure(errors: dict[int | None, str], tail: list[str]) -> str | None:
+    """Why a process failed, from the first error line of each rank (`errors`, by torch's rank prefix, in the
+    order seen; None for lines without one) and torchrun's report in its last lines. The rank that torchrun names
+    the root cause comes first: a peer's error seen earlier (a connection reset by the rank that was killed) is
+    its consequence."""
+    first_rank = next(iter(errors), None)
     cause = root_cause(tail)
     if cause is None:
         return errors.get(first_rank)
     rank, said = cause
     if rank in errors:
         return errors[rank]
-    if first_rank is None and None in errors:
+    if first_rank is None and errors:
         return errors[None]  # a line without a rank's prefix came first: the case's own message, say
     return said
 
@@ -97,7 +98,6 @@ class _Running:
         self.log = log_dir / f"{spec.name}.log"
         self.tail: deque[str] = deque(maxlen=TAIL_LINES)
         self.errors: dict[int | None, str] = {}  # the first error line of each rank (torch's prefix), None: no prefix
-        self.first_rank: int | None = None  # whose error came first
         argv, env, cwd = placement.popen_args(spec)
         self.popen = subprocess.Popen(
             argv, cwd=cwd, env=env, stdout=subprocess.PIPE,
@@ -137,14 +137,12 @@ class _Running:
         error = failure_line(line)
         rank = int(m.group(1)) if (m := TORCH_RANK.search(line)) else None
         if error and rank not in self.errors:
-            if not self.errors:
-                self.first_rank = rank
             self.errors[rank] = error
 
     def result(self) -> ProcessResult:
         self.waiter.join()
         self.reader.join(timeout=5)
-        first_error = first_failure(self.errors, self.first_rank, list(self.tail))
+        first_error = first_failure(self.errors, list(self.tail))
         return ProcessResult(self.spec.name, self.spec.host, self.popen.returncode, str(self.log),
                              list(self.tail), self.reason, first_error, self.ended_at)
 
