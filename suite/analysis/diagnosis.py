@@ -43,8 +43,11 @@ HINTS = {
     "compute-cuda": "mixed precision (bf16/fp16) if not on; else the GPU is the limit: compare with the "
                     "published figure",
     "compute-cpu": "more cores per worker, or the memory allocator settings of docs/telemetry.md (CPU nodes)",
-    "unknown": "--precheck measures the all-reduce, telemetry (on by default) the GPUs' utilisation",
+    "unknown-cuda": "--precheck measures the all-reduce, telemetry (on by default) the GPUs' utilisation",
+    "unknown-cpu": "--precheck measures the all-reduce: cores idle without a wait for data are waiting for the "
+                   "exchange or left idle by the framework's threads (small operations; a larger batch per worker)",
 }
+DEVICE_KEYED = ("compute", "unknown")  # verdicts whose hint depends on the device: HINTS' "<verdict>-<device>"
 
 
 def diagnose(record: dict, case_hints: dict | None = None) -> dict:
@@ -63,8 +66,8 @@ def diagnose(record: dict, case_hints: dict | None = None) -> dict:
     verdict, why = classify(figures, device, record["world"].get("devices") or 1, checked_exchange(record))
     if device == "cuda" and (unmatched := unmatched_gpus(record)):
         why += f"; no NVML utilisation of the run's GPUs: {unmatched}"
-    key = f"{verdict}-{device}" if verdict == "compute" else verdict
-    hint = (case_hints or {}).get(key) or HINTS.get(key, HINTS["unknown"])
+    key = f"{verdict}-{device if device == 'cuda' else 'cpu'}" if verdict in DEVICE_KEYED else verdict
+    hint = (case_hints or {}).get(key) or HINTS[key]
     return {"verdict": verdict, "device": device, "figures": figures, "why": why, "hint": hint}
 
 
@@ -88,7 +91,8 @@ def classify(f: dict, device: str, devices: int = 1, checked: str = "all-reduce 
         cpu = f" ({f['host_cpu_ms_per_step']:.0f} ms of CPU per step)" if f["host_cpu_ms_per_step"] else ""
         return "host", (f"the GPUs worked {pct(busy)} of the step{measured_as} and waited the rest, neither for "
                         f"data nor for the exchange: the host launches their work too slowly{cpu}")
-    known = ", ".join(f"{name.replace('_', ' ')} {pct(value)}" for name, value in f.items()
+    named = {"device_busy": "GPUs busy" if device == "cuda" else "cores busy"}
+    known = ", ".join(f"{named.get(name, name.replace('_', ' '))} {pct(value)}" for name, value in f.items()
                       if value is not None and name != "host_cpu_ms_per_step")
     return "unknown", f"no figure points one way ({known or 'nothing measured'})"
 

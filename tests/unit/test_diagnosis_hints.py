@@ -39,3 +39,26 @@ def test_the_cases_hint_replaces_the_neutral_one_for_its_verdict():
     assert diagnosis.diagnose(record, own)["hint"] == own["input"]
     assert diagnosis.diagnose(record)["hint"] == diagnosis.HINTS["input"]
     assert diagnosis.diagnose(record, {"communication": "x"})["hint"] == diagnosis.HINTS["input"]
+
+
+def cpu_run(cores_busy: float) -> dict:
+    """Two ranks on two cores of one host, each using `cores_busy` of its core, nothing known of the exchange."""
+    return {"world": {"device_type": "cpu", "devices": 2, "slots": {"n1": 2},
+                      "binding": {"policy": "none", "ranks": [{"rank": r, "host": "n1", "cpus": "0-1"}
+                                                              for r in range(2)]}},
+            "config": {}, "metrics": {},
+            "repetitions": [{"status": "ok", "profile": {"cores_per_rank": cores_busy, "thread_busy": 0.53}}]}
+
+
+def test_an_unknown_bound_on_cpus_speaks_of_cores_and_the_exchange_not_of_gpus():
+    found = diagnosis.diagnose(cpu_run(0.74))
+    assert found["verdict"] == "unknown", found
+    assert found["why"] == "no figure points one way (cores busy 74%, thread busy 53%)"
+    assert found["hint"] == diagnosis.HINTS["unknown-cpu"] and "GPU" not in found["hint"]
+    assert diagnosis.diagnose(cpu_run(0.80))["hint"] == diagnosis.HINTS["compute-cpu"]
+
+
+def test_an_unknown_bound_on_gpus_points_at_their_utilisation():
+    record = {**cpu_run(0.5), "world": {"device_type": "cuda", "devices": 2, "slots": {"n1": 2}}}
+    found = diagnosis.diagnose(record)
+    assert found["verdict"] == "unknown" and found["hint"] == diagnosis.HINTS["unknown-cuda"], found
