@@ -101,7 +101,7 @@ def data_lines(cluster: Cluster, cases: list) -> list[str]:
         lines.append(f"ok: data of {case.name}{needed_for} under {data_dir}" if not missing else
                      f"{status}: data of {case.name}{needed_for} under {data_dir}: {missing[0]}"
                      f"{f' and {len(missing) - 1} more' if len(missing) > 1 else ''} "
-                     f"(make data CASE={case.name}, SYNTHETIC=1 for a small set)")
+                     f"({case.make_data_commands})")
     return lines
 
 

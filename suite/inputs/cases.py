@@ -63,6 +63,12 @@ class Case:
         script = self.spec.get("data", {}).get("script")
         return self.dir / script if script else None
 
+    @property
+    def make_data_commands(self) -> str:
+        """The two commands that make the case's data, in words: both whole, so that SYNTHETIC=1 is not
+        taken for an option of the run."""
+        return f"'make data CASE={self.name}', or 'make data CASE={self.name} SYNTHETIC=1' for a small generated set"
+
     def check_data(self, options: dict, data_dir: Path) -> None:
         """Refuse to launch when the files the case reads are not there (before any process starts)."""
         data = self.spec.get("data", {})
@@ -75,8 +81,7 @@ class Case:
             raise UsageError(
                 f"case {self.name}: data missing under {data_dir}: {missing[0]}"
                 f"{f' and {len(missing) - 1} more' if len(missing) > 1 else ''} "
-                f"(run 'make data CASE={self.name}', or 'make data CASE={self.name} SYNTHETIC=1' for a small "
-                "generated set; DATA_DIR says where data lives)")
+                f"(run {self.make_data_commands}; DATA_DIR says where data lives)")
         for rel, signature in data.get("signatures", {}).items():
             with open(data_dir / rel, "rb") as f:
                 start = f.read(len(signature) // 2).hex()

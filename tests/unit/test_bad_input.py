@@ -305,6 +305,9 @@ def test_doctor_fails_only_on_the_data_a_default_run_needs(tmp_path, monkeypatch
     assert lines[0].startswith("optional: data of pytorch-gpt for --data tokens under "), lines
     assert lines[1].startswith("optional: data of pytorch-ddp for --data imagefolder under "), lines
     assert lines[2].startswith("missing: data of mxnet-imagenet under "), lines
+    # each command whole: SYNTHETIC=1 is make data's, not make run's
+    assert lines[2].endswith("('make data CASE=mxnet-imagenet', or 'make data CASE=mxnet-imagenet SYNTHETIC=1' "
+                             "for a small generated set)"), lines
 
 
 @pytest.mark.parametrize("setting", ["DRY_RUN=maybe", "TINY=1 2", "SYNTHETIC=Y", "NO_PRECHECK=enable",
