@@ -66,6 +66,7 @@ from suite.analysis.peaks import datasheet_peak  # noqa: E402 (after sys.path is
 from suite.analysis.references import summary_line as published_line  # noqa: E402 (after sys.path is set)
 from suite.analysis.utilisation import device_name_of  # noqa: E402 (after sys.path is set)
 from suite.base import paths  # noqa: E402 (after sys.path is set)
+from suite.base.arguments import OneLineParser  # noqa: E402 (after sys.path is set)
 from suite.base.errors import UsageError  # noqa: E402 (after sys.path is set)
 from suite.execution.console import timeline_text  # noqa: E402 (after sys.path is set)
 from suite.execution.request import from_argv  # noqa: E402 (after sys.path is set)
@@ -571,7 +572,7 @@ def check_host(entries, sides, rounds: int, min_seconds: float, budget: Budget, 
 
 
 def parse(own: list[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = OneLineParser(description=__doc__.split("\n\n")[0])
     size = parser.add_mutually_exclusive_group()
     size.add_argument("--quick", action="store_true", help=f"one round, 5-second windows, within "
                       f"{QUICK_BUDGET_S:.0f} s on one H100")

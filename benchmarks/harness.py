@@ -33,7 +33,6 @@ round's ratio (round_ratios: the spread); the settings each side ran with are ke
 JSON) and must be equal.
 """
 
-import argparse
 import json
 import os
 import statistics
@@ -47,6 +46,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from suite.base import paths  # noqa: E402 (after sys.path is set)
+from suite.base.arguments import OneLineParser  # noqa: E402 (after sys.path is set)
 from suite.base.errors import UsageError  # noqa: E402 (after sys.path is set)
 from suite.inputs.cases import load_case, option_args  # noqa: E402 (after sys.path is set)
 from suite.inputs.host_gpus import host_gpus  # noqa: E402 (after sys.path is set)
@@ -471,7 +471,7 @@ MEASUREMENTS = ["harness_overhead_pytorch", "harness_overhead_gpt", "harness_ove
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = OneLineParser(description=__doc__.split("\n\n")[0])
     sizes = parser.add_mutually_exclusive_group()
     sizes.add_argument("--tiny", action="store_true", help="tiny sizes, 2 rounds: checks that the benchmark works")
     sizes.add_argument("--medium", action="store_true",

@@ -11,6 +11,7 @@ from types import ModuleType
 from typing import Any, Protocol
 
 import suite.commands
+from suite.base.arguments import OneLineParser
 from suite.base.errors import UsageError
 from suite.execution import request
 
@@ -83,14 +84,29 @@ def commands() -> dict[str, ModuleType]:
     return dict(sorted(found.items()))
 
 
+class CommandLineParser(OneLineParser):
+    """`python -m suite`'s parser; the commands' parsers (of this class too) kept in `commands`."""
+
+    commands: dict[str, argparse.ArgumentParser]
+
+    def parse_command_line(self, own: list[str]) -> argparse.Namespace:
+        """parse_args, but options no command knows are refused by that command's parser, which names it."""
+        args, extra = self.parse_known_args(own)
+        if extra:
+            self.commands[args.command].error(f"unrecognized arguments: {' '.join(extra)}")
+        return args
+
+
 def build_cli(found: dict[str, ModuleType] | None = None) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m suite",
-                                     description="Distributed deep-learning training benchmarks for HPC clusters.")
+    parser = CommandLineParser(prog="python -m suite",
+                               description="Distributed deep-learning training benchmarks for HPC clusters.")
     sub = parser.add_subparsers(dest="command", required=True)
+    parser.commands = {}
     for name, module in (found or commands()).items():
         command = sub.add_parser(name, help=module.HELP, epilog=member(module, "EPILOG"),
                                  formatter_class=member(module, "FORMATTER"))
         module.add_arguments(command)
+        parser.commands[name] = command
     return parser
 
 
@@ -103,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     own, case_args = request.split_case_args(argv)
     found = commands()
-    args = build_cli(found).parse_args(own)
+    args = build_cli(found).parse_command_line(own)
     # Set explicitly: a runner started in the background of a non-interactive shell (nohup, a batch
     # script) inherits SIGINT as ignored, and Python then installs no handler of its own.
     signal.signal(signal.SIGINT, interrupt)

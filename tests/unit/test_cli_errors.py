@@ -26,6 +26,11 @@ CASES = [
     ([], ("--num-iters", "0"), "argument --num-iters: must be at least 1, got 0"),
     ([], ("--image-size", "1.5"), "argument --image-size: expected int, got '1.5'"),
     (["--runtime", "shifter"], (), "unknown runtime 'shifter' (known: "),
+    # the runner's own parser (argparse) refuses in one line too, not after its whole usage
+    (["--cpu-bind", "socket"], (), "python -m suite run: argument --cpu-bind: invalid choice: 'socket' (choose from"),
+    (["--flavour", "gpu"], (), "argument --flavour: invalid choice: 'gpu'"),
+    (["--nodes"], (), "python -m suite run: argument --nodes: expected one argument"),
+    (["--nodse", "2"], (), "python -m suite run: unrecognized arguments: --nodse 2 ('python -m suite run --help'"),
     (["--scheduler", "pbs"], (), "unknown scheduler 'pbs' (known: "),
     (["--hostfile", "hostfiles/missing"], (), "hostfile not found: hostfiles/missing"),
     ([], ("--image-size", "0"), "case pytorch-synthetic: argument --image-size: must be at least 1, got 0"),
@@ -109,3 +114,15 @@ def test_data_in_the_wrong_format_is_refused(suite_cli, tmp_path, case, files):
 def test_case_without_data_refuses_make_data(suite_cli):
     result = suite_cli("data", "--case", "pytorch-synthetic")
     assert result.returncode == 2 and result.stderr == "error: case pytorch-synthetic needs no data\n"
+
+
+@pytest.mark.parametrize("argv, message", [
+    ([], "python -m suite: the following arguments are required: command"),
+    (["runn"], "python -m suite: argument command: invalid choice: 'runn'"),
+    (["report", "--result-dir", "x"], "python -m suite report: unrecognized arguments: --result-dir x"),
+    (["compare", "--since"], "python -m suite compare: "),
+])
+def test_every_command_refuses_its_command_line_in_one_line(suite_cli, argv, message):
+    result = suite_cli(*argv)
+    assert result.returncode == 2 and result.stderr.startswith(f"error: {message}"), result.stderr
+    assert result.stderr.count("\n") == 1 and not result.stdout, result.stderr

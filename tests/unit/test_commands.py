@@ -76,7 +76,7 @@ def test_a_command_without_epilog_and_formatter_gets_the_contract_s_defaults():
     assert "doctor" in plain and "predict" in plain
     assert all(vars(module).get("EPILOG", "") is not None for module in COMMANDS.values())
     assert all(vars(module).get("FORMATTER") is not argparse.HelpFormatter for module in COMMANDS.values())
-    parsers = cli.build_cli()._subparsers._group_actions[0].choices
+    parsers = cli.build_cli().commands
     assert parsers["doctor"].epilog is None and parsers["doctor"].formatter_class is argparse.HelpFormatter
     assert parsers["compare"].formatter_class is argparse.RawDescriptionHelpFormatter and parsers["compare"].epilog
 

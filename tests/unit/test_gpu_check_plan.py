@@ -291,6 +291,17 @@ def test_a_results_folder_that_cannot_be_written_is_refused_before_any_side_runs
     assert capsys.readouterr().err.startswith("error: --out README.md/bench: nothing can be written there: ")
 
 
+@pytest.mark.parametrize("script, argv, message", [
+    ("benchmarks/gpu_check.py", ["--rounds", "x"], "error: gpu_check.py: argument --rounds: invalid int value: 'x'"),
+    ("benchmarks/harness.py", ["--roundz", "3"], "error: harness.py: unrecognized arguments: --roundz 3"),
+])
+def test_a_bad_option_of_the_checks_is_refused_in_one_line(script, argv, message):
+    """As `make gpu-check GPU_CHECK_ARGS=...` and `make bench BENCH_ARGS=...` pass them: no usage block first."""
+    done = subprocess.run([sys.executable, script, *argv], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and done.stderr.startswith(message), done.stderr
+    assert done.stderr.count("\n") == 1 and not done.stdout, done.stderr
+
+
 def test_without_a_gpu_it_says_so_in_one_line_and_exits_2(check, capsys, monkeypatch):
     monkeypatch.setattr(check, "host_gpus", lambda: 0)
     assert check.main(["--quick"]) == 2

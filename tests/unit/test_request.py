@@ -49,7 +49,7 @@ def test_each_option_alone_survives_its_command_line(name):
 
 
 def test_every_option_of_the_entry_point_is_a_field_of_the_request():
-    run = cli.build_cli()._subparsers._group_actions[0].choices["run"]
+    run = cli.build_cli().commands["run"]
     dests = {a.dest for a in run._actions if a.dest != "help"}
     assert dests == OPTIONS | {"tiny"}  # --tiny is no field: `run` turns it into the case's options (case_args)
     parsed = run.parse_args(to_argv(EVERYTHING)[1:to_argv(EVERYTHING).index("--")])
