@@ -146,6 +146,8 @@ report: $(VENV)/.installed
 # make compare A=reports/results-old B=reports/results, or selections of one folder (docs/running.md):
 # make compare A='reports/results?cluster=jsc&until=2026-10-31' B='reports/results?cluster=jsc&since=2026-11-01'
 compare: $(VENV)/.installed
+	$(if $(and $(strip $(A)),$(strip $(B))),,$(error make compare needs A=<records> and B=<records>: folders, \
+		files or selections))
 	$(SUITE) compare "$(A)" "$(B)"
 
 # make query [CASE=name] [CLUSTER=name] [STACK=name] [FINGERPRINT=sha256-prefix] [DEVICES=8|1,2,4]
@@ -167,6 +169,7 @@ compare-frameworks: $(VENV)/.installed
 # make rerun RECORD=reports/results/<run_id>.json [CLUSTER=name | HOSTFILE=file] [ALLOW_DRIFT=1] [DRY_RUN=1]
 #            [RESULTS=folder] [RUNS=folder]
 rerun: $(VENV)/.installed
+	$(if $(strip $(RECORD)),,$(error make rerun needs RECORD=<a result record, e.g. reports/results/RUN_ID.json>))
 	$(SUITE) rerun $(strip "$(RECORD)" $(call opt,--cluster,$(CLUSTER)) $(call opt,--hostfile,$(HOSTFILE)) \
 		$(call opt,--data-dir,$(DATA_DIR)) $(if $(call on,ALLOW_DRIFT),--allow-drift) \
 		$(if $(call on,DRY_RUN),--dry-run) $(folders))
@@ -174,6 +177,7 @@ rerun: $(VENV)/.installed
 # make resume SWEEP=<sweep_id> [ALLOW_DRIFT=1] [DRY_RUN=1] [RESULTS=folder] [RUNS=folder]: the sweep's points
 # without an ok record, run again
 resume: $(VENV)/.installed
+	$(if $(strip $(SWEEP)),,$(error make resume needs SWEEP=<a sweep id, as the sweep's table names it>))
 	$(SUITE) resume $(strip "$(SWEEP)" $(if $(call on,ALLOW_DRIFT),--allow-drift) $(if $(call on,DRY_RUN),--dry-run) \
 		$(folders))
 

@@ -444,3 +444,15 @@ def test_a_libfabric_provider_whose_nic_this_machine_lacks_is_refused_before_lau
     passed = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=300,
                             env={**os.environ, "FI_PROVIDER": "tcp"})
     assert passed.returncode == 0 and "dry run: nothing was started" in passed.stdout, passed.stdout + passed.stderr
+
+
+@pytest.mark.parametrize("target, given, message", [
+    ("rerun", [], "make rerun needs RECORD=<a result record, e.g. reports/results/RUN_ID.json>"),
+    ("resume", [], "make resume needs SWEEP=<a sweep id, as the sweep's table names it>"),
+    ("compare", ["A=reports/results"], "make compare needs A=<records> and B=<records>"),
+])
+def test_make_names_the_variable_a_target_needs(target, given, message):
+    """Without it the runner was handed '' and spoke of a folder '.' or of empty selections."""
+    result = subprocess.run(["make", "-n", target, *given], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 2 and result.stderr.count("\n") == 1 and message in result.stderr, result.stderr
+    assert "python -m suite" not in result.stdout
