@@ -66,12 +66,12 @@ from suite.analysis.peaks import datasheet_peak  # noqa: E402 (after sys.path is
 from suite.analysis.references import summary_line as published_line  # noqa: E402 (after sys.path is set)
 from suite.analysis.utilisation import device_name_of  # noqa: E402 (after sys.path is set)
 from suite.base import paths  # noqa: E402 (after sys.path is set)
-from suite.base.arguments import OneLineParser  # noqa: E402 (after sys.path is set)
 from suite.base.errors import UsageError  # noqa: E402 (after sys.path is set)
 from suite.execution.console import timeline_text  # noqa: E402 (after sys.path is set)
 from suite.execution.request import from_argv  # noqa: E402 (after sys.path is set)
 from suite.inputs.cases import load_case  # noqa: E402 (after sys.path is set)
 from suite.inputs.host_gpus import host_gpus  # noqa: E402 (after sys.path is set)
+from suite.instack.arguments import OneLineParser  # noqa: E402 (after sys.path is set)
 from suite.instack.case_options import option_args  # noqa: E402 (after sys.path is set)
 
 SUITE_VS_BARE = 0.98  # suite / bare, every case

@@ -46,10 +46,10 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from suite.base import paths  # noqa: E402 (after sys.path is set)
-from suite.base.arguments import OneLineParser  # noqa: E402 (after sys.path is set)
 from suite.base.errors import UsageError  # noqa: E402 (after sys.path is set)
 from suite.inputs.cases import load_case, option_args  # noqa: E402 (after sys.path is set)
 from suite.inputs.host_gpus import host_gpus  # noqa: E402 (after sys.path is set)
+from suite.instack.arguments import OneLineParser  # noqa: E402 (after sys.path is set)
 from suite.instack.cpu_binding import parse_cpu_list  # noqa: E402 (after sys.path is set)
 from suite.stacks.install import ensure_installed  # noqa: E402 (after sys.path is set)
 from suite.stacks.recipes import load_stack  # noqa: E402 (after sys.path is set)

@@ -11,9 +11,9 @@ from types import ModuleType
 from typing import Any, Protocol
 
 import suite.commands
-from suite.base.arguments import OneLineParser
 from suite.base.errors import UsageError
 from suite.execution import request
+from suite.instack.arguments import OneLineParser
 
 # Modules of suite/commands/ that are not commands: what several commands share.
 NOT_COMMANDS = frozenset({"common_args"})

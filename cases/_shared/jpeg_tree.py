@@ -12,14 +12,15 @@ import numpy as np
 from PIL import Image
 
 from cases._shared.folders import swapped_in  # noqa: F401 (the image data scripts import it from here)
+from suite.instack.arguments import data_parser
 
 EXTENSIONS = {".jpg", ".jpeg", ".png"}
 
 
-def tree_arguments(prog: str, description: str, train_per_class: int,
+def tree_arguments(case: str, description: str, train_per_class: int,
                    seed_help: str = "synthetic: seed of the pixels and sizes") -> argparse.ArgumentParser:
     """The arguments of a data script that links a tree (--src) or generates one (--synthetic)."""
-    parser = argparse.ArgumentParser(prog=prog, description=description)
+    parser = data_parser(case, description)
     parser.add_argument("--data-dir", type=Path, required=True)
     parser.add_argument("--src", type=Path, help="folder of class folders of JPEGs (optionally under train/ and val/)")
     parser.add_argument("--synthetic", action="store_true", help="generate a small JPEG tree")

@@ -41,7 +41,7 @@ class PackError(Exception):
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    parser = tree_arguments("mxnet-imagenet data", __doc__.split("\n")[0], train_per_class=20,
+    parser = tree_arguments("mxnet-imagenet", __doc__.split("\n")[0], train_per_class=20,
                             seed_help="shuffle order of the training list (and synthetic pixels)")
     parser.add_argument("--resize", type=int, default=480,
                         help="shorter side in pixels after packing (im2rec --resize)")

@@ -27,7 +27,7 @@ FOLDER = "imagefolder"
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    parser = tree_arguments("pytorch-ddp data", __doc__.split("\n")[0], train_per_class=32)
+    parser = tree_arguments("pytorch-ddp", __doc__.split("\n")[0], train_per_class=32)
     args = parser.parse_args(argv)
     check_tree_arguments(parser, args)
     return args

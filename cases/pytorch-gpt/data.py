@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from cases._shared.folders import swapped_in
+from suite.instack.arguments import data_parser
 
 FOLDER = "tokens"
 BYTE_VOCAB = 256
@@ -28,7 +29,7 @@ WORDS = ("the a one every small large quick slow red blue model node rank device
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="pytorch-gpt data", description=__doc__.split("\n")[0])
+    parser = data_parser("pytorch-gpt", __doc__.split("\n")[0])
     parser.add_argument("--data-dir", type=Path, required=True)
     parser.add_argument("--src", type=Path, help="a folder of text files, or a train.bin of uint16 token ids")
     parser.add_argument("--synthetic", action="store_true", help="generate English-like text")

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import cifar
 
+from suite.instack.arguments import data_parser
 from suite.instack.file_digest import file_digest
 
 URL = "https://www.cs.toronto.edu/~kriz/cifar-10-python.tar.gz"
@@ -27,7 +28,7 @@ class Refused(Exception):
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="make data CASE=tf-cifar", description=__doc__)
+    parser = data_parser("tf-cifar", __doc__)
     parser.add_argument("--data-dir", type=Path, required=True)
     parser.add_argument("--synthetic", action="store_true", help="generate a small set in the CIFAR-10 format")
     parser.add_argument("--src", type=Path, help="a copy of cifar-10-python.tar.gz to unpack instead of downloading")

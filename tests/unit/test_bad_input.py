@@ -456,3 +456,15 @@ def test_make_names_the_variable_a_target_needs(target, given, message):
     result = subprocess.run(["make", "-n", target, *given], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert result.returncode == 2 and result.stderr.count("\n") == 1 and message in result.stderr, result.stderr
     assert "python -m suite" not in result.stdout
+
+
+@pytest.mark.parametrize("case", ["pytorch-gpt", "tf-cifar"])
+def test_a_data_scripts_bad_option_is_refused_in_one_line_that_says_how_to_list_them(case, tmp_path):
+    """As `make data CASE=... ARGS=...` passes them to the case's data script (the image cases' scripts share
+    cases/_shared/jpeg_tree.py's parser, made the same way; their stacks' Pillow is not here)."""
+    result = subprocess.run([sys.executable, f"cases/{case}/data.py", "--data-dir", str(tmp_path), "--bogus"], cwd=ROOT,
+                            capture_output=True, text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert result.returncode == 2 and result.stderr == (
+        f"error: make data CASE={case}: unrecognized arguments: --bogus ('make data CASE={case} ARGS=--help' lists "
+        "the options)\n"), result.stderr
+    assert not any(tmp_path.iterdir())
