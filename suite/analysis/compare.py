@@ -56,6 +56,8 @@ def select(source: str, case: str | None, cluster: str | None, since: str | None
 
 def side(source: str) -> tuple[Path, Selection]:
     """A side as given: a record file or folder, or FOLDER?FIELD=VALUE&... (SIDE_FIELDS)."""
+    if not source.strip():  # Path("") is the working folder: its records index would be written there
+        raise UsageError("an empty side: name a record file or folder (or a selection FOLDER?FIELD=VALUE)")
     folder, mark, query = source.partition("?")
     if Path(source).exists() or not mark:
         if not Path(source).exists():

@@ -1,3 +1,4 @@
+import os
 import subprocess
 import sys
 
@@ -55,6 +56,17 @@ def test_cli_exit_status_and_table(sides, tmp_path):
     missing = subprocess.run([sys.executable, "-m", "suite", "compare", str(a), str(tmp_path / "nope")],
                              cwd=ROOT, capture_output=True, text=True)
     assert missing.returncode == 2 and missing.stderr.startswith("error: no such record file or folder")
+
+
+def test_an_empty_side_is_refused_and_writes_no_index_in_the_working_folder(sides, tmp_path):
+    """'' is Path('.'): read as the folder the command runs in, whose records index compare would write there."""
+    a, _ = sides
+    here = tmp_path / "here"
+    here.mkdir()
+    result = subprocess.run([sys.executable, "-m", "suite", "compare", "", str(a)], cwd=here, capture_output=True,
+                            text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert result.returncode == 2 and result.stderr.startswith("error: an empty side: "), result.stderr
+    assert not list(here.iterdir())
 
 
 @pytest.fixture
