@@ -134,10 +134,10 @@ class _Running:
                 sys.stdout.flush()
 
     def _note_error(self, line: str) -> None:
-        error = failure_line(line)
+        if not (error := failure_line(line)):
+            return
         rank = int(m.group(1)) if (m := TORCH_RANK.search(line)) else None
-        if error and rank not in self.errors:
-            self.errors[rank] = error
+        self.errors.setdefault(rank, error)
 
     def result(self) -> ProcessResult:
         self.waiter.join()
