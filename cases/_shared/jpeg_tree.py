@@ -5,7 +5,6 @@ SYNTHETIC=1`, and (from cases/_shared/folders.py) a folder made beside its final
 at the end. Needs numpy and Pillow (both stacks have them)."""
 
 import argparse
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -35,14 +34,15 @@ def tree_arguments(case: str, description: str, train_per_class: int,
 def check_tree_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     if args.synthetic == bool(args.src):
         parser.error("give exactly one of --src FOLDER (SRC=...) or --synthetic (SYNTHETIC=1)")
+    if args.src and not args.src.is_dir():
+        parser.error(f"--src {args.src} is not a folder")
     if min(args.classes, args.train_per_class) < 1 or args.val_per_class < 0:
         parser.error("--classes and --train-per-class must be at least 1, --val-per-class at least 0")
 
 
 def source_splits(src: Path) -> dict[str, Path]:
-    """TREE/{train,val}/<class>/*.JPEG (val where there is one), or TREE/<class>/*.JPEG as train."""
-    if not src.is_dir():
-        sys.exit(f"error: --src {src} is not a folder")
+    """TREE/{train,val}/<class>/*.JPEG (val where there is one), or TREE/<class>/*.JPEG as train (a folder:
+    check_tree_arguments refused anything else)."""
     if not (src / "train").is_dir():
         return {"train": src}
     return {name: src / name for name in ("train", "val") if (src / name).is_dir()}

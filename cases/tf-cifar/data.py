@@ -38,6 +38,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.train_per_batch < 1 or args.test_images < 1:
         parser.error("--train-per-batch and --test-images must be at least 1")
+    if args.src and not args.src.is_file():
+        parser.error(f"--src {args.src}: no such file")
     return args
 
 
@@ -70,9 +72,7 @@ def download(target: Path) -> None:
 
 
 def fetch_archive(data_dir: Path, src: Path | None) -> Path:
-    if src is not None:
-        if not src.is_file():
-            raise Refused(f"--src {src}: no such file")
+    if src is not None:  # a file: parse_args refused anything else
         archive = src
     else:
         archive = data_dir / ARCHIVE
@@ -115,7 +115,7 @@ def main(argv=None) -> int:
         else:
             make_real(data_dir, folder, args.src)
     except (Refused, cifar.DataError, OSError, tarfile.TarError) as exc:
-        print(f"tf-cifar data: {exc}", file=sys.stderr)
+        print(f"error: make data CASE=tf-cifar: {exc}", file=sys.stderr)
         return 1
     return 0
 

@@ -215,6 +215,16 @@ def test_make_data_needs_a_source(mxnet_stack, tmp_path):
     assert result.returncode == 2 and "give exactly one of --src FOLDER (SRC=...) or --synthetic" in result.stderr
 
 
+def test_a_source_that_is_not_a_folder_is_refused_in_one_line(mxnet_stack, tmp_path):
+    """cases/_shared/jpeg_tree.py's check, which pytorch-ddp's data script shares."""
+    result = suite("data", "--case", "mxnet-imagenet", "--src", str(tmp_path / "nowhere"),
+                   "--data-dir", str(tmp_path / "data"))
+    assert result.returncode == 2 and result.stderr.splitlines()[-1] == (
+        f"error: make data CASE=mxnet-imagenet: --src {tmp_path / 'nowhere'} is not a folder "
+        "('make data CASE=mxnet-imagenet ARGS=--help' lists the options)"), result.stderr
+    assert not (tmp_path / "data").exists()
+
+
 TRACKER_ENV = """
     import argparse, sys, threading
     threading.Thread.isAlive = threading.Thread.is_alive  # gone since Python 3.9; the tracker still calls it

@@ -152,7 +152,8 @@ def test_download_without_network_fails_fast_and_says_what_to_do(tensorflow_stac
     result = in_stack(tensorflow_stack, PREPARE, "--data-dir", str(tmp_path), unreachable, timeout=60)
     assert result.returncode == 1
     [line] = result.stderr.strip().splitlines()
-    assert line.startswith("tf-cifar data: cannot download") and "SRC=" in line and "SYNTHETIC=1" in line
+    assert line.startswith("error: make data CASE=tf-cifar: cannot download")
+    assert "SRC=" in line and "SYNTHETIC=1" in line
     assert not list(tmp_path.glob("*.part"))
 
 

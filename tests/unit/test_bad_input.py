@@ -468,3 +468,16 @@ def test_a_data_scripts_bad_option_is_refused_in_one_line_that_says_how_to_list_
         f"error: make data CASE={case}: unrecognized arguments: --bogus ('make data CASE={case} ARGS=--help' lists "
         "the options)\n"), result.stderr
     assert not any(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("case", ["pytorch-gpt", "tf-cifar"])
+def test_a_data_scripts_missing_source_is_refused_in_one_line_before_anything_is_written(case, tmp_path):
+    """A --src that is not there is bad input (exit 2), not a failed preparation (exit 1); the image cases'
+    check is in tests/integration/test_mxnet_imagenet.py (their stacks' Pillow is not here)."""
+    data = tmp_path / "data"
+    result = subprocess.run([sys.executable, f"cases/{case}/data.py", "--data-dir", str(data), "--src",
+                             str(tmp_path / "nowhere")], cwd=ROOT, capture_output=True, text=True, timeout=120,
+                            env={**os.environ, "PYTHONPATH": str(ROOT)})
+    [line] = result.stderr.splitlines()
+    assert result.returncode == 2 and line.startswith(f"error: make data CASE={case}: --src {tmp_path / 'nowhere'}")
+    assert line.endswith(f"('make data CASE={case} ARGS=--help' lists the options)") and not data.exists()
