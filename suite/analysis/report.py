@@ -399,7 +399,7 @@ def published_cell(point: Point) -> str:
     text = " ".join(filter(None, [f"{found['ratio']:.2f}x", found.get("gpu"), found.get("precision")]))
     if found.get("published_mfu") is not None:
         text += f" (theirs: MFU {100 * found['published_mfu']:.0f}%)"
-    return f'<td title="{html.escape(found["source"])}">{html.escape(text)}</td>'
+    return f'<td class="words" title="{html.escape(found["source"])}">{html.escape(text)}</td>'
 
 
 def _joules_cell(point: Point, named: bool = False) -> str:
@@ -441,8 +441,11 @@ def telemetry_figure(point: Point) -> go.Figure | None:
 
 PAGE = """<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>{title}</title>
-<style>body{{font-family:sans-serif;margin:2em;max-width:1200px}} table{{border-collapse:collapse;font-size:0.9em}}
-td,th{{border:1px solid #ccc;padding:4px 6px;text-align:left}} .plot{{margin-bottom:2em}}</style>
+<style>body{{font-family:sans-serif;margin:1.5em}} h1,p,.plot{{max-width:1200px}} .plot{{margin-bottom:2em}}
+table{{border-collapse:collapse;font-size:0.85em;display:block;overflow-x:auto;max-width:100%}}
+td,th{{border:1px solid #ccc;padding:3px 5px;text-align:left;vertical-align:top}} td{{white-space:nowrap}}
+td.words{{white-space:normal;min-width:7em}} td.config{{min-width:14em;max-width:24em}}
+td:first-child,th:first-child{{position:sticky;left:0;background:#fff;box-shadow:inset -1px 0 #ccc}}</style>
 {plotly}</head>
 <body><h1>{title}</h1>{body}</body></html>
 """
@@ -458,42 +461,64 @@ def _page(title: str, body: str, parts: list[go.Figure | str]) -> str:
 
 def index_heads(units: set[str]) -> tuple[str, str, str]:
     """The index's throughput, per-device and energy headings: in the unit where all rows share one
-    (img/s there, img/s per device, J/img), else plain, each cell then naming its unit."""
+    (img/s, img/s per device, J/img), else plain, each cell then naming its unit."""
     if len(units) == 1:
         [unit] = units
-        return f"{unit} there", f"{unit} per device", f"J/{what_ran.sample_word(unit)}"
-    return "throughput there", "throughput per device", "energy per sample"
+        return unit, f"{unit} per device", f"J/{what_ran.sample_word(unit)}"
+    return "throughput", "throughput per device", "energy per sample"
+
+
+EMPTY_CELL = "<td>-</td>"
+OPTIONAL_COLUMNS = ("efficiency", "bound", "MFU", "vs published")  # and energy: left out where no row has a figure
+
+
+def text_cell(text: str, css: str = "") -> str:
+    """A cell of plain text; EMPTY_CELL for '-' (no figure)."""
+    if text == "-":
+        return EMPTY_CELL
+    return f'<td class="{css}">{html.escape(text)}</td>' if css else f"<td>{html.escape(text)}</td>"
+
+
+def index_row(s: Series, units: set[str]) -> dict[str, str]:
+    """One row of the index, heading by heading (index_heads' own included): each cell's HTML."""
+    top, tp = s.points[-1], s.points[-1].throughput
+    ci = f" ± {tp['ci95']:.1f}" if tp["ci95"] is not None else ""
+    unit = "" if len(units) == 1 else f" {html.escape(s.unit)}"  # the heading names a unit all share
+    throughput, per_device, energy = index_heads(units)
+    return {
+        "case": f'<td><a href="case-{html.escape(s.case)}.html">{html.escape(s.case)}</a></td>',
+        "stack": f"<td>{html.escape(s.stack)}</td>", "cluster": f"<td>{html.escape(s.cluster)}</td>",
+        "configuration": f'<td class="words config">{html.escape(s.config_label)}</td>',
+        "devices": f"<td>{devices_cell(s)}</td>",
+        throughput: f"<td>{tp['mean']:.1f}{ci}{unit}</td>", per_device: f"<td>{tp['per_device']:.1f}{unit}</td>",
+        energy: text_cell(_joules_cell(top, named=len(units) > 1)),
+        "efficiency": f"<td>{s.efficiency(top):.0f}%</td>" if len(s.points) > 1 else EMPTY_CELL,
+        "bound": bound_cell(top),
+        "MFU": text_cell(mfu_cell(top.record["metrics"].get("utilisation")), css="words"),
+        "vs published": published_cell(top), "latest": date_cell(top.finished_at)}
+
+
+def index_table(series: list[Series], units: set[str]) -> str:
+    """The index's table: a row per series; the energy column and OPTIONAL_COLUMNS only where a row fills them."""
+    rows = [index_row(s, units) for s in series]
+    optional = {*OPTIONAL_COLUMNS, index_heads(units)[2]}
+    shown = [h for h in (rows[0] if rows else []) if h not in optional or any(row[h] != EMPTY_CELL for row in rows)]
+    return ("<table><tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in shown) + "</tr>"
+            + "".join("<tr>" + "".join(row[h] for h in shown) + "</tr>" for row in rows) + "</table>")
 
 
 def _index_body(series: list[Series], points: list[Point], skipped: int) -> str:
     dates = sorted(p.finished_at for p in points)
     span = f"{dates[0]} to {dates[-1]}" if dates else "no records"
     units = {s.unit for s in series} or {what_ran.DEFAULT_UNIT}
-    rows = []
-    for s in series:
-        top = s.points[-1]
-        tp = top.throughput
-        ci = f" ± {tp['ci95']:.1f}" if tp["ci95"] is not None else ""
-        unit = "" if len(units) == 1 else f" {html.escape(s.unit)}"  # the heading names a unit all share
-        rows.append(
-            f"<tr><td><a href=\"case-{html.escape(s.case)}.html\">{html.escape(s.case)}</a></td>"
-            f"<td>{html.escape(s.stack)}</td><td>{html.escape(s.cluster)}</td><td>{html.escape(s.config_label)}</td>"
-            f"<td>{', '.join(str(p.devices) for p in s.points)}</td><td>{top.devices}</td>"
-            f"<td>{tp['mean']:.1f}{ci}{unit}</td><td>{tp['per_device']:.1f}{unit}</td>"
-            f"<td>{html.escape(_joules_cell(top, named=len(units) > 1))}</td>"
-            f"<td>{f'{s.efficiency(top):.0f}%' if len(s.points) > 1 else '-'}</td>{bound_cell(top)}"
-            f"<td>{html.escape(mfu_cell(top.record['metrics'].get('utilisation')))}</td>"
-            f"{published_cell(top)}"
-            f"<td>{html.escape(top.finished_at)}</td></tr>")
     return (f"<p>{len(points)} records used ({span}); {skipped} file(s) skipped. "
             f"<a href=\"frameworks.html\">All cases side by side</a> · <a href=\"systems.html\">Systems</a> · "
             f"<a href=\"site-check.html\">Site checks</a> · "
             f"<a href=\"tuning.html\">Tuning</a> · "
             f"<a href=\"summary.csv\">CSV</a></p>"
-            "<table><tr><th>case</th><th>stack</th><th>cluster</th><th>configuration</th><th>devices measured</th>"
-            "<th>largest</th>" + "".join(f"<th>{html.escape(h)}</th>" for h in index_heads(units))
-            + "<th>efficiency</th><th>bound</th><th>MFU</th><th>vs published</th><th>latest</th></tr>"
-            + "".join(rows) + "</table>")
+            "<p>A row is a configuration on a cluster at the device counts measured; its figures are those of the "
+            "most devices (in bold), its efficiency against the fewest. A column no row has a figure for is left "
+            "out.</p>" + index_table(series, units))
 
 
 CSV_COLUMNS = ["case", "stack", "cluster", "devices", "nodes", "throughput", "unit", "ci95", "per_device", "speedup",
@@ -501,6 +526,18 @@ CSV_COLUMNS = ["case", "stack", "cluster", "devices", "nodes", "throughput", "un
                *(s.name.replace(" ", "_").replace("-", "_") for s in what_ran.SETTINGS), "run_id",
                "finished_at", "joules_per_image", "bound", "published_ratio", "flops_per_sample",
                "achieved_flops_per_s", "mfu_datasheet", "mfu_measured"]
+
+
+def devices_cell(series: Series) -> str:
+    """The device counts measured, the one the row's figures come from (the most) in bold."""
+    counts = [str(p.devices) for p in series.points]
+    return ", ".join([*counts[:-1], f"<b>{counts[-1]}</b>"])
+
+
+def date_cell(finished_at: str) -> str:
+    """The day and minute (UTC) a record finished, the whole timestamp as the cell's tooltip."""
+    shown = finished_at[:16].replace("T", " ") if finished_at[10:11] == "T" else finished_at
+    return f'<td title="{html.escape(finished_at)}">{html.escape(shown)}</td>'
 
 
 def _csv_rows(series: list[Series]):

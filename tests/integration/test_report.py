@@ -80,14 +80,52 @@ def test_pages_render_offline_in_chromium(report_dir, page, plots, chromium):
             ".js-plotly-plot", "els => els.map(e => [...e.querySelectorAll('.xtick text')].map(t => t.textContent))")
         shot = out / f"{page}.png"
         tab.screenshot(path=str(shot), full_page=True)
+        page_width = tab.evaluate("document.documentElement.scrollWidth")
         browser.close()
     assert errors == [] and requests == []
+    assert page_width == 1280  # nothing makes the page scroll sideways
     assert len(rendered) == plots and all(traces > 0 for traces in rendered)
     for labels in ticks:  # every plot here is over device counts: each once, in order (not "0 1 1 2 4 8 16")
         assert labels and [int(t) for t in labels] == sorted({int(t) for t in labels}) and int(labels[0]) >= 1, labels
     png = shot.read_bytes()  # a whole page drawn: the PNG's own header, not its size (fonts vary)
     width, height = struct.unpack(">II", png[16:24])
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and width == 1280 and height >= 900
+
+
+def every_figure(world, run_dir) -> dict:
+    """What a GPU run's record adds to the index's row: a diagnosis, a published figure, energy."""
+    return {"diagnosis": {"verdict": "host", "device": "cuda", "figures": {}, "hint": "a larger batch",
+                          "why": "the GPUs were busy 61% of the window while the data loader kept up"},
+            "published": {"source": "NVIDIA DeepLearningExamples, PyTorch ResNet-50 v1.5, DGX H100", "gpu": "H100",
+                          "precision": "amp", "ratio": 0.62, "published_per_device": 7160.0, "published_mfu": 0.3},
+            "telemetry": {"interval_s": 1.0, "hosts": {}, "energy_j": 90.4, "joules_per_image": 0.113}}
+
+
+def test_an_index_with_every_column_scrolls_its_table_not_the_page(tmp_path, chromium):
+    """Every column filled (a wider table than a 1,280-pixel window holds): the table scrolls sideways inside
+    the page, its first column staying in view, and the page itself does not."""
+    from playwright.sync_api import sync_playwright
+
+    results, runs, out = tmp_path / "results", tmp_path / "runs", tmp_path / "site"
+    for devices, rate in [(1, 100.0), (2, 95.0)]:
+        make_record(results, runs, cluster="a-cluster-with-a-long-name", devices=devices, per_device=(rate,),
+                    work=(1e9, 4e11, "fp32"), extra_metrics=every_figure, device=("NVIDIA H100 80GB HBM3", "amp"))
+    subprocess.run([sys.executable, "-m", "suite", "report", "--results-dir", str(results), "--out", str(out)],
+                   cwd=ROOT, capture_output=True, text=True, check=True)
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=chromium, args=CHROMIUM_FLAGS)
+        tab = browser.new_page(viewport={"width": 1280, "height": 900})
+        tab.goto((out / "index.html").as_uri())
+        headings = tab.eval_on_selector_all("th", "els => els.map(e => e.textContent)")
+        widths = tab.evaluate("""() => {const t = document.querySelector('table');
+            return {page: document.documentElement.scrollWidth, table: t.clientWidth, content: t.scrollWidth}}""")
+        tab.eval_on_selector("table", "t => { t.scrollLeft = t.scrollWidth }")
+        first = tab.eval_on_selector("td", "td => td.getBoundingClientRect().left - td.closest('table')"
+                                           ".getBoundingClientRect().left")
+        browser.close()
+    assert {"J/img", "efficiency", "bound", "MFU", "vs published"} <= set(headings)
+    assert widths["page"] == 1280 and widths["content"] > widths["table"], widths
+    assert abs(first) < 2  # the case column stayed at the table's left edge
 
 
 @pytest.fixture(scope="module")

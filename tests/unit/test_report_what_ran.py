@@ -5,6 +5,7 @@ lacks read as the case's default; and with one device count a sentence instead o
 
 import copy
 import csv
+import re
 
 import pytest
 from support.fixture_records import make_record, make_token_record
@@ -47,7 +48,7 @@ def test_a_token_case_counts_tokens_per_second_and_an_image_case_images(dirs):
     out = results.parent / "site"
     report.write_report(results, out, warn=lambda message: None)
     index = (out / "index.html").read_text()
-    assert "<th>throughput there</th>" in index and "<th>img/s there</th>" not in index  # two units: each cell says
+    assert "<th>throughput</th>" in index and "<th>img/s</th>" not in index  # two units: each cell says
     assert "2000.0 ± " in index and " tokens/s</td>" in index and " img/s</td>" in index
     rows = list(csv.DictReader(open(out / "summary.csv")))
     assert {(r["case"], r["unit"]) for r in rows} == {("pytorch-gpt", "tokens/s"), ("pytorch-synthetic", "img/s")}
@@ -57,8 +58,8 @@ def test_one_unit_is_named_in_the_index_headings(dirs):
     results, runs = dirs
     make_token_record(results, runs, devices=2, per_device=(1000.0,))
     assert report.index_heads({s.unit for s in built(results)}) == (
-        "tokens/s there", "tokens/s per device", "J/token")
-    assert report.index_heads({"img/s"}) == ("img/s there", "img/s per device", "J/img")
+        "tokens/s", "tokens/s per device", "J/token")
+    assert report.index_heads({"img/s"}) == ("img/s", "img/s per device", "J/img")
 
 
 def test_the_unit_comes_from_the_record_else_from_the_case(dirs):
@@ -168,7 +169,7 @@ def test_with_one_device_count_a_sentence_stands_for_speedup_and_efficiency(dirs
     page = (out / "case-pytorch-gpt.html").read_text()
     assert sentence in page and "speedup over" not in page and "None px" not in page
     assert sentence in (out / "frameworks.html").read_text()
-    assert "<td>-</td><td>-</td>" in (out / "index.html").read_text()  # no efficiency, no bound
+    assert "efficiency" not in headings_of((out / "index.html").read_text())  # no row has one
     assert all(r["speedup"] == "" and r["efficiency_pct"] == "" for r in csv.DictReader(open(out / "summary.csv")))
 
 
@@ -237,3 +238,35 @@ def test_the_terminal_tables_count_a_token_case_in_tokens(dirs, capsys):
     for d in (1, 2):
         make_record(images, runs, devices=d, per_device=(50.0,))
     assert "predicted img/s" in predict("pytorch-synthetic", [8], images)
+
+
+def headings_of(index: str) -> list[str]:
+    return re.findall(r"<th>([^<]*)</th>", index)
+
+
+def test_the_index_leaves_out_a_column_no_row_has_a_figure_for(dirs):
+    """One device count, no energy, diagnosis, MFU or published figure: none of their columns; the device
+    count the figures come from in bold and the finish time to the minute, the whole one as its tooltip."""
+    results, runs = dirs
+    made = make_record(results, runs, devices=2, per_device=(50.0,))
+    out = results.parent / "site"
+    report.write_report(results, out, warn=lambda message: None)
+    index = (out / "index.html").read_text()
+    assert headings_of(index) == ["case", "stack", "cluster", "configuration", "devices", "img/s", "img/s per device",
+                                  "latest"]
+    assert "<td><b>2</b></td>" in index
+    finished = made["finished_at"]
+    assert f'<td title="{finished}">{finished[:10]} {finished[11:16]}</td>' in index
+
+
+def test_a_column_is_shown_where_one_row_has_a_figure(dirs):
+    results, runs = dirs
+    for devices in (1, 2):
+        make_record(results, runs, devices=devices, per_device=(50.0,), work=(1e9, 4e11, "fp32"))
+    make_record(results, runs, cluster="cluster-b", devices=2, per_device=(50.0,))
+    out = results.parent / "site"
+    report.write_report(results, out, warn=lambda message: None)
+    index = (out / "index.html").read_text()
+    assert headings_of(index) == ["case", "stack", "cluster", "configuration", "devices", "img/s", "img/s per device",
+                                  "efficiency", "MFU", "latest"]
+    assert "<td>1, <b>2</b></td>" in index and index.count(report.EMPTY_CELL) == 2  # cluster-b's two

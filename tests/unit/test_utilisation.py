@@ -234,7 +234,7 @@ def test_index_shows_mfu_and_short_cells_with_their_sentences_as_tooltips(series
     index = (out / "index.html").read_text()
     assert "<th>MFU</th>" in index and "of measured matmul" in index
     assert '<td title="the workers kept their cores busy 98% of the window">compute</td>' in index
-    assert ('<td title="NVIDIA DeepLearningExamples, PyTorch ResNet-50 v1.5, DGX A100">'
+    assert ('<td class="words" title="NVIDIA DeepLearningExamples, PyTorch ResNet-50 v1.5, DGX A100">'
             '0.61x A100 amp (theirs: MFU 19%)</td>') in index
 
 
