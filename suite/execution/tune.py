@@ -1,10 +1,12 @@
 """`suite tune`: the case's settings that change its speed and not its work (its case.toml's [tune] table:
 precision, compilation and its mode, channels-last, the optimizer's implementation, loader workers ...), tried
 one at a time from the run as asked, each trial a normal run with its own record, within a budget of minutes.
-A setting's best value is kept where it beats the best so far by more than MARGIN (a trial's own noise), and
-the next setting is tried on top of it. `--batch-size max` in the arguments searches the batch in the first
-trial and keeps it for the others. The study (every trial, the best) goes to reports/tune/<tune_id>.json, the
-best settings to <tune_id>.toml, which `--preset tuned:<file>` passes back to any run of the case."""
+A setting's best value is kept where it beats the best so far by more than MARGIN and by more than the two
+runs' 95% intervals together (a gain their own spread could give is not kept), and the next setting is tried on
+top of it; a value the best so far already ran with (its record's reported settings: `auto` resolved) is not
+tried. `--batch-size max` in the arguments searches the batch in the first trial and keeps it for the others.
+The study (every trial, the best) goes to reports/tune/<tune_id>.json, the best settings to <tune_id>.toml,
+which `--preset tuned:<file>` passes back to any run of the case."""
 
 import math
 import time
@@ -21,7 +23,7 @@ from suite.inputs import tuned_presets
 from suite.instack.case_options import is_flag, value_given, with_option
 from suite.records.write import utc_now
 
-MARGIN = 0.02  # a value is kept where it beats the best so far by more than this fraction
+MARGIN = 0.02  # a value is kept where it beats the best so far by more than this fraction (and its noise: beats)
 
 
 def tune(req: RunRequest, budget_s: float) -> int:
@@ -53,7 +55,7 @@ def tune(req: RunRequest, budget_s: float) -> int:
             continue
         winner = None
         for value in values:
-            if value == setting_of(checked.case, args, name):
+            if value == setting_of(checked.case, args, name) or value == ran_with(best, name):
                 continue
             longest = max(t["seconds"] for t in study["trials"])
             if time.monotonic() - started + longest > budget_s:
@@ -63,7 +65,7 @@ def tune(req: RunRequest, budget_s: float) -> int:
                           with_setting(checked.case, args, name, value))
             if tried is None:  # interrupted
                 return finish(req, study, best, INTERRUPTED, started, batch_option)
-            if tried["status"] == "ok" and tried["throughput"] > (winner or best)["throughput"] * (1 + MARGIN):
+            if tried["status"] == "ok" and beats(tried, winner or best):
                 winner = tried
         if winner:
             best, chosen = winner, dict(winner["settings"])
@@ -71,6 +73,19 @@ def tune(req: RunRequest, budget_s: float) -> int:
         if stopped != "every setting tried":
             break
     return finish(req, study, best, stopped, started, batch_option)
+
+
+def beats(tried: dict, best: dict) -> bool:
+    """Faster than `best` by more than MARGIN and by more than their 95% intervals' root sum of squares."""
+    gain = tried["throughput"] - best["throughput"]
+    noise = math.hypot(tried.get("ci95") or 0.0, best.get("ci95") or 0.0)
+    return gain > best["throughput"] * MARGIN and gain > noise
+
+
+def ran_with(entry: dict, name: str):
+    """What a trial's record says the case ran with for a setting (its value where the trial asked `auto`, or
+    nothing), None where the case does not report it."""
+    return (entry.get("reported") or {}).get(name.replace("-", "_"))
 
 
 def trial(req: RunRequest, checked, stack_env, study: dict, label: str, settings: dict, args: list[str]) -> dict | None:
@@ -88,7 +103,10 @@ def trial(req: RunRequest, checked, stack_env, study: dict, label: str, settings
     record, path = runner.run_point(trial_req, replace(checked, options=options, search_asked=asked),
                                     checked.worlds[0], stack_env, None, None)
     tp = record["metrics"]["throughput"]
+    names = {name.replace("-", "_") for name in checked.case.spec["tune"]["settings"]}
+    reported = {k: v for k, v in (record["config"].get("reported_by_case") or {}).items() if k in names}
     entry.update(status=record["status"], reason=record["reason"], throughput=tp["mean"], ci95=tp["ci95"],
+                 reported=reported,
                  unit=tp.get("unit", "img/s"), run_id=record["run_id"], record=str(path),
                  seconds=round(time.monotonic() - began, 1))
     if searched := record["metrics"].get("batch_search"):

@@ -19,15 +19,17 @@ from suite.inputs.cases import known_cases, load_case
 class Trials:
     """Trials answered from a table: throughput by the settings on, each trial `seconds` long."""
 
-    def __init__(self, speed, seconds=10.0, failing=()):
+    def __init__(self, speed, seconds=10.0, failing=(), ci=lambda args: None, reported=lambda args: {}):
         self.speed, self.seconds, self.failing, self.asked = speed, seconds, failing, []
+        self.ci, self.reported = ci, reported
 
     def __call__(self, req, checked, stack_env, study, label, settings, args):
         self.asked.append(label)
         ok = label not in self.failing
         entry = {"label": label, "settings": settings, "args": args, "status": "ok" if ok else "failed",
                  "reason": None if ok else "rank 0 failed", "throughput": self.speed(args) if ok else None,
-                 "ci95": None, "unit": "tokens/s", "run_id": f"run-{len(self.asked)}",
+                 "ci95": self.ci(args) if ok else None, "reported": self.reported(args), "unit": "tokens/s",
+                 "run_id": f"run-{len(self.asked)}",
                  "record": f"/r/run-{len(self.asked)}.json", "seconds": self.seconds}
         study["trials"].append(entry)
         return entry
@@ -79,6 +81,22 @@ def test_each_setting_is_tried_on_top_of_the_best_so_far_and_the_best_written_as
     assert options == study["best"]["options"]
     expanded = tuned_presets.expand("pytorch-gpt", ["--preset", f"tuned:{preset}", "--batch-size", "4"])
     assert expanded == ["--precision", "bf16", "--compile", "--compile-mode", "reduce-overhead", "--batch-size", "4"]
+
+
+@pytest.mark.parametrize("ci, kept", [(15.0, {}), (5.0, {"precision": "bf16"})], ids=["within", "beyond"])
+def test_a_gain_within_the_two_runs_intervals_is_not_kept(fake_runs, ci, kept):
+    """bf16 is 20% faster: where its run and the run as asked spread ±15% each (root sum of squares 21), that is
+    noise; ±5% each, a gain."""
+    _, study = fake_runs(Trials(lambda args: 120.0 if "bf16" in args else 100.0, ci=lambda args: ci))
+    assert study["best"]["options"] == kept
+
+
+def test_a_value_the_best_so_far_ran_with_is_not_tried_again(fake_runs):
+    """The run as asked left its optimizer at `auto`, which its record says ran as foreach: only fused is tried."""
+    reported = lambda args: {"optimizer_impl": "fused" if "fused" in args else "foreach"}  # noqa: E731
+    _, study = fake_runs(trials := Trials(speed_of, reported=reported))
+    assert "optimizer-impl=fused" in trials.asked and "optimizer-impl=foreach" not in trials.asked
+    assert study["trials"][0]["reported"] == {"optimizer_impl": "foreach"}
 
 
 def test_a_setting_that_needs_a_flag_is_not_tried_where_the_flag_lost(fake_runs):
