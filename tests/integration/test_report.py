@@ -1,15 +1,36 @@
 """make report on fixture records, rendered in headless Chromium (its run over real records of every case is
 test_same_work.py's, beside the compare-frameworks runs it reads)."""
 
+import contextlib
 import json
 import os
 import struct
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from conftest import CHROMIUM_FLAGS, ROOT
 from support.fixture_records import make_record, make_token_record
+
+
+def write_pages(results: Path, out: Path) -> subprocess.CompletedProcess:
+    """`suite report` of the records in `results`, its pages in `out`."""
+    return subprocess.run([sys.executable, "-m", "suite", "report", "--results-dir", str(results), "--out", str(out)],
+                          cwd=ROOT, capture_output=True, text=True, check=True)
+
+
+@contextlib.contextmanager
+def chromium_tab(chromium: str):
+    """A tab of headless Chromium, 1,280 x 900 pixels, closed with its browser after."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=chromium, args=CHROMIUM_FLAGS)
+        try:
+            yield browser.new_page(viewport={"width": 1280, "height": 900})
+        finally:
+            browser.close()
 
 
 @pytest.fixture(scope="module")
@@ -25,8 +46,7 @@ def report_dir(tmp_path_factory):
     (results / "corrupt.json").write_text('{"schema_version": 1, "run_id": ')
     (results / "foreign.json").write_text(json.dumps({"hello": "world"}))
     out = base / "site"
-    result = subprocess.run([sys.executable, "-m", "suite", "report", "--results-dir", str(results), "--out", str(out)],
-                            cwd=ROOT, capture_output=True, text=True, check=True)
+    result = write_pages(results, out)
     return out, result
 
 
@@ -60,13 +80,9 @@ def test_csv_has_speedup_and_efficiency(report_dir):
 @pytest.mark.parametrize("page, plots", [("case-pytorch-synthetic.html", 4), ("case-tf-cifar.html", 4),
                                          ("frameworks.html", 2), ("index.html", 0)])
 def test_pages_render_offline_in_chromium(report_dir, page, plots, chromium):
-    from playwright.sync_api import sync_playwright
-
     out, _ = report_dir
     errors, requests = [], []
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=chromium, args=CHROMIUM_FLAGS)
-        tab = browser.new_page(viewport={"width": 1280, "height": 900})
+    with chromium_tab(chromium) as tab:
         tab.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
         tab.on("pageerror", lambda e: errors.append(str(e)))
         tab.on("request", lambda r: requests.append(r.url) if not r.url.startswith(("file:", "data:")) else None)
@@ -81,7 +97,6 @@ def test_pages_render_offline_in_chromium(report_dir, page, plots, chromium):
         shot = out / f"{page}.png"
         tab.screenshot(path=str(shot), full_page=True)
         page_width = tab.evaluate("document.documentElement.scrollWidth")
-        browser.close()
     assert errors == [] and requests == []
     assert page_width == 1280  # nothing makes the page scroll sideways
     assert len(rendered) == plots and all(traces > 0 for traces in rendered)
@@ -104,17 +119,12 @@ def every_figure(world, run_dir) -> dict:
 def test_an_index_with_every_column_scrolls_its_table_not_the_page(tmp_path, chromium):
     """Every column filled (a wider table than a 1,280-pixel window holds): the table scrolls sideways inside
     the page, its first column staying in view, and the page itself does not."""
-    from playwright.sync_api import sync_playwright
-
     results, runs, out = tmp_path / "results", tmp_path / "runs", tmp_path / "site"
     for devices, rate in [(1, 100.0), (2, 95.0)]:
         make_record(results, runs, cluster="a-cluster-with-a-long-name", devices=devices, per_device=(rate,),
                     work=(1e9, 4e11, "fp32"), extra_metrics=every_figure, device=("NVIDIA H100 80GB HBM3", "amp"))
-    subprocess.run([sys.executable, "-m", "suite", "report", "--results-dir", str(results), "--out", str(out)],
-                   cwd=ROOT, capture_output=True, text=True, check=True)
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=chromium, args=CHROMIUM_FLAGS)
-        tab = browser.new_page(viewport={"width": 1280, "height": 900})
+    write_pages(results, out)
+    with chromium_tab(chromium) as tab:
         tab.goto((out / "index.html").as_uri())
         headings = tab.eval_on_selector_all("th", "els => els.map(e => e.textContent)")
         widths = tab.evaluate("""() => {const t = document.querySelector('table');
@@ -122,7 +132,6 @@ def test_an_index_with_every_column_scrolls_its_table_not_the_page(tmp_path, chr
         tab.eval_on_selector("table", "t => { t.scrollLeft = t.scrollWidth }")
         first = tab.eval_on_selector("td", "td => td.getBoundingClientRect().left - td.closest('table')"
                                            ".getBoundingClientRect().left")
-        browser.close()
     assert {"J/img", "efficiency", "bound", "MFU", "vs published"} <= set(headings)
     assert widths["page"] == 1280 and widths["content"] > widths["table"], widths
     assert abs(first) < 2  # the case column stayed at the table's left edge
@@ -137,22 +146,17 @@ def token_report(tmp_path_factory):
     for parallel, rate in [("ddp", 1000.0), ("fsdp", 900.0)]:
         make_token_record(results, runs, parallel=parallel, devices=2, per_device=(rate,))
     out = base / "site"
-    subprocess.run([sys.executable, "-m", "suite", "report", "--results-dir", str(results), "--out", str(out)],
-                   cwd=ROOT, capture_output=True, text=True, check=True)
+    write_pages(results, out)
     return out
 
 
 def test_a_token_case_page_says_what_ran(token_report, chromium):
     """Its throughput axis in tokens/s, no image size, ddp and fsdp as two series, and a sentence where
     speedup and efficiency would be empty axes: as Chromium draws the page."""
-    from playwright.sync_api import sync_playwright
-
     page = token_report / "case-pytorch-gpt.html"
     assert "None px" not in page.read_text()
     errors = []
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=chromium, args=CHROMIUM_FLAGS)
-        tab = browser.new_page(viewport={"width": 1280, "height": 900})
+    with chromium_tab(chromium) as tab:
         tab.on("pageerror", lambda e: errors.append(str(e)))
         tab.goto(page.as_uri())
         tab.wait_for_selector(".js-plotly-plot .main-svg", timeout=30_000)
@@ -161,7 +165,6 @@ def test_a_token_case_page_says_what_ran(token_report, chromium):
             y: e.querySelector('.ytitle')?.textContent,
             legend: [...e.querySelectorAll('.legendtext')].map(t => t.textContent)}))""")
         text = tab.inner_text("body")
-        browser.close()
     assert errors == []
     [throughput] = [d for d in drawn if "throughput" in d["title"]]
     assert throughput["y"] == "tokens/s, all devices"
@@ -225,11 +228,7 @@ def test_throughput_y_axis_is_log_and_switches_to_linear(report_dir, chromium):
     assert [(b["label"], b["method"], b["args"]) for b in buttons] == [
         ("linear", "relayout", [{"yaxis.type": "linear"}]), ("log", "relayout", [{"yaxis.type": "log"}])]
 
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as pw:  # and the buttons work in a browser
-        browser = pw.chromium.launch(executable_path=chromium, args=CHROMIUM_FLAGS)
-        tab = browser.new_page(viewport={"width": 1280, "height": 900})
+    with chromium_tab(chromium) as tab:  # and the buttons work in a browser
         tab.goto((out / "case-pytorch-synthetic.html").as_uri())
         tab.wait_for_selector(".js-plotly-plot .updatemenu-button", timeout=30_000)
         y_type = "el => el.layout.yaxis.type"
@@ -239,23 +238,17 @@ def test_throughput_y_axis_is_log_and_switches_to_linear(report_dir, chromium):
                               timeout=10_000)
         tab.locator(".js-plotly-plot").first.locator(".updatemenu-button", has_text="log").click()
         after = tab.eval_on_selector(".js-plotly-plot", y_type)
-        browser.close()
     assert before == "log" and after == "log"
 
 
 def test_a_configuration_run_again_has_its_history_drawn_over_dates(tmp_path, chromium):
     """Three runs of one configuration on three days, the third on a new stack lock: a plot over dates, one
     line of three markers whose shape changes with the lock, as Chromium draws it."""
-    from playwright.sync_api import sync_playwright
-
     results, runs, out = tmp_path / "results", tmp_path / "runs", tmp_path / "site"
     for day, rate, lock in [("01", 100.0, "ab" * 32), ("08", 98.0, "ab" * 32), ("15", 80.0, "cd" * 32)]:
         make_record(results, runs, devices=2, per_device=(rate,), lock=lock, finished_at=f"2026-11-{day}T10:00:00Z")
-    subprocess.run([sys.executable, "-m", "suite", "report", "--results-dir", str(results), "--out", str(out)],
-                   cwd=ROOT, capture_output=True, text=True, check=True)
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=chromium, args=CHROMIUM_FLAGS)
-        tab = browser.new_page(viewport={"width": 1280, "height": 900})
+    write_pages(results, out)
+    with chromium_tab(chromium) as tab:
         tab.goto((out / "case-pytorch-synthetic.html").as_uri())
         tab.wait_for_selector(".js-plotly-plot .main-svg", timeout=30_000)
         drawn = tab.eval_on_selector_all(".js-plotly-plot", """els => els.map(e => ({
@@ -263,7 +256,6 @@ def test_a_configuration_run_again_has_its_history_drawn_over_dates(tmp_path, ch
             x: e.querySelector('.xtitle')?.textContent,
             ticks: [...e.querySelectorAll('.xtick text')].map(t => t.textContent),
             markers: [...e.querySelectorAll('.scatterlayer .trace .points path')].map(p => p.getAttribute('d'))}))""")
-        browser.close()
     [history] = [d for d in drawn if "over time" in d["title"]]
     assert history["x"] == "finished (UTC)" and any("Nov" in t for t in history["ticks"]), history["ticks"]
     assert len(history["markers"]) == 3 and len(set(history["markers"])) == 2  # circle, circle, square
@@ -288,8 +280,6 @@ def interconnect(world, run_dir) -> dict:
 def test_the_systems_page_says_what_each_cluster_is_beside_its_measured_network(tmp_path, chromium):
     """A GPU cluster whose records keep only their host facts (older records: the page describes them) and
     an interconnect check, beside a cluster of this machine: a row each, as Chromium shows the table."""
-    from playwright.sync_api import sync_playwright
-
     results, runs, out = tmp_path / "results", tmp_path / "runs", tmp_path / "site"
     for nodes in (1, 2):
         made = make_record(results, runs, cluster="gpu-site", devices=4 * nodes, nodes=nodes, device=("H100", "bf16"),
@@ -300,15 +290,11 @@ def test_the_systems_page_says_what_each_cluster_is_beside_its_measured_network(
         record["provenance"]["host_info"] = {"gpu01": GPU_NODE}
         path.write_text(json.dumps(record))
     make_record(results, runs, cluster="laptop", devices=1)
-    subprocess.run([sys.executable, "-m", "suite", "report", "--results-dir", str(results), "--out", str(out)],
-                   cwd=ROOT, capture_output=True, text=True, check=True)
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=chromium, args=CHROMIUM_FLAGS)
-        tab = browser.new_page()
+    write_pages(results, out)
+    with chromium_tab(chromium) as tab:
         tab.goto((out / "index.html").as_uri())
         tab.click("text=Systems")
         rows = tab.eval_on_selector_all("tr", "rows => rows.map(r => [...r.cells].map(c => c.innerText))")
-        browser.close()
     heads, gpu, laptop = rows
     gpu, laptop = dict(zip(heads, gpu)), dict(zip(heads, laptop))
     assert (gpu["cluster"], gpu["records"], gpu["most nodes"]) == ("gpu-site", "2", "2")
