@@ -443,9 +443,9 @@ PAGE = """<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>{title}</title>
 <style>body{{font-family:sans-serif;margin:1.5em}} h1,p,.plot{{max-width:1200px}} .plot{{margin-bottom:2em}}
 table{{border-collapse:collapse;font-size:0.85em;display:block;overflow-x:auto;max-width:100%}}
-td,th{{border:1px solid #ccc;padding:3px 5px;text-align:left;vertical-align:top}} td{{white-space:nowrap}}
-td.words{{white-space:normal;min-width:7em}} td.config{{min-width:14em;max-width:24em}}
-td:first-child,th:first-child{{position:sticky;left:0;background:#fff;box-shadow:inset -1px 0 #ccc}}</style>
+td,th{{border:1px solid #ccc;padding:3px 5px;text-align:left;vertical-align:top}} .index td{{white-space:nowrap}}
+.index td.words{{white-space:normal;min-width:7em}} .index td.config{{min-width:14em;max-width:24em}}
+.index td:first-child,.index th:first-child{{position:sticky;left:0;background:#fff;box-shadow:inset -1px 0 #ccc}}</style>
 {plotly}</head>
 <body><h1>{title}</h1>{body}</body></html>
 """
@@ -503,7 +503,7 @@ def index_table(series: list[Series], units: set[str]) -> str:
     rows = [index_row(s, units) for s in series]
     optional = {*OPTIONAL_COLUMNS, index_heads(units)[2]}
     shown = [h for h in (rows[0] if rows else []) if h not in optional or any(row[h] != EMPTY_CELL for row in rows)]
-    return ("<table><tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in shown) + "</tr>"
+    return ('<table class="index"><tr>' + "".join(f"<th>{html.escape(h)}</th>" for h in shown) + "</tr>"
             + "".join("<tr>" + "".join(row[h] for h in shown) + "</tr>" for row in rows) + "</table>")
 
 
