@@ -445,7 +445,8 @@ PAGE = """<!DOCTYPE html>
 table{{border-collapse:collapse;font-size:0.85em;display:block;overflow-x:auto;max-width:100%}}
 td,th{{border:1px solid #ccc;padding:3px 5px;text-align:left;vertical-align:top}} .index td{{white-space:nowrap}}
 .index td.words{{white-space:normal;min-width:7em}} .index td.config{{min-width:14em;max-width:24em}}
-.index td:first-child,.index th:first-child{{position:sticky;left:0;background:#fff;box-shadow:inset -1px 0 #ccc}}</style>
+.index td:first-child,.index th:first-child{{position:sticky;left:0;background:#fff;
+box-shadow:inset -1px 0 #ccc}}</style>
 {plotly}</head>
 <body><h1>{title}</h1>{body}</body></html>
 """

@@ -66,8 +66,10 @@ class Case:
     @property
     def make_data_commands(self) -> str:
         """The two commands that make the case's data, in words: both whole, so that SYNTHETIC=1 is not
-        taken for an option of the run."""
-        return f"'make data CASE={self.name}', or 'make data CASE={self.name} SYNTHETIC=1' for a small generated set"
+        taken for an option of the run; SRC where the data script needs a source ([data] source says what)."""
+        source = self.spec.get("data", {}).get("source")
+        real = f"make data CASE={self.name}" + (f" SRC={source}" if source else "")
+        return f"'{real}', or 'make data CASE={self.name} SYNTHETIC=1' for a small generated set"
 
     def check_data(self, options: dict, data_dir: Path) -> None:
         """Refuse to launch when the files the case reads are not there (before any process starts)."""
@@ -87,7 +89,7 @@ class Case:
                 start = f.read(len(signature) // 2).hex()
             if start != signature:
                 raise UsageError(f"case {self.name}: {data_dir / rel} is not in the expected format (starts with "
-                                 f"'{start}', expected '{signature}'); prepare it with 'make data CASE={self.name}'")
+                                 f"'{start}', expected '{signature}'); prepare it with {self.make_data_commands}")
         self.check_formats(options, data_dir)
 
     def check_formats(self, options: dict, data_dir: Path) -> None:

@@ -306,8 +306,8 @@ def test_doctor_fails_only_on_the_data_a_default_run_needs(tmp_path, monkeypatch
     assert lines[1].startswith("optional: data of pytorch-ddp for --data imagefolder under "), lines
     assert lines[2].startswith("missing: data of mxnet-imagenet under "), lines
     # each command whole: SYNTHETIC=1 is make data's, not make run's
-    assert lines[2].endswith("('make data CASE=mxnet-imagenet', or 'make data CASE=mxnet-imagenet SYNTHETIC=1' "
-                             "for a small generated set)"), lines
+    assert lines[2].endswith("('make data CASE=mxnet-imagenet SRC=<folder of class folders of JPEGs>', or "
+                             "'make data CASE=mxnet-imagenet SYNTHETIC=1' for a small generated set)"), lines
 
 
 @pytest.mark.parametrize("setting", ["DRY_RUN=maybe", "TINY=1 2", "SYNTHETIC=Y", "NO_PRECHECK=enable",
@@ -481,3 +481,16 @@ def test_a_data_scripts_missing_source_is_refused_in_one_line_before_anything_is
     [line] = result.stderr.splitlines()
     assert result.returncode == 2 and line.startswith(f"error: make data CASE={case}: --src {tmp_path / 'nowhere'}")
     assert line.endswith(f"('make data CASE={case} ARGS=--help' lists the options)") and not data.exists()
+
+
+@pytest.mark.parametrize("case", ["pytorch-gpt", "jax-gpt"])
+def test_the_data_command_a_refusal_names_is_one_the_data_script_takes(case, tmp_path):
+    """The token cases' script reads a source or generates one (it downloads nothing): without either it
+    refuses, so the command the refusals name gives SRC, saying what it names (the image cases' scripts alike:
+    tests/integration/test_mxnet_imagenet.py)."""
+    spec = load_case(case).spec["data"]
+    script = (load_case(case).dir / spec["script"]).resolve()
+    bare = subprocess.run([sys.executable, str(script), "--data-dir", str(tmp_path)], cwd=ROOT, capture_output=True,
+                          text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert bare.returncode == 2 and "give exactly one of --src" in bare.stderr
+    assert load_case(case).make_data_commands.startswith(f"'make data CASE={case} SRC=<folder of text files or ")
