@@ -11,6 +11,7 @@ process groups of their own, so ending a job relies on the agent (or, over ssh, 
 every process inherits). The agents' folders (a failed worker's error.json) go to the run's folder,
 torchrun/, not a folder of their own in /tmp that nothing removes."""
 
+import os
 from pathlib import Path
 
 from suite.execution.plan import Launch, Plan, Process
@@ -52,10 +53,20 @@ def plan(launch: Launch) -> Plan:
             *(["--shutdown-timeout", str(SHUTDOWN_S)] if has_option(launch, "--shutdown-timeout") else []),
             launch.script, *launch.case_argv)
         env = launch.env(host, SUITE_PROCESSES_ON_HOST=str(launch.processes_on_machine(host)))
+        env.update(omp_threads(host.slots, env))
         processes.append(Process(f"torchrun-{index}", host.name, argv, env, launch.run_dir))
     details = {"launcher": "torchrun", "rdzv_endpoint": endpoint, "nproc_per_node": [h.slots for h in world.hosts],
                **ddp_details(launch.options)}
     return Plan(tuple(processes), ranks=world.devices, details=details)
+
+
+def omp_threads(workers: int, env: dict, environ=os.environ) -> dict:
+    """OMP_NUM_THREADS=1 where torchrun would set it itself (two or more workers on the node, and neither this
+    environment nor the process's names one): torchrun's own value, given beforehand so that it does not print
+    its four-line warning about it. The cases size their thread pools from their CPU share (bind_cpus)."""
+    if workers > 1 and "OMP_NUM_THREADS" not in environ and "OMP_NUM_THREADS" not in env:
+        return {"OMP_NUM_THREADS": "1"}
+    return {}
 
 
 def ddp_details(options: dict) -> dict:

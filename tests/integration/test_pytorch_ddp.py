@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -63,6 +64,20 @@ def test_torchrun_plans_one_agent_per_node_meeting_at_the_first_host():
     assert plan.details["launcher"] == "torchrun" and plan.details["ddp"]["bucket_cap_mb"] == 25.0
 
 
+@pytest.mark.parametrize("workers, site, environ, given", [(2, {}, {}, "1"), (1, {}, {}, None),
+                                                           (2, {"OMP_NUM_THREADS": "4"}, {}, "4"),
+                                                           (2, {}, {"OMP_NUM_THREADS": "8"}, None)],
+                         ids=["two workers", "one worker", "the profile's", "the runner's"])
+def test_torchrun_gets_the_thread_count_it_would_set_itself_and_no_other(workers, site, environ, given, monkeypatch):
+    """OMP_NUM_THREADS=1 with two or more workers where nothing names it (torchrun's own, without its warning);
+    a cluster profile's [env] value or the runner's environment (which the scheduler passes on) wins."""
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    for name, value in environ.items():
+        monkeypatch.setenv(name, value)
+    plan = torchrun.plan(replace(launch([Host("node1", workers)]), site_env=site))
+    assert plan.processes[0].env.get("OMP_NUM_THREADS") == given
+
+
 def test_ranks_plans_one_process_per_device_with_torchs_environment():
     plan = ranks.plan(launch([Host("node1", 2), Host("node2", 2)], **{"static-graph": True}))
     envs = [p.env for p in plan.processes]
@@ -112,6 +127,7 @@ def test_two_ddp_workers_on_this_machine(suite_cli, ddp_stack, launcher):
     assert tp["n"] == 3 and all(s > 0 for s in tp["samples"])
     names = [p["name"] for p in record["repetitions"][0]["processes"]]
     assert names == (["torchrun-0"] if launcher == "torchrun" else ["rank-0", "rank-1"])
+    assert "OMP_NUM_THREADS" not in result.stdout + result.stderr  # torchrun's warning: given its value beforehand
     assert record["provenance"]["versions"]["torch"].startswith("2.13.0")
     assert "horovod" not in ddp_stack.info["packages"]
 
