@@ -502,8 +502,10 @@ def index_row(s: Series, units: set[str]) -> dict[str, str]:
 def index_table(series: list[Series], units: set[str]) -> str:
     """The index's table: a row per series; the energy column and OPTIONAL_COLUMNS only where a row fills them."""
     rows = [index_row(s, units) for s in series]
+    if not rows:
+        return ""
     optional = {*OPTIONAL_COLUMNS, index_heads(units)[2]}
-    shown = [h for h in (rows[0] if rows else []) if h not in optional or any(row[h] != EMPTY_CELL for row in rows)]
+    shown = [h for h in rows[0] if h not in optional or any(row[h] != EMPTY_CELL for row in rows)]
     return ('<table class="index"><tr>' + "".join(f"<th>{html.escape(h)}</th>" for h in shown) + "</tr>"
             + "".join("<tr>" + "".join(row[h] for h in shown) + "</tr>" for row in rows) + "</table>")
 

@@ -270,3 +270,12 @@ def test_a_column_is_shown_where_one_row_has_a_figure(dirs):
     assert headings_of(index) == ["case", "stack", "cluster", "configuration", "devices", "img/s", "img/s per device",
                                   "efficiency", "MFU", "latest"]
     assert "<td>1, <b>2</b></td>" in index and index.count(report.EMPTY_CELL) == 2  # cluster-b's two
+
+
+def test_an_index_without_records_says_so_and_draws_no_table(dirs):
+    results, _ = dirs
+    results.mkdir(parents=True)
+    out = results.parent / "site"
+    report.write_report(results, out, warn=lambda message: None)
+    index = (out / "index.html").read_text()
+    assert "0 records used (no records)" in index and "<table" not in index
