@@ -40,6 +40,7 @@ def rows(study: dict) -> list[tuple[str, str, str, str]]:
             speed = trial["status"]
         ratio = f"{trial['vs_asked']:.2f}" if trial.get("vs_asked") is not None else "-"
         mark = " (best)" if best and trial.get("run_id") == best else ""
+        mark = mark or (" (within noise)" if trial.get("within_noise") else "")
         where = trial.get("run_id") or ""
         if trial["status"] != "ok":
             where = f"{where}: {trial.get('reason') or trial['status']}".lstrip(": ")
@@ -55,6 +56,9 @@ def study_lines(study: dict) -> list[str]:
     widths = [max(len(row[i]) for row in table) for i in range(3)]
     lines += ["   " + "  ".join(cell.ljust(widths[i]) if i < 3 else cell for i, cell in enumerate(row)).rstrip()
               for row in table]
+    if any(trial.get("within_noise") for trial in study["trials"]):
+        lines.append("   within noise: more than 2% faster than the best so far, but not beyond the two runs' 95% "
+                     "intervals together: not kept (longer trials narrow the intervals)")
     if best := study.get("best"):
         lines.append(f"   best: {settings_text(best['options'])} ({best['vs_asked']} x the run as asked)")
         lines.append(f"   preset: {study['preset']} (ARGS=\"--preset tuned:{study['preset']}\")")

@@ -67,6 +67,8 @@ def tune(req: RunRequest, budget_s: float) -> int:
                 return finish(req, study, best, INTERRUPTED, started, batch_option)
             if tried["status"] == "ok" and beats(tried, winner or best):
                 winner = tried
+            elif tried["status"] == "ok" and tried["throughput"] > (winner or best)["throughput"] * (1 + MARGIN):
+                tried["within_noise"] = True  # faster by more than MARGIN, not by more than the runs' spread
         if winner:
             best, chosen = winner, dict(winner["settings"])
             args = with_setting(checked.case, args, name, chosen[name])

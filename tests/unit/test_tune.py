@@ -89,6 +89,9 @@ def test_a_gain_within_the_two_runs_intervals_is_not_kept(fake_runs, ci, kept):
     noise; ±5% each, a gain."""
     _, study = fake_runs(Trials(lambda args: 120.0 if "bf16" in args else 100.0, ci=lambda args: ci))
     assert study["best"]["options"] == kept
+    lines = study_lines(study)  # the table says why a faster trial was not kept
+    assert any(line.strip().startswith("precision=bf16 (within noise)") for line in lines) == (not kept)
+    assert any(line.startswith("   within noise: ") for line in lines) == (not kept)
 
 
 def test_a_value_the_best_so_far_ran_with_is_not_tried_again(fake_runs):
