@@ -382,11 +382,14 @@ def joules_per_image(point: Point) -> float | None:
     return (point.record["metrics"].get("telemetry") or {}).get("joules_per_image")
 
 
+EMPTY_CELL = "<td>-</td>"  # an index cell without a figure (index_table leaves out a column of only these)
+
+
 def bound_cell(point: Point) -> str:
     """The index's cell: the verdict in a word, the sentence behind it as the cell's tooltip."""
     diagnosis = point.record["metrics"].get("diagnosis")
     if not diagnosis:
-        return "<td>-</td>"
+        return EMPTY_CELL
     return f'<td title="{html.escape(diagnosis["why"])}">{html.escape(diagnosis["verdict"])}</td>'
 
 
@@ -395,7 +398,7 @@ def published_cell(point: Point) -> str:
     that figure is for and its MFU; its source as the cell's tooltip."""
     found = point.record["metrics"].get("published")
     if not found:
-        return "<td>-</td>"
+        return EMPTY_CELL
     text = " ".join(filter(None, [f"{found['ratio']:.2f}x", found.get("gpu"), found.get("precision")]))
     if found.get("published_mfu") is not None:
         text += f" (theirs: MFU {100 * found['published_mfu']:.0f}%)"
@@ -469,7 +472,6 @@ def index_heads(units: set[str]) -> tuple[str, str, str]:
     return "throughput", "throughput per device", "energy per sample"
 
 
-EMPTY_CELL = "<td>-</td>"
 OPTIONAL_COLUMNS = ("efficiency", "bound", "MFU", "vs published")  # and energy: left out where no row has a figure
 
 

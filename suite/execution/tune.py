@@ -23,7 +23,7 @@ from suite.inputs import tuned_presets
 from suite.instack.case_options import is_flag, value_given, with_option
 from suite.records.write import utc_now
 
-MARGIN = 0.02  # a value is kept where it beats the best so far by more than this fraction (and its noise: beats)
+MARGIN = 0.02  # a value is kept where it beats the best so far by more than this fraction (and its noise: gain_over)
 
 
 def tune(req: RunRequest, budget_s: float) -> int:
@@ -65,10 +65,11 @@ def tune(req: RunRequest, budget_s: float) -> int:
                           with_setting(checked.case, args, name, value))
             if tried is None:  # interrupted
                 return finish(req, study, best, INTERRUPTED, started, batch_option)
-            if tried["status"] == "ok" and beats(tried, winner or best):
+            gain = gain_over(tried, winner or best) if tried["status"] == "ok" else None
+            if gain == "kept":
                 winner = tried
-            elif tried["status"] == "ok" and tried["throughput"] > (winner or best)["throughput"] * (1 + MARGIN):
-                tried["within_noise"] = True  # faster by more than MARGIN, not by more than the runs' spread
+            elif gain == "within noise":
+                tried["within_noise"] = True
         if winner:
             best, chosen = winner, dict(winner["settings"])
             args = with_setting(checked.case, args, name, chosen[name])
@@ -77,11 +78,13 @@ def tune(req: RunRequest, budget_s: float) -> int:
     return finish(req, study, best, stopped, started, batch_option)
 
 
-def beats(tried: dict, best: dict) -> bool:
-    """Faster than `best` by more than MARGIN and by more than their 95% intervals' root sum of squares."""
+def gain_over(tried: dict, best: dict) -> str | None:
+    """Says "kept" where `tried` is faster than `best` by more than MARGIN and by more than their 95% intervals' root
+    sum of squares; "within noise" where only by more than MARGIN; None where not by more than MARGIN."""
     gain = tried["throughput"] - best["throughput"]
-    noise = math.hypot(tried.get("ci95") or 0.0, best.get("ci95") or 0.0)
-    return gain > best["throughput"] * MARGIN and gain > noise
+    if gain <= best["throughput"] * MARGIN:
+        return None
+    return "kept" if gain > math.hypot(tried.get("ci95") or 0.0, best.get("ci95") or 0.0) else "within noise"
 
 
 def ran_with(entry: dict, name: str):
