@@ -156,7 +156,10 @@ def test_dry_run_prints_the_job_script(suite_cli, pytorch_stack):
 # --- a real SLURM cluster -----------------------------------------------------------------------------
 
 def job_processes(job_id: str) -> list[int]:
-    return [pid for pid in processes_with_env(f"SLURM_JOB_ID={job_id}") if alive(pid)]
+    """The live processes of job `job_id` of the cluster SLURM_CONF names. Each test cluster numbers its jobs
+    from 1, and another xdist worker's cluster may run a job of the same number at the same time."""
+    return [pid for pid in processes_with_env(f"SLURM_JOB_ID={job_id}", f"SLURM_CONF={os.environ['SLURM_CONF']}")
+            if alive(pid)]
 
 
 def check_slurm_record(record: dict, node: str) -> dict:

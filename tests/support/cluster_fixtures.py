@@ -109,12 +109,13 @@ def stop_group(popen: subprocess.Popen, grace: float = 10) -> None:
             continue
 
 
-def processes_with_env(line: str) -> list[int]:
-    """Pids of the processes whose environment holds `line` (e.g. SLURM_CONF=...), not this one."""
+def processes_with_env(*lines: str) -> list[int]:
+    """Pids of the processes whose environment holds every one of `lines` (e.g. SLURM_CONF=...), not this one."""
+    wanted = {line.encode() for line in lines}
     found = []
     for environ in Path("/proc").glob("[0-9]*/environ"):
         try:
-            if line.encode() in environ.read_bytes().split(b"\0"):
+            if wanted <= set(environ.read_bytes().split(b"\0")):
                 found.append(int(environ.parent.name))
         except OSError:
             continue
