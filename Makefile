@@ -83,12 +83,16 @@ folders = $(call opt,--results-dir,$(RESULTS)) $(call opt,--runs-dir,$(RUNS))
 stack_options = $(call opt,--flavour,$(FLAVOUR)) $(call opt,--wheels,$(WHEELS)) $(call opt,--modules,$(MODULES)) \
 	$(call opt,--source,$(SOURCE)) $(site_python)
 tiny = $(if $(call on,TINY),--tiny)
+placement_vars := GPUS_PER_NODE HOSTFILE CLUSTER RUNTIME SCHEDULER DATA_DIR TIMEOUT RESULTS RUNS
+stack_vars := FLAVOUR WHEELS MODULES SOURCE PYTHON
 
 run_options = --case "$(CASE)" --nodes "$(NODES)" --repeat "$(REPEAT)" $(placement) \
 	$(call opt,--stall,$(STALL)) $(if $(call on,DRY_RUN),--dry-run) \
 	$(if $(call on,PRECHECK),--precheck) $(if $(call on,NO_PRECHECK),--no-precheck) \
 	$(call opt,--telemetry-interval,$(TELEMETRY)) $(call opt,--cpu-bind,$(CPU_BIND)) $(stack_options) $(tiny)
 # SYNTHETIC belongs to make data: a run reads the set that make data made
+vars.run := CASE NODES REPEAT $(placement_vars) STALL DRY_RUN PRECHECK NO_PRECHECK TELEMETRY CPU_BIND \
+	$(stack_vars) TINY ARGS SYNTHETIC
 run: $(VENV)/.installed
 	$(if $(call on,SYNTHETIC),$(error SYNTHETIC=1 is for make data, not make run: make data CASE=$(CASE) SYNTHETIC=1 \
 		makes the small generated set, which make run CASE=$(CASE) then reads))
@@ -97,11 +101,13 @@ run: $(VENV)/.installed
 # make tune CASE=... [NODES=1] [BUDGET=30] [TINY=1] [ARGS="--batch-size max"]: the case's speed settings (its [tune]
 # table) tried one at a time within BUDGET minutes, each trial a record; the best written to reports/tune/ as a
 # preset for ARGS="--preset tuned:<file>" (docs/running.md, "Tuning a case")
+vars.tune := CASE NODES BUDGET $(placement_vars) $(stack_vars) TINY ARGS
 tune: $(VENV)/.installed
 	$(SUITE) tune $(strip --case "$(CASE)" --nodes "$(NODES)" $(call opt,--budget,$(BUDGET)) $(placement) \
 		$(stack_options) $(tiny)) -- $(ARGS)
 
 # make doctor [CLUSTER=name]: what the cluster profile needs here and what is missing, one line each
+vars.doctor := CLUSTER FLAVOUR
 doctor: $(VENV)/.installed
 	$(SUITE) doctor $(call opt,--cluster,$(CLUSTER)) $(call opt,--flavour,$(FLAVOUR))
 
@@ -110,41 +116,49 @@ doctor: $(VENV)/.installed
 # (docs/clusters.md, "Checking a site"); exit 1 when an available path failed, 3 when no path was available
 # (nothing was checked), 130 on Ctrl-C
 .PHONY: check-site
+vars.check-site := CLUSTER ONLY MODULES SOURCE PYTHON RESULTS RUNS
 check-site: $(VENV)/.installed
 	$(SUITE) check $(strip $(call opt,--cluster,$(CLUSTER)) $(foreach pattern,$(ONLY),--only "$(pattern)") \
 		$(call opt,--modules,$(MODULES)) $(call opt,--source,$(SOURCE)) $(site_python) $(folders))
 
+vars.data := CASE DATA_DIR CLUSTER SYNTHETIC SRC ARGS
 data: $(VENV)/.installed
 	$(SUITE) data $(strip --case "$(CASE)" $(call opt,--data-dir,$(DATA_DIR)) $(call opt,--cluster,$(CLUSTER)) \
 		$(if $(call on,SYNTHETIC),--synthetic) $(if $(strip $(SRC)),--src "$(SRC)")) -- $(ARGS)
 
 # make install CASE=... [FLAVOUR=cpu|cuda] [WHEELS=folder]: the case's local stack, ahead of a run
+vars.install := CASE FLAVOUR WHEELS
 install: $(VENV)/.installed
 	$(SUITE) install --case "$(CASE)" $(call opt,--flavour,$(FLAVOUR)) $(call opt,--wheels,$(WHEELS))
 
 # make wheels CASE=... WHEELS=folder [FLAVOUR=cpu|cuda]: every file of the stack's locks, for machines
 # without network (docs/containers.md, "Installing")
 .PHONY: wheels
+vars.wheels := CASE FLAVOUR WHEELS
 wheels: $(VENV)/.installed
 	$(if $(strip $(WHEELS)),,$(error make wheels needs WHEELS=<folder>))
 	$(SUITE) wheels --case "$(CASE)" $(call opt,--flavour,$(FLAVOUR)) --dest "$(WHEELS)"
 
+vars.cases :=
 cases: $(VENV)/.installed
 	$(SUITE) cases
 
 # make stacks [REMOVE_UNUSED_DAYS=30]: the local stacks kept here (size, built, last used, made by this checkout);
 # with REMOVE_UNUSED_DAYS, those no recipe of this checkout makes and nothing used for that many days are removed
 .PHONY: stacks
+vars.stacks := REMOVE_UNUSED_DAYS
 stacks: $(VENV)/.installed
 	$(SUITE) stacks $(call opt,--remove-unused-days,$(REMOVE_UNUSED_DAYS))
 
 # make report [RESULTS=folder]: the pages and summary.csv of the records in RESULTS (default reports/results/),
 # written beside that folder (reports/)
+vars.report := RESULTS
 report: $(VENV)/.installed
 	$(SUITE) $(strip report $(call opt,--results-dir,$(RESULTS)))
 
 # make compare A=reports/results-old B=reports/results, or selections of one folder (docs/running.md):
 # make compare A='reports/results?cluster=jsc&until=2026-10-31' B='reports/results?cluster=jsc&since=2026-11-01'
+vars.compare := A B
 compare: $(VENV)/.installed
 	$(if $(and $(strip $(A)),$(strip $(B))),,$(error make compare needs A=<records> and B=<records>: folders, \
 		files or selections))
@@ -153,6 +167,7 @@ compare: $(VENV)/.installed
 # make query [CASE=name] [CLUSTER=name] [STACK=name] [FINGERPRINT=sha256-prefix] [DEVICES=8|1,2,4]
 #            [SINCE=YYYY-MM-DD] [UNTIL=YYYY-MM-DD] [STATUS=ok|failed|all] [FORMAT=table|csv] [RESULTS=folder]
 # The records in the results index; CASE only when given on the command line (its default is for `run`).
+vars.query := RESULTS CASE CLUSTER STACK FINGERPRINT DEVICES SINCE UNTIL STATUS FORMAT
 query: $(VENV)/.installed
 	$(SUITE) query $(strip $(call opt,--results-dir,$(RESULTS)) \
 		$(if $(filter command line,$(origin CASE)),--case "$(CASE)") $(call opt,--cluster,$(CLUSTER)) \
@@ -161,6 +176,8 @@ query: $(VENV)/.installed
 		$(call opt,--format,$(FORMAT)))
 
 # make compare-frameworks NODES=1 GPUS_PER_NODE=1,4 [TINY=1] [ARGS=...]: every case's --same-work run, one table
+vars.compare-frameworks := NODES REPEAT $(placement_vars) STALL DRY_RUN CPU_BIND $(stack_vars) TINY \
+	ARGS
 compare-frameworks: $(VENV)/.installed
 	$(SUITE) compare-frameworks $(strip --nodes "$(NODES)" --repeat "$(REPEAT)" $(placement) \
 		$(call opt,--stall,$(STALL)) $(if $(call on,DRY_RUN),--dry-run) $(call opt,--cpu-bind,$(CPU_BIND)) \
@@ -168,6 +185,7 @@ compare-frameworks: $(VENV)/.installed
 
 # make rerun RECORD=reports/results/<run_id>.json [CLUSTER=name | HOSTFILE=file] [ALLOW_DRIFT=1] [DRY_RUN=1]
 #            [RESULTS=folder] [RUNS=folder]
+vars.rerun := RECORD CLUSTER HOSTFILE DATA_DIR ALLOW_DRIFT DRY_RUN RESULTS RUNS
 rerun: $(VENV)/.installed
 	$(if $(strip $(RECORD)),,$(error make rerun needs RECORD=<a result record, e.g. reports/results/RUN_ID.json>))
 	$(SUITE) rerun $(strip "$(RECORD)" $(call opt,--cluster,$(CLUSTER)) $(call opt,--hostfile,$(HOSTFILE)) \
@@ -176,12 +194,14 @@ rerun: $(VENV)/.installed
 
 # make resume SWEEP=<sweep_id> [ALLOW_DRIFT=1] [DRY_RUN=1] [RESULTS=folder] [RUNS=folder]: the sweep's points
 # without an ok record, run again
+vars.resume := SWEEP ALLOW_DRIFT DRY_RUN RESULTS RUNS
 resume: $(VENV)/.installed
 	$(if $(strip $(SWEEP)),,$(error make resume needs SWEEP=<a sweep id, as the sweep's table names it>))
 	$(SUITE) resume $(strip "$(SWEEP)" $(if $(call on,ALLOW_DRIFT),--allow-drift) $(if $(call on,DRY_RUN),--dry-run) \
 		$(folders))
 
 # make bench [BENCH_ARGS="--tiny | --medium | --rounds 5 | --only scaling_pytorch"]: ratios, written to reports/bench/
+vars.bench := BENCH_ARGS
 bench: $(VENV)/.installed
 	$(VENV)/bin/python benchmarks/harness.py $(BENCH_ARGS)
 
@@ -193,6 +213,7 @@ bench: $(VENV)/.installed
 # two keep a 2-core machine busy while one waits on daemons, images and startups; TEST_WORKERS=0 runs them in turn
 TEST_SELECT := -m "not full_product"
 TEST_WORKERS ?= 2
+vars.test := TEST_SELECT TEST_WORKERS PYTHON_MATRIX
 test: $(VENV)/.installed
 	$(VENV)/bin/ruff check .
 	tools/install-test-deps.sh
@@ -201,11 +222,13 @@ test: $(VENV)/.installed
 
 # make test-all: make test with the full product of image runtime x case x scheduler (not in CI, for its time)
 .PHONY: test-all
+vars.test-all := TEST_WORKERS PYTHON_MATRIX
 test-all:
 	$(MAKE) test TEST_SELECT=
 
 # make test-pythons: only the unit tests under the other CPythons 3.10-3.13 of this machine (tools/python-matrix.sh)
 .PHONY: test-pythons
+vars.test-pythons := PYTHON_MATRIX
 test-pythons: $(VENV)/.installed
 	tools/python-matrix.sh
 
@@ -214,6 +237,7 @@ test-pythons: $(VENV)/.installed
 # binfmt handler itself: tools/aarch64-deps.sh); not in `make test`, for its time
 # (containers/README.md, "aarch64 (Grace Hopper)")
 .PHONY: test-aarch64
+vars.test-aarch64 :=
 test-aarch64:
 	tools/aarch64-check.sh
 
@@ -222,6 +246,8 @@ test-aarch64:
 # the compiled run refused without Python's headers (tools/distro-check.sh; root, mmdebstrap); not in `make test`,
 # for its time (containers/README.md, "Debian 13 and Ubuntu 24.04")
 .PHONY: test-debian13 test-ubuntu2404
+vars.test-debian13 :=
+vars.test-ubuntu2404 :=
 test-debian13 test-ubuntu2404:
 	tools/distro-check.sh $(patsubst test-%,%,$@)
 
@@ -235,16 +261,19 @@ $(LOCK_TOOLS)/.installed:
 	$(LOCK_TOOLS)/bin/pip install --quiet 'uv==0.13.8' 'packaging>=23'
 	touch $@
 
+vars.locks := ONLY EXTRA_INDEX
 locks: $(LOCK_TOOLS)/.installed
 	PATH="$(CURDIR)/$(LOCK_TOOLS)/bin:$$PATH" $(LOCK_TOOLS)/bin/python tools/make-locks.py \
 		$(if $(strip $(ONLY)),--only "$(ONLY)") $(if $(call on,EXTRA_INDEX),--extra-index)
 
+vars.clean-runs :=
 clean-runs:
 	rm -rf runs
 
 # make gpu-check [RUNTIME=modules PYTHON=... | FLAVOUR=cuda] [GPU_CHECK_ARGS="--quick" | "--rounds 5 --only NAME ..."]: on a
 # GPU host, every case against its bare loop, its MFU and published figures (benchmarks/gpu_check.py); exit 2 without a GPU
 .PHONY: gpu-check
+vars.gpu-check := GPU_CHECK_ARGS RUNTIME FLAVOUR CLUSTER WHEELS MODULES SOURCE PYTHON
 gpu-check: $(VENV)/.installed
 	$(VENV)/bin/python benchmarks/gpu_check.py $(GPU_CHECK_ARGS) -- $(call opt,--runtime,$(RUNTIME)) \
 		$(call opt,--flavour,$(FLAVOUR)) $(call opt,--cluster,$(CLUSTER)) $(call opt,--wheels,$(WHEELS)) \
@@ -253,8 +282,25 @@ gpu-check: $(VENV)/.installed
 # make containers [STACK=tensorflow] [FLAVOUR=cpu|cuda] [TOOL=apptainer|docker|charliecloud] [BASE=pinned|debian|docker (apptainer: from the Docker image)] [BASE_REFRESH=1] [JOBS=2]
 # (docs/containers.md): images into containers/build/ or the Docker engine
 .PHONY: containers
+vars.containers := STACK FLAVOUR TOOL BASE BASE_REFRESH WHEELS JOBS
 containers: $(VENV)/.installed
 	$(SUITE) containers build $(if $(strip $(STACK)),--stack "$(STACK)") \
 		$(if $(strip $(FLAVOUR)),--flavour "$(FLAVOUR)") $(if $(strip $(TOOL)),--tool "$(TOOL)") \
 		$(if $(strip $(BASE)),--base "$(BASE)") $(if $(call on,BASE_REFRESH),--refresh-base) \
 		$(call opt,--wheels,$(WHEELS)) $(call opt,--jobs,$(JOBS))
+
+# Each goal's variables are named beside it (vars.<goal>). One given on make's command line that the asked goals do
+# not take is refused where another goal takes it or it looks misspelt (NODE=4 would otherwise run one node);
+# any other name passes to the recipes' environment, as make passes it (NCCL_DEBUG=INFO). Only the first make's:
+# a make that a recipe starts (make test's tests, make test-all) inherits its parent's variables
+goals_with_variables := $(patsubst vars.%,%,$(filter vars.%,$(.VARIABLES)))
+asked_goals := $(or $(MAKECMDGOALS),run)
+given_variables := $(foreach v,$(.VARIABLES),$(if $(filter command line,$(origin $(v))),$(v)))
+not_taken := $(filter-out BOOTSTRAP_PYTHON $(foreach g,$(asked_goals),$(vars.$(g))),$(given_variables))
+ifeq ($(MAKELEVEL)/$(filter-out $(goals_with_variables),$(asked_goals)),0/)  # every asked goal names its variables
+ifneq ($(not_taken),)
+variables_refusal := $(shell $(BOOTSTRAP_PYTHON) tools/check-make-variables.py --asked "$(asked_goals)" \
+	--given "$(not_taken)" $(foreach g,$(goals_with_variables),"$(g)=$(vars.$(g))"))
+$(if $(variables_refusal),$(error $(variables_refusal)))
+endif
+endif

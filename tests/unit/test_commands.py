@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from conftest import ROOT
+from support.makefile import goal_variables
 
 import suite.commands
 from suite import cli
@@ -108,19 +109,20 @@ def test_run_tiny_puts_the_case_s_tiny_sizes_before_the_options_given():
 def test_make_echoes_one_command_line_of_the_options_given_and_parses_them_as_the_cli_does(target):
     """What `make run` prints is the command it runs, one line with no gaps for the variables left out, and
     every variable given becomes its option."""
-    plain = subprocess.run(["make", "-n", target, "CASE=jax-gpt", "TINY=1"], cwd=ROOT, capture_output=True, text=True)
+    case_variable = ["CASE=jax-gpt"] if target != "compare-frameworks" else []  # every case's there
+    plain = subprocess.run(["make", "-n", target, *case_variable, "TINY=1"], cwd=ROOT, capture_output=True, text=True)
     commands = [line for line in plain.stdout.splitlines() if "-m suite" in line]
     assert plain.returncode == 0 and len(commands) == 1, plain.stdout + plain.stderr
     assert "  " not in commands[0] and "\\" not in commands[0] and commands[0].rstrip().endswith("--tiny --")
     given = {"GPUS_PER_NODE": "2", "HOSTFILE": "hostfiles/loopback4", "RUNTIME": "modules", "TIMEOUT": "60",
              "WHEELS": "/w", "MODULES": "a b", "PYTHON": "/usr/bin/python3"}
-    full = subprocess.run(["make", "-n", target, "CASE=jax-gpt", *(f"{k}={v}" for k, v in given.items()),
+    full = subprocess.run(["make", "-n", target, *case_variable, *(f"{k}={v}" for k, v in given.items()),
                            "ARGS=--num-iters 5"], cwd=ROOT, capture_output=True, text=True)
     line = next(line for line in full.stdout.splitlines() if "-m suite" in line)
     argv = shlex.split(line.split(" -m suite ", 1)[1])
     assert argv[0] == target and argv[-3:] == ["--", "--num-iters", "5"]
     options = dict(zip(argv[1:-3:2], argv[2:-3:2]))
-    case = {"--case": "jax-gpt"} if target != "compare-frameworks" else {}  # every case's there
+    case = {"--case": "jax-gpt"} if case_variable else {}
     assert options == {**case, "--nodes": "1", **({"--repeat": "1"} if target != "tune" else {}),
                        "--gpus-per-node": "2", "--hostfile": "hostfiles/loopback4", "--runtime": "modules",
                        "--timeout": "60", "--wheels": "/w", "--modules": "a b", "--python": "/usr/bin/python3"}
@@ -137,7 +139,7 @@ def test_make_passes_the_records_and_runs_folders_to_the_command(target):
     """RESULTS and RUNS reach the command as the folders it writes and reads, parsed as the CLI parses them; left
     out, the command keeps its defaults (reports/results, runs)."""
     folders = {"RESULTS": "/study/results", "RUNS": "/study/runs"}
-    needed = ["RECORD=r.json", "SWEEP=s"]
+    needed = {"rerun": ["RECORD=r.json"], "resume": ["SWEEP=s"]}.get(target, [])
 
     def parsed(*variables: str) -> argparse.Namespace:
         make = subprocess.run(["make", "-n", target, *needed, *variables], cwd=ROOT, capture_output=True, text=True)
@@ -273,9 +275,10 @@ def test_a_sigterm_to_make_reaches_the_runner(tmp_path, target):
     (venv / "bin" / "python").write_text(FAKE_RUNNER)
     (venv / "bin" / "python").chmod(0o755)
     (venv / ".installed").touch()  # newer than pyproject.toml: make installs nothing
-    make = subprocess.Popen(["make", "--no-print-directory", target, f"VENV={venv}", "CASE=pytorch-ddp", "A=a",
-                             "B=b", "RECORD=r.json", "SWEEP=s", "WHEELS=w"], cwd=ROOT, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    needed = [given for given in ("CASE=pytorch-ddp", "A=a", "B=b", "RECORD=r.json", "SWEEP=s", "WHEELS=w")
+              if given.split("=")[0] in goal_variables()[target]]
+    make = subprocess.Popen(["make", "--no-print-directory", target, f"VENV={venv}", *needed], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
     try:
         lines = []
         while (line := make.stdout.readline()) and line.strip() != "ready":
