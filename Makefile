@@ -289,6 +289,13 @@ containers: $(VENV)/.installed
 		$(if $(strip $(BASE)),--base "$(BASE)") $(if $(call on,BASE_REFRESH),--refresh-base) \
 		$(call opt,--wheels,$(WHEELS)) $(call opt,--jobs,$(JOBS))
 
+# make help: each target and the variables it takes (README.md, "Variables", says what they mean)
+.PHONY: help
+vars.help :=
+help:
+	@echo "make TARGET [VARIABLE=value ...]; README.md's Variables say what each means, docs/ the rest"
+	@$(foreach g,$(sort $(goals_with_variables)),printf '  %-20s %s\n' '$(g)' '$(vars.$(g))';)
+
 # Each goal's variables are named beside it (vars.<goal>). One given on make's command line that the asked goals do
 # not take is refused where another goal takes it or it looks misspelt (NODE=4 would otherwise run one node);
 # any other name passes to the recipes' environment, as make passes it (NCCL_DEBUG=INFO). Only the first make's:

@@ -113,3 +113,11 @@ def test_every_goal_of_the_makefile_names_its_variables():
     rules = re.findall(r"^([a-z][a-z0-9-]*(?: [a-z][a-z0-9-]*)*):", (ROOT / "Makefile").read_text(), re.M)
     goals = {goal for rule in rules for goal in rule.split()}
     assert goals - set(goal_variables()) == set()
+
+
+def test_make_help_lists_every_goal_with_its_variables():
+    shown = subprocess.run(["make", "--no-print-directory", "-s", "help"], cwd=ROOT, capture_output=True, text=True,
+                           timeout=300, env=first_make_env())
+    assert shown.returncode == 0, shown.stderr
+    listed = {line.split()[0]: tuple(line.split()[1:]) for line in shown.stdout.splitlines()[1:]}
+    assert listed == goal_variables() and "run" in listed
