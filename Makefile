@@ -90,21 +90,21 @@ run_options = --case "$(CASE)" --nodes "$(NODES)" --repeat "$(REPEAT)" $(placeme
 	$(call opt,--stall,$(STALL)) $(if $(call on,DRY_RUN),--dry-run) \
 	$(if $(call on,PRECHECK),--precheck) $(if $(call on,NO_PRECHECK),--no-precheck) \
 	$(call opt,--telemetry-interval,$(TELEMETRY)) $(call opt,--cpu-bind,$(CPU_BIND)) $(stack_options) $(tiny)
+run_option_vars := CASE NODES REPEAT $(placement_vars) STALL DRY_RUN PRECHECK NO_PRECHECK TELEMETRY CPU_BIND \
+	$(stack_vars) TINY
 # SYNTHETIC belongs to make data: a run reads the set that make data made
-vars.run := CASE NODES REPEAT $(placement_vars) STALL DRY_RUN PRECHECK NO_PRECHECK TELEMETRY CPU_BIND \
-	$(stack_vars) TINY ARGS SYNTHETIC
+vars.run := $(run_option_vars) ARGS SYNTHETIC
 run: $(VENV)/.installed
 	$(if $(call on,SYNTHETIC),$(error SYNTHETIC=1 is for make data, not make run: make data CASE=$(CASE) SYNTHETIC=1 \
 		makes the small generated set, which make run CASE=$(CASE) then reads))
 	$(SUITE) run $(strip $(run_options)) -- $(ARGS)
 
 # make tune CASE=... [NODES=1] [BUDGET=30] [TINY=1] [ARGS="--batch-size max"]: the case's speed settings (its [tune]
-# table) tried one at a time within BUDGET minutes, each trial a record; the best written to reports/tune/ as a
-# preset for ARGS="--preset tuned:<file>" (docs/running.md, "Tuning a case")
-vars.tune := CASE NODES BUDGET $(placement_vars) $(stack_vars) TINY ARGS
+# table) tried one at a time within BUDGET minutes, each trial a record made with make run's variables; the best
+# written to reports/tune/ as a preset for ARGS="--preset tuned:<file>" (docs/running.md, "Tuning a case")
+vars.tune := $(run_option_vars) BUDGET ARGS
 tune: $(VENV)/.installed
-	$(SUITE) tune $(strip --case "$(CASE)" --nodes "$(NODES)" $(call opt,--budget,$(BUDGET)) $(placement) \
-		$(stack_options) $(tiny)) -- $(ARGS)
+	$(SUITE) tune $(strip $(run_options) $(call opt,--budget,$(BUDGET))) -- $(ARGS)
 
 # make doctor [CLUSTER=name]: what the cluster profile needs here and what is missing, one line each
 vars.doctor := CLUSTER FLAVOUR

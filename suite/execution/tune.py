@@ -18,6 +18,7 @@ from suite.base.errors import INTERRUPTED, UsageError
 from suite.base.jsonfile import write_json_atomic
 from suite.base.log import log
 from suite.execution import run as runner
+from suite.execution.console import print_dry_run
 from suite.execution.request import RunRequest
 from suite.inputs import tuned_presets
 from suite.instack.case_options import is_flag, value_given, with_option
@@ -33,6 +34,10 @@ def tune(req: RunRequest, budget_s: float) -> int:
         raise UsageError(f"case {checked.case.name} has nothing to tune: its case.toml has no [tune] settings")
     if len(checked.worlds) != 1:
         raise UsageError("tune measures one point: give NODES and GPUS_PER_NODE one value each")
+    if req.dry_run:
+        print_dry_run(runner.dry_run_plan(req, checked))
+        print("\n".join(planned_trials(table, budget_s)))
+        return 0
     # the study is written once the trials ran, up to the budget later: where it goes is checked first
     paths.refuse_unwritable(tune_folder(req.results_dir), "the study, beside --results-dir (Make: RESULTS),")
     stack_env = runner.prepare(req, checked)
@@ -76,6 +81,17 @@ def tune(req: RunRequest, budget_s: float) -> int:
         if stopped != "every setting tried":
             break
     return finish(req, study, best, stopped, started, batch_option)
+
+
+def planned_trials(table: dict, budget_s: float) -> list[str]:
+    """What a dry run says of the trials after the run as asked: each setting's values, in the order tried."""
+    needs = table.get("needs") or {}
+    return [f"tune: then, within {budget_s / 60:g} min, the run above again for each value below that the best so far "
+            "does not use, one setting changed at a time:",
+            *(f"  {name}: {', '.join(value_label(v) for v in values)}"
+              + (f" (where {needs[name]} is set)" if name in needs else "")
+              for name, values in table["settings"].items()),
+            "tune: dry run: no trial was started and no study was written"]
 
 
 def gain_over(tried: dict, best: dict) -> str | None:

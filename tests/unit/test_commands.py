@@ -123,7 +123,7 @@ def test_make_echoes_one_command_line_of_the_options_given_and_parses_them_as_th
     assert argv[0] == target and argv[-3:] == ["--", "--num-iters", "5"]
     options = dict(zip(argv[1:-3:2], argv[2:-3:2]))
     case = {"--case": "jax-gpt"} if case_variable else {}
-    assert options == {**case, "--nodes": "1", **({"--repeat": "1"} if target != "tune" else {}),
+    assert options == {**case, "--nodes": "1", "--repeat": "1",
                        "--gpus-per-node": "2", "--hostfile": "hostfiles/loopback4", "--runtime": "modules",
                        "--timeout": "60", "--wheels": "/w", "--modules": "a b", "--python": "/usr/bin/python3"}
 

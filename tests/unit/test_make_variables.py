@@ -12,8 +12,9 @@ from support.makefile import ROOT, dry_run, first_make_env, goal_variables
 @pytest.mark.parametrize("goal, given, message", [
     ("run", ["CASE=pytorch-gpt", "NODE=4"], "make run takes no NODE: did you mean NODES? Its variables: ARGS CASE"),
     ("run", ["GPU_PER_NODE=2"], "make run takes no GPU_PER_NODE: did you mean GPUS_PER_NODE?"),
-    ("tune", ["TELEMETRY_INTERVAL=1"],
-     "make tune takes no TELEMETRY_INTERVAL: did you mean TELEMETRY? (make run takes it); its variables: ARGS BUDGET"),
+    ("tune", ["TELEMETRY_INTERVAL=1"], "make tune takes no TELEMETRY_INTERVAL: did you mean TELEMETRY? Its variables:"),
+    ("install", ["GPU_PER_NODE=2"], "make install takes no GPU_PER_NODE: did you mean GPUS_PER_NODE? (make "
+                                    "compare-frameworks, make run and make tune take it); its variables: CASE FLAVOUR"),
     ("check-site", ["RUNTIME=docker"], "make check-site takes no RUNTIME (make compare-frameworks, make gpu-check, "
                                        "make run and make tune take it); its variables: CLUSTER MODULES ONLY PYTHON "
                                        "RESULTS RUNS SOURCE"),

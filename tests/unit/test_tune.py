@@ -213,3 +213,25 @@ def test_a_budget_out_of_range_is_refused(tmp_path):
 def test_replace_keeps_a_request_a_trial_can_run():
     req = RunRequest(case="pytorch-gpt", case_args=["--batch-size", "max"], run_id="x")
     assert replace(req, case_args=["--batch-size", "4"], run_id=None).run_id is None
+
+
+def test_a_dry_run_shows_the_run_as_asked_and_the_trials_and_starts_nothing(tmp_path):
+    """`make tune DRY_RUN=1`: the run as asked planned as `make run DRY_RUN=1` plans it, then each setting's
+    values in the order a study tries them; no trial, record or study."""
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+    done = subprocess.run([sys.executable, "-m", "suite", "tune", "--case", "pytorch-gpt", "--tiny", "--dry-run",
+                           "--budget", "5", "--results-dir", str(tmp_path / "results"), "--runs-dir",
+                           str(tmp_path / "runs")], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert "dry run: nothing was started and no record was written" in lines
+    assert "cases/pytorch-gpt/train.py" in done.stdout
+    trials = lines[lines.index(next(line for line in lines if line.startswith("tune: then, within 5 min"))) + 1:]
+    table = load_case("pytorch-gpt").spec["tune"]
+    assert [line.split(":")[0].strip() for line in trials[:-1]] == list(table["settings"])
+    assert trials[-1] == "tune: dry run: no trial was started and no study was written"
+    assert "  compile-mode: reduce-overhead, max-autotune (where compile is set)" in trials
+    assert list(tmp_path.iterdir()) == []
