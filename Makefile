@@ -86,14 +86,15 @@ tiny = $(if $(call on,TINY),--tiny)
 placement_vars := GPUS_PER_NODE HOSTFILE CLUSTER RUNTIME SCHEDULER DATA_DIR TIMEOUT RESULTS RUNS
 stack_vars := FLAVOUR WHEELS MODULES SOURCE PYTHON
 
-run_options = --case "$(CASE)" --nodes "$(NODES)" --repeat "$(REPEAT)" $(placement) \
+# how to measure: what run, tune and compare-frameworks share
+measure_options = --nodes "$(NODES)" --repeat "$(REPEAT)" $(placement) \
 	$(call opt,--stall,$(STALL)) $(if $(call on,DRY_RUN),--dry-run) \
 	$(if $(call on,PRECHECK),--precheck) $(if $(call on,NO_PRECHECK),--no-precheck) \
 	$(call opt,--telemetry-interval,$(TELEMETRY)) $(call opt,--cpu-bind,$(CPU_BIND)) $(stack_options) $(tiny)
-run_option_vars := CASE NODES REPEAT $(placement_vars) STALL DRY_RUN PRECHECK NO_PRECHECK TELEMETRY CPU_BIND \
-	$(stack_vars) TINY
+measure_vars := NODES REPEAT $(placement_vars) STALL DRY_RUN PRECHECK NO_PRECHECK TELEMETRY CPU_BIND $(stack_vars) TINY
+run_options = --case "$(CASE)" $(measure_options)
 # SYNTHETIC belongs to make data: a run reads the set that make data made
-vars.run := $(run_option_vars) ARGS SYNTHETIC
+vars.run := CASE $(measure_vars) ARGS SYNTHETIC
 run: $(VENV)/.installed
 	$(if $(call on,SYNTHETIC),$(error SYNTHETIC=1 is for make data, not make run: make data CASE=$(CASE) SYNTHETIC=1 \
 		makes the small generated set, which make run CASE=$(CASE) then reads))
@@ -102,7 +103,7 @@ run: $(VENV)/.installed
 # make tune CASE=... [NODES=1] [BUDGET=30] [TINY=1] [ARGS="--batch-size max"]: the case's speed settings (its [tune]
 # table) tried one at a time within BUDGET minutes, each trial a record made with make run's variables; the best
 # written to reports/tune/ as a preset for ARGS="--preset tuned:<file>" (docs/running.md, "Tuning a case")
-vars.tune := $(run_option_vars) BUDGET ARGS
+vars.tune := CASE $(measure_vars) BUDGET ARGS
 tune: $(VENV)/.installed
 	$(SUITE) tune $(strip $(run_options) $(call opt,--budget,$(BUDGET))) -- $(ARGS)
 
@@ -176,12 +177,9 @@ query: $(VENV)/.installed
 		$(call opt,--format,$(FORMAT)))
 
 # make compare-frameworks NODES=1 GPUS_PER_NODE=1,4 [TINY=1] [ARGS=...]: every case's --same-work run, one table
-vars.compare-frameworks := NODES REPEAT $(placement_vars) STALL DRY_RUN CPU_BIND $(stack_vars) TINY \
-	ARGS
+vars.compare-frameworks := $(measure_vars) ARGS
 compare-frameworks: $(VENV)/.installed
-	$(SUITE) compare-frameworks $(strip --nodes "$(NODES)" --repeat "$(REPEAT)" $(placement) \
-		$(call opt,--stall,$(STALL)) $(if $(call on,DRY_RUN),--dry-run) $(call opt,--cpu-bind,$(CPU_BIND)) \
-		$(stack_options) $(tiny)) -- $(ARGS)
+	$(SUITE) compare-frameworks $(strip $(measure_options)) -- $(ARGS)
 
 # make rerun RECORD=reports/results/<run_id>.json [CLUSTER=name | HOSTFILE=file] [ALLOW_DRIFT=1] [DRY_RUN=1]
 #            [RESULTS=folder] [RUNS=folder]

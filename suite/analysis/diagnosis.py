@@ -15,7 +15,8 @@ The figures, each a fraction of the timed window (None where the run could not s
                    interconnect check measured it, over the time of a step: an upper bound on what the
                    exchange costs (DDP and Horovod overlap part of it with the backward pass)
   thread_busy      the training thread's CPU time (on GPUs the thread that launches the kernels)
-and, for the hint, the host CPU time per step in milliseconds.
+and, for the hint, the host CPU time per step in milliseconds, and the most processes of the run per core a
+host had (above 1 they took turns on the cores: the verdict stands, and the hint is to stop that first).
 
 On a GPU the training thread is busy whatever bounds the step (it spins while it waits for the GPU),
 so the verdict reads the GPU's side: where the GPU works at least BUSY of the step, compute; where it
@@ -35,6 +36,8 @@ COMMUNICATION_BOUND = 0.3  # one gradient all-reduce takes this share of a step
 BUSY = {"cuda": 0.8, "cpu": 0.75}  # the device works this share of the window: compute-bound
 # What to try, per verdict, in words that hold for every framework; a case's [hints] table (case.toml)
 # replaces any of them with its own options.
+SHARED_CORES_HINT = ("a core or more for each process: fewer processes per node (GPUS_PER_NODE, the hostfile's slots) "
+                     "or more cores for the job (SLURM's --cpus-per-task)")
 HINTS = {
     "input": "more loader processes or threads, data on faster storage, or decoding on the GPU (DALI)",
     "communication": "a larger batch per device, gradients exchanged in 16 bits, or fewer, larger all-reduce "
@@ -62,12 +65,16 @@ def diagnose(record: dict, case_hints: dict | None = None) -> dict:
         "allreduce": allreduce_share(record),
         "thread_busy": profile_mean(record, "thread_busy"),
         "host_cpu_ms_per_step": host_cpu_per_step(record),
+        "processes_per_core": processes_per_core(record),
     }
     verdict, why = classify(figures, device, record["world"].get("devices") or 1, checked_exchange(record))
     if device == "cuda" and (unmatched := unmatched_gpus(record)):
         why += f"; no NVML utilisation of the run's GPUs: {unmatched}"
     key = f"{verdict}-{device if device == 'cuda' else 'cpu'}" if verdict in DEVICE_KEYED else verdict
     hint = (case_hints or {}).get(key) or HINTS[key]
+    if shared := shared_cores(record):
+        why += f"; {shared}: they took turns on the cores, and the figures include that"
+        hint = SHARED_CORES_HINT
     return {"verdict": verdict, "device": device, "figures": figures, "why": why, "hint": hint}
 
 
@@ -93,7 +100,7 @@ def classify(f: dict, device: str, devices: int = 1, checked: str = "all-reduce 
                         f"data nor for the exchange: the host launches their work too slowly{cpu}")
     named = {"device_busy": "GPUs busy" if device == "cuda" else "cores busy"}
     known = ", ".join(f"{named.get(name, name.replace('_', ' '))} {pct(value)}" for name, value in f.items()
-                      if value is not None and name != "host_cpu_ms_per_step")
+                      if value is not None and name not in ("host_cpu_ms_per_step", "processes_per_core"))
     return "unknown", f"no figure points one way ({known or 'nothing measured'})"
 
 
@@ -177,12 +184,34 @@ def gpu_pass_busy(record: dict) -> float | None:
 
 def usable_cores(record: dict) -> int | None:
     """The cores the ranks may use, per host (their affinity, read back by the probe), summed."""
-    per_host: dict[str, set[int]] = {}
+    per_host = cores_by_host(record) or {}
+    return sum(len(cpus) for _, cpus in per_host.values()) or None
+
+
+def cores_by_host(record: dict) -> dict[str, tuple[int, set[int]]] | None:
+    """{host: (the run's processes there, the cores they may use)}, from their affinity as the probe read it back;
+    None where a process's is not known."""
+    per_host: dict[str, tuple[int, set[int]]] = {}
     for rank in (record["world"].get("binding") or {}).get("ranks", []):
         if not rank.get("cpus"):
             return None
-        per_host.setdefault(rank.get("host", ""), set()).update(parse_cpu_list(rank["cpus"]))
-    return sum(len(cpus) for cpus in per_host.values()) or None
+        count, cpus = per_host.get(rank.get("host", ""), (0, set()))
+        per_host[rank.get("host", "")] = (count + 1, cpus | set(parse_cpu_list(rank["cpus"])))
+    return per_host
+
+
+def processes_per_core(record: dict) -> float | None:
+    """The most processes of the run per core any host had."""
+    per_host = cores_by_host(record)
+    ratios = [count / len(cpus) for count, cpus in (per_host or {}).values() if cpus]
+    return round(max(ratios), 4) if ratios else None
+
+
+def shared_cores(record: dict) -> str | None:
+    """'3 processes on 2 cores of n1' for each host where the run's processes outnumbered their cores."""
+    shared = [f"{count} processes on {len(cpus)} core{'s' if len(cpus) > 1 else ''} of {host}"
+              for host, (count, cpus) in sorted((cores_by_host(record) or {}).items()) if count > len(cpus)]
+    return ", ".join(shared) or None
 
 
 def steps(record: dict) -> float | None:

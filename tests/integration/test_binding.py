@@ -105,7 +105,8 @@ def bindings(results) -> tuple[list[str], dict]:
 
 def test_two_workers_bound_to_cores_each_run_on_their_share(suite_cli, pytorch_stack, tmp_path):
     """Each of two workers bound to its share of this machine's cores (one core each on two, a half
-    each on more, the same one on a single core), with as many threads as its share has cores."""
+    each on more, the same one on a single core), with as many threads as its share has cores. Unbound, each
+    has the runner's cores: started on one core, two workers share it, and the diagnosis says so."""
     done = suite_cli("run", "--case", "pytorch-synthetic", "--gpus-per-node", "2", "--cpu-bind", "cores",
                      "--telemetry-interval", "0", case_args=tiny("pytorch-synthetic"))
     assert done.returncode == 0, done.stdout + done.stderr
@@ -114,10 +115,18 @@ def test_two_workers_bound_to_cores_each_run_on_their_share(suite_cli, pytorch_s
     assert [parse_cpu_list(c) for c in cpus] == [set(cpu_share(CORES, rank, rank + 1, 2)) for rank in (0, 1)], cpus
     assert record["repetitions"][0]["cpus"] == cpus
     assert record["config"]["reported_by_case"]["threads_per_worker"] == len(cpu_share(CORES, 0, 1, 2))
+    assert "took turns" not in record["metrics"]["diagnosis"]["why"] or len(CORES) == 1
     for path in suite_cli.results.glob("*.json"):
         path.rename(tmp_path / path.name)
-    done = suite_cli("run", "--case", "pytorch-synthetic", "--gpus-per-node", "2", "--telemetry-interval", "0",
-                     case_args=tiny("pytorch-synthetic"))
+    os.sched_setaffinity(0, {CORES[-1]})  # the runner and what it starts inherit it (`taskset -c N make run`)
+    try:
+        done = suite_cli("run", "--case", "pytorch-synthetic", "--gpus-per-node", "2", "--telemetry-interval", "0",
+                         case_args=tiny("pytorch-synthetic"))
+    finally:
+        os.sched_setaffinity(0, CORES)
     assert done.returncode == 0, done.stdout + done.stderr
     cpus, record = bindings(suite_cli.results)
-    assert record["world"]["binding"]["policy"] == "none" and cpus == [cpus_allowed()] * 2
+    assert record["world"]["binding"]["policy"] == "none" and cpus == [str(CORES[-1])] * 2
+    diagnosis = record["metrics"]["diagnosis"]
+    assert diagnosis["figures"]["processes_per_core"] == 2 and diagnosis["hint"].startswith("a core or more for each")
+    assert f"2 processes on 1 core of {record['world']['binding']['ranks'][0]['host']}: they took turns" in done.stdout

@@ -62,3 +62,33 @@ def test_an_unknown_bound_on_gpus_points_at_their_utilisation():
     record = {**cpu_run(0.5), "world": {"device_type": "cuda", "devices": 2, "slots": {"n1": 2}}}
     found = diagnosis.diagnose(record)
     assert found["verdict"] == "unknown" and found["hint"] == diagnosis.HINTS["unknown-cuda"], found
+
+
+def ranks_on(cpus_by_rank: list[str], host=lambda r: "n1") -> dict:
+    """cpu_run's record with these ranks' affinities."""
+    record = cpu_run(0.9)
+    record["world"] = {**record["world"], "devices": len(cpus_by_rank), "binding": {"policy": "none", "ranks": [
+        {"rank": r, "host": host(r), "cpus": cpus} for r, cpus in enumerate(cpus_by_rank)]}}
+    return record
+
+
+def test_processes_that_outnumber_their_cores_are_named_and_the_hint_is_a_core_each():
+    """Three workers on two cores (GPUS_PER_NODE=3 on a 2-core machine): the verdict stands, `why` says they
+    took turns, and the first thing to try is a core for each."""
+    found = diagnosis.diagnose(ranks_on(["0-1", "0-1", "0-1"]))
+    assert found["verdict"] == "compute" and found["figures"]["processes_per_core"] == 1.5
+    assert found["why"].endswith("; 3 processes on 2 cores of n1: they took turns on the cores, and the figures "
+                                 "include that")
+    assert found["hint"] == diagnosis.SHARED_CORES_HINT
+    bound = diagnosis.diagnose(ranks_on(["0", "0", "1"]))  # each bound: one core shared by two
+    assert bound["figures"]["processes_per_core"] == 1.5 and "3 processes on 2 cores of n1" in bound["why"]
+    two_hosts = diagnosis.diagnose(ranks_on(["0", "0", "0", "0-3"], host=lambda r: "n1" if r < 3 else "n2"))
+    assert "3 processes on 1 core of n1:" in two_hosts["why"] and "n2" not in two_hosts["why"]
+
+
+@pytest.mark.parametrize("cpus_by_rank", [["0", "1"], ["0-1", "0-1"], ["0-3", "0-3"]])
+def test_a_core_or_more_per_process_says_nothing_of_sharing(cpus_by_rank):
+    found = diagnosis.diagnose(ranks_on(cpus_by_rank))
+    assert "took turns" not in found["why"] and found["hint"] != diagnosis.SHARED_CORES_HINT
+    assert found["figures"]["processes_per_core"] <= 1
+    assert diagnosis.diagnose(ranks_on(["0-1", None]))["figures"]["processes_per_core"] is None  # one unknown
