@@ -19,12 +19,14 @@ def parse_args(argv=None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def likely_meant(name: str, known: list[str]) -> str | None:
-    """The variable `name` is probably a misspelling of: one it starts or ends, or a close one."""
-    for variable in known:
-        if min(len(name), len(variable)) >= 3 and (name.startswith(variable) or variable.startswith(name)):
+def likely_meant(name: str, taken: list[str], known: list[str]) -> str | None:
+    """The variable `name` is probably a misspelling of: one of the asked goals' that it cuts short (NODE) or adds a
+    word or an S to (TELEMETRY_INTERVAL, REPEATS; not PYTHONPATH), else any goal's close to it (GPU_PER_NODE)."""
+    for variable in taken:
+        if (len(name) >= 3 and variable.startswith(name)) or name.startswith((f"{variable}_", f"{variable}S")):
             return variable
-    close = difflib.get_close_matches(name, known, n=1, cutoff=0.8)
+    close = difflib.get_close_matches(name, taken, n=1, cutoff=0.8) or difflib.get_close_matches(name, known, n=1,
+                                                                                                 cutoff=0.8)
     return close[0] if close else None
 
 
@@ -41,7 +43,7 @@ def refusal(asked: list[str], given: list[str], lists: dict[str, list[str]]) -> 
     for name in given:
         if name in known:
             return f"{what} takes no {name} ({goals_taking(name, lists)}); {its}"
-        meant = likely_meant(name, taken) or likely_meant(name, known)
+        meant = likely_meant(name, taken, known)
         if meant in taken:
             return f"{what} takes no {name}: did you mean {meant}? {its[0].upper()}{its[1:]}"
         if meant:

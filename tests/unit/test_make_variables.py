@@ -27,6 +27,14 @@ def test_a_variable_the_goal_does_not_take_is_refused_in_one_line_before_anythin
     assert result.stdout == ""  # not even the runner's .venv
 
 
+@pytest.mark.parametrize("goal, given", [("run", "PYTHONPATH=/opt/x"), ("run", "OMP_NUM_THREADS=4"),
+                                         ("containers", "SOURCE_DATE_EPOCH=1700000000"), ("test", "CI=true")])
+def test_a_name_that_only_begins_like_a_variable_is_not_refused(goal, given):
+    """Environment variables for the recipes (PYTHONPATH begins as PYTHON does; SOURCE_DATE_EPOCH as SOURCE,
+    which make containers does not take) pass as make passes them."""
+    assert dry_run(goal, given).returncode == 0
+
+
 def test_two_goals_take_the_variables_of_both():
     assert dry_run("report", "compare", "RESULTS=r", "A=a", "B=b").returncode == 0
     assert "make report compare takes no CASE" in dry_run("report", "compare", "A=a", "B=b", "CASE=x").stderr
