@@ -57,6 +57,7 @@ def diagnose(record: dict, case_hints: dict | None = None) -> dict:
     """metrics.diagnosis of a record (its repetitions, telemetry, interconnect check, world); case_hints:
     the case's [hints] table (verdict -> what to try with its options)."""
     device = record["world"].get("device_type") or "cpu"
+    per_host = cores_by_host(record) or {}
     figures = {
         "device_busy": device_busy(record, device),
         "gpu_pass_busy": gpu_pass_busy(record) if device == "cuda" else None,
@@ -65,14 +66,14 @@ def diagnose(record: dict, case_hints: dict | None = None) -> dict:
         "allreduce": allreduce_share(record),
         "thread_busy": profile_mean(record, "thread_busy"),
         "host_cpu_ms_per_step": host_cpu_per_step(record),
-        "processes_per_core": processes_per_core(record),
+        "processes_per_core": processes_per_core(per_host),
     }
     verdict, why = classify(figures, device, record["world"].get("devices") or 1, checked_exchange(record))
     if device == "cuda" and (unmatched := unmatched_gpus(record)):
         why += f"; no NVML utilisation of the run's GPUs: {unmatched}"
     key = f"{verdict}-{device if device == 'cuda' else 'cpu'}" if verdict in DEVICE_KEYED else verdict
     hint = (case_hints or {}).get(key) or HINTS[key]
-    if shared := shared_cores(record):
+    if shared := shared_cores(per_host):
         why += f"; {shared}: they took turns on the cores, and the figures include that"
         hint = SHARED_CORES_HINT
     return {"verdict": verdict, "device": device, "figures": figures, "why": why, "hint": hint}
@@ -200,17 +201,17 @@ def cores_by_host(record: dict) -> dict[str, tuple[int, set[int]]] | None:
     return per_host
 
 
-def processes_per_core(record: dict) -> float | None:
-    """The most processes of the run per core any host had."""
-    per_host = cores_by_host(record)
-    ratios = [count / len(cpus) for count, cpus in (per_host or {}).values() if cpus]
+def processes_per_core(per_host: dict[str, tuple[int, set[int]]]) -> float | None:
+    """The most processes of the run per core any host of `per_host` (cores_by_host) had."""
+    ratios = [count / len(cpus) for count, cpus in per_host.values() if cpus]
     return round(max(ratios), 4) if ratios else None
 
 
-def shared_cores(record: dict) -> str | None:
-    """'3 processes on 2 cores of n1' for each host where the run's processes outnumbered their cores."""
+def shared_cores(per_host: dict[str, tuple[int, set[int]]]) -> str | None:
+    """'3 processes on 2 cores of n1' for each host of `per_host` (cores_by_host) where the run's processes
+    outnumbered their cores."""
     shared = [f"{count} processes on {len(cpus)} core{'s' if len(cpus) > 1 else ''} of {host}"
-              for host, (count, cpus) in sorted((cores_by_host(record) or {}).items()) if count > len(cpus)]
+              for host, (count, cpus) in sorted(per_host.items()) if count > len(cpus)]
     return ", ".join(shared) or None
 
 

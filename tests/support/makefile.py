@@ -4,9 +4,8 @@ import os
 import re
 import subprocess
 from functools import cache
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+from conftest import ROOT
 
 
 def first_make_env() -> dict:
